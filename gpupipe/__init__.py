@@ -1,0 +1,34 @@
+"""gpupipe: image pipelines defined once, compiled to NVIDIA DALI (GPU or CPU) or torchvision.
+
+    import gpupipe
+    loader = gpupipe.loader("data/train", "train", batch_size=256)
+    for images, labels in loader:  # (B, 3, 224, 224) float32 on the GPU, (B,) int64
+        ...
+
+``import gpupipe`` does not import DALI; a backend imports its library when used.
+"""
+
+from . import ops, presets, sources
+from .loader import Loader, loader
+from .ops import CenterCrop, Decode, HorizontalFlip, Normalize, Output, RandomResizedCrop, Resize
+from .sources import FileList, ImageFolder
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "loader",
+    "Loader",
+    "ops",
+    "presets",
+    "sources",
+    "ImageFolder",
+    "FileList",
+    "Decode",
+    "RandomResizedCrop",
+    "Resize",
+    "CenterCrop",
+    "HorizontalFlip",
+    "Normalize",
+    "Output",
+    "__version__",
+]

@@ -1,0 +1,221 @@
+"""The DALI backend: ops lowered to a DALI graph on the GPU (``dali``) or CPU (``dali-cpu``).
+
+Files are read by DALI's file reader in the order the loader decides (one
+pipeline per epoch, ``random_shuffle=False``), so the order is the same as
+on every other backend. Lowering rules:
+
+* ``Decode`` + ``RandomResizedCrop`` fuse into ``decoders.image_random_crop``
+  (ROI decoding: only the crop is decoded) followed by ``resize``.
+* ``Decode`` runs with ``device="mixed"`` on the GPU (nvJPEG, with the
+  hardware JPEG decoder where the GPU has one); every later op then runs on
+  the GPU, and the batch lands on the CUDA device with no host round trip.
+* A trailing ``CenterCrop`` and/or ``HorizontalFlip``, ``Normalize`` and the
+  output dtype / layout fuse into one ``crop_mirror_normalize``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, Dict, Iterator, Optional, Sequence
+
+import torch
+from nvidia.dali import fn, pipeline, types
+from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+
+from ..batch import Batch, from_hwc_or_chw, to_device
+from ..ops import CenterCrop, Decode, HorizontalFlip, Op, RandomResizedCrop, Resize
+from ..sources import Source
+from ..spec import PipelineSpec
+from . import RunConfig
+
+logger = logging.getLogger(__name__)
+
+_READER = "reader"
+
+#: DALI dtype that ``crop_mirror_normalize`` emits for each output dtype;
+#: bfloat16 (which DALI lacks) is emitted as float32 and converted by torch.
+_DALI_DTYPE = {
+    "float32": types.FLOAT,
+    "bfloat16": types.FLOAT,
+    "float16": types.FLOAT16,
+    "uint8": types.UINT8,
+}
+
+
+class _Graph:
+    """The DataNode being built, and the decoder placement."""
+
+    def __init__(self, encoded, gpu: bool) -> None:
+        self.images = encoded
+        self.decoder_device = "mixed" if gpu else "cpu"
+
+
+def _decoder_kwargs() -> Dict:
+    # libjpeg's default (fancy) chroma upsampling, as torchvision and PIL decode.
+    return {"output_type": types.RGB, "jpeg_fancy_upsampling": True}
+
+
+def _decode(g: _Graph, op: Decode) -> None:
+    g.images = fn.decoders.image(g.images, device=g.decoder_device, **_decoder_kwargs())
+
+
+def _decode_random_resized_crop(g: _Graph, decode: Decode, crop: RandomResizedCrop) -> None:
+    g.images = fn.decoders.image_random_crop(
+        g.images,
+        device=g.decoder_device,
+        random_area=list(crop.scale),
+        random_aspect_ratio=list(crop.ratio),
+        num_attempts=10,
+        **_decoder_kwargs(),
+    )
+    _resize_exact(g, crop.size)
+
+
+def _random_resized_crop(g: _Graph, op: RandomResizedCrop) -> None:
+    g.images = fn.random_resized_crop(
+        g.images, size=list(op.size), random_area=list(op.scale), random_aspect_ratio=list(op.ratio),
+        num_attempts=10, antialias=True,
+    )
+
+
+def _resize_exact(g: _Graph, size) -> None:
+    h, w = size
+    g.images = fn.resize(g.images, resize_x=w, resize_y=h, antialias=True, interp_type=types.INTERP_LINEAR)
+
+
+def _resize(g: _Graph, op: Resize) -> None:
+    if isinstance(op.size, tuple):
+        _resize_exact(g, op.size)
+    else:
+        g.images = fn.resize(g.images, resize_shorter=op.size, antialias=True, interp_type=types.INTERP_LINEAR)
+
+
+def _center_crop(g: _Graph, op: CenterCrop) -> None:
+    g.images = fn.crop(g.images, crop=list(op.size), out_of_bounds_policy="pad")
+
+
+def _flip(g: _Graph, op: HorizontalFlip) -> None:
+    g.images = fn.flip(g.images, horizontal=fn.random.coin_flip(probability=op.p))
+
+
+#: op type -> lowering; pairs of neighbours that fuse into one DALI operator.
+LOWERINGS: Dict[type, Callable[[_Graph, Op], None]] = {
+    Decode: _decode,
+    RandomResizedCrop: _random_resized_crop,
+    Resize: _resize,
+    CenterCrop: _center_crop,
+    HorizontalFlip: _flip,
+}
+FUSIONS: Dict[tuple, Callable[[_Graph, Op, Op], None]] = {
+    (Decode, RandomResizedCrop): _decode_random_resized_crop,
+}
+
+
+def lower(spec: PipelineSpec, encoded, *, gpu: bool):
+    """Builds the DALI graph of ``spec`` from a node of encoded images.
+
+    Returns:
+        The output node: ``(B, C, H, W)``, or ``(B, H, W, C)`` for channels_last.
+    """
+    ops = list(spec.ops)
+    # Trailing CenterCrop / HorizontalFlip are done by crop_mirror_normalize.
+    tail_flip = ops.pop() if ops and isinstance(ops[-1], HorizontalFlip) else None
+    tail_crop = ops.pop() if ops and isinstance(ops[-1], CenterCrop) else None
+
+    g = _Graph(encoded, gpu)
+    i = 0
+    while i < len(ops):
+        pair = tuple(type(op) for op in ops[i:i + 2])
+        if pair in FUSIONS:
+            FUSIONS[pair](g, *ops[i:i + 2])
+            i += 2
+        else:
+            LOWERINGS[type(ops[i])](g, ops[i])
+            i += 1
+
+    cmn = {}
+    if tail_crop is not None:
+        cmn.update(crop=list(tail_crop.size), out_of_bounds_policy="pad")
+    if tail_flip is not None:
+        cmn["mirror"] = fn.random.coin_flip(probability=tail_flip.p)
+    if spec.output.dtype != "uint8":
+        cmn["mean"] = [255.0 * m for m in spec.mean]
+        cmn["std"] = [255.0 * s for s in spec.std]
+    return fn.crop_mirror_normalize(
+        g.images,
+        dtype=_DALI_DTYPE[spec.output.dtype],
+        output_layout="HWC" if spec.output.channels_last else "CHW",
+        **cmn,
+    )
+
+
+class DaliBackend:
+    """Runs a spec through DALI, one pipeline per epoch.
+
+    Args:
+        source: the samples.
+        spec: the checked pipeline.
+        config: batch size, device and threads.
+        gpu: decode with ``device="mixed"`` and run all ops on the GPU.
+    """
+
+    def __init__(self, source: Source, spec: PipelineSpec, config: RunConfig, *, gpu: bool) -> None:
+        self.name = "dali" if gpu else "dali-cpu"
+        self.source = source
+        self.spec = spec
+        self.config = config
+        self.gpu = gpu
+        if gpu and config.device.type != "cuda":
+            raise ValueError(f"backend 'dali' runs on a CUDA device, got device={config.device}; use 'dali-cpu'")
+        self._paths = source.paths
+        self._labels = source.labels
+
+    def _device_id(self) -> Optional[int]:
+        if not self.gpu:
+            return None
+        index = self.config.device.index
+        return torch.cuda.current_device() if index is None else index
+
+    def build_pipeline(self, indices: Sequence[int], seed: int) -> "pipeline.Pipeline":
+        """Returns the (built) DALI pipeline reading ``indices`` in order."""
+        files = [self._paths[i] for i in indices]
+        labels = [self._labels[i] for i in indices]
+        pipe = pipeline.Pipeline(
+            batch_size=self.config.batch_size,
+            num_threads=self.config.num_threads,
+            device_id=self._device_id(),
+            seed=seed % (2**31),
+            prefetch_queue_depth=self.config.prefetch,
+        )
+        with pipe:
+            encoded, label = fn.readers.file(
+                files=files, labels=labels, random_shuffle=False, pad_last_batch=True, name=_READER
+            )
+            images = lower(self.spec, encoded, gpu=self.gpu)
+            pipe.set_outputs(images, label.gpu() if self.gpu else label)
+        pipe.build()
+        return pipe
+
+    def iter_epoch(self, indices: Sequence[int], seed: int) -> Iterator[Batch]:
+        """Yields the batches of ``indices``, in order."""
+        if len(indices) == 0 or (self.config.drop_last and len(indices) < self.config.batch_size):
+            return
+        pipe = self.build_pipeline(indices, seed)
+        iterator = DALIGenericIterator(
+            [pipe],
+            ["images", "labels"],
+            reader_name=_READER,
+            last_batch_policy=LastBatchPolicy.DROP if self.config.drop_last else LastBatchPolicy.PARTIAL,
+            auto_reset=False,
+            prepare_first_batch=False,
+        )
+        hwc = self.spec.output.channels_last
+        device = self.config.device
+        try:
+            for (out,) in iterator:
+                images = from_hwc_or_chw(out["images"], hwc=hwc, spec=self.spec)
+                labels = out["labels"].view(-1).to(torch.int64)
+                yield to_device((images, labels), device)
+        finally:
+            del iterator, pipe
+

@@ -1,0 +1,280 @@
+"""The PyTorch-facing loader: a drop-in for ``torch.utils.data.DataLoader``.
+
+It checks every argument before any work starts, decides each epoch's
+order (the same on every backend), and hands ``(images, labels)`` batches
+per the batch contract from whichever backend runs the pipeline.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import torch
+
+from . import backends, presets
+from .batch import Batch
+from .ops import Op, Output
+from .sampling import epoch_order, epoch_seed
+from .sources import Source, as_source
+from .spec import PipelineSpec, build_spec
+
+logger = logging.getLogger(__name__)
+
+DeviceArg = Union[None, str, int, torch.device]
+
+
+class Loader:
+    """Iterates ``(images, labels)`` batches of a source through a pipeline.
+
+    Use :func:`gpupipe.loader` to build one. Batches follow the contract:
+    ``images`` ``(B, 3, H, W)`` on :attr:`device` in the requested dtype
+    (float normalised, or uint8), ``labels`` ``(B,)`` int64 on the same device.
+
+    Attributes:
+        source: where the samples come from.
+        spec: the checked pipeline.
+        backend: the backend's name (``"dali"``, ``"dali-cpu"``, ``"torchvision"``).
+        device: where batches land.
+        batch_size, drop_last, shuffle, seed: as given.
+    """
+
+    def __init__(
+        self,
+        source: Source,
+        spec: PipelineSpec,
+        *,
+        batch_size: int,
+        backend: str,
+        device: torch.device,
+        shuffle: bool,
+        drop_last: bool,
+        seed: int,
+        num_threads: int,
+        prefetch: int,
+    ) -> None:
+        self.source = source
+        self.spec = spec
+        self.batch_size = batch_size
+        self.device = device
+        self.shuffle = shuffle
+        self.drop_last = drop_last
+        self.seed = seed
+        config = backends.RunConfig(
+            batch_size=batch_size, drop_last=drop_last, device=device, num_threads=num_threads, prefetch=prefetch
+        )
+        self._backend = backends.create(backend, source, spec, config)
+        self.backend = self._backend.name
+        self._epoch = 0
+        self._epoch_pinned = False
+        self._resume_batches = 0
+        self._batches_done = 0
+
+    # -- the DataLoader surface -------------------------------------------------
+
+    def __len__(self) -> int:
+        """Batches per epoch."""
+        n = len(self.source)
+        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+
+    def __iter__(self) -> Iterator[Batch]:
+        epoch = self._epoch
+        order = epoch_order(len(self.source), seed=self.seed, epoch=epoch, shuffle=self.shuffle)
+        if self.drop_last:
+            order = order[: len(self) * self.batch_size]
+        skip = self._resume_batches
+        self._resume_batches = 0
+        self._batches_done = skip
+        for batch in self._backend.iter_epoch(order[skip * self.batch_size:], epoch_seed(self.seed, epoch)):
+            self._batches_done += 1
+            yield batch
+        # A full pass moves on to the next epoch unless set_epoch() drives the numbering.
+        if not self._epoch_pinned:
+            self._epoch = epoch + 1
+        self._epoch_pinned = False
+        self._batches_done = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Sets the epoch whose order and augmentations the next pass uses.
+
+        The order is a function of ``(seed, epoch)`` alone. Without calls to
+        ``set_epoch`` each full pass moves on to the next epoch by itself,
+        so a loop written for ``DataLoader`` still sees a new order each epoch.
+        """
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+            raise ValueError(f"set_epoch: epoch must be an int >= 0, got {epoch!r}")
+        self._epoch = epoch
+        self._epoch_pinned = True
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next (or current) pass reads."""
+        return self._epoch
+
+    @property
+    def classes(self) -> List[str]:
+        return self.source.classes
+
+    @property
+    def class_to_idx(self) -> Dict[str, int]:
+        return self.source.class_to_idx
+
+    @property
+    def mean(self) -> Tuple[float, float, float]:
+        """The pipeline's normalisation mean, ``[0, 1]`` units (for uint8 output)."""
+        return self.spec.mean
+
+    @property
+    def std(self) -> Tuple[float, float, float]:
+        """The pipeline's normalisation std, ``[0, 1]`` units (for uint8 output)."""
+        return self.spec.std
+
+    # -- checkpointing ----------------------------------------------------------
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Plain data to resume from: epoch, batches already taken this epoch, seed."""
+        return {"epoch": self._epoch, "batches_done": self._batches_done, "seed": self.seed}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Continues from :meth:`state_dict`: the next pass starts after the batches done.
+
+        Raises:
+            ValueError: the state comes from a loader with another seed, or is malformed.
+        """
+        try:
+            epoch, done, seed = int(state["epoch"]), int(state["batches_done"]), int(state["seed"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"load_state_dict: not a gpupipe loader state: {state!r}") from err
+        if seed != self.seed:
+            raise ValueError(f"load_state_dict: state has seed {seed}, this loader seed {self.seed}")
+        if not 0 <= done <= len(self):
+            raise ValueError(f"load_state_dict: batches_done {done} is outside 0..{len(self)}")
+        self._epoch = epoch
+        self._epoch_pinned = True
+        self._resume_batches = done
+
+    def __repr__(self) -> str:
+        return (
+            f"gpupipe.Loader(backend={self.backend!r}, device={str(self.device)!r}, "
+            f"batch_size={self.batch_size}, batches={len(self)}, source={self.source!r})"
+        )
+
+
+def _resolve_device(device: DeviceArg) -> Optional[torch.device]:
+    if device is None:
+        return None
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"device: cannot parse {device!r}: {err}") from None
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or a CUDA device, got {str(device)!r}")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {str(device)!r} was asked for, but CUDA is not available")
+    return device
+
+
+def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+def loader(
+    source: Union[Source, str, os.PathLike],
+    pipeline: Union[str, Sequence[Op]] = "train",
+    *,
+    batch_size: int,
+    backend: str = "auto",
+    device: DeviceArg = None,
+    shuffle: bool = True,
+    drop_last: bool = False,
+    seed: int = 0,
+    num_threads: Optional[int] = None,
+    dtype: Union[None, str, torch.dtype] = None,
+    channels_last: Optional[bool] = None,
+    prefetch: int = 2,
+) -> Loader:
+    """Builds a loader: the drop-in replacement for a ``DataLoader``.
+
+    Args:
+        source: an image folder (``root/<class>/<image>``), a list file, or a
+            :class:`~gpupipe.sources.Source`.
+        pipeline: ``"train"`` or ``"val"`` (ImageNet presets at 224 px) or a
+            list of ops starting with ``Decode()``.
+        batch_size: samples per batch (per process).
+        backend: ``"auto"``, ``"dali"``, ``"dali-cpu"`` or ``"torchvision"``.
+        device: where batches land; by default the current CUDA device if
+            there is one, else the CPU.
+        shuffle: a new order every epoch (from ``seed`` and the epoch).
+        drop_last: drop the last, partial batch.
+        seed: seeds the order and the random augmentations.
+        num_threads: DALI threads or DataLoader workers; by default the CPU
+            cores this process may use.
+        dtype: ``float32`` (default), ``float16``, ``bfloat16`` (normalised) or
+            ``uint8`` (unnormalised), as a name or a ``torch.dtype``.
+        channels_last: images in channels_last memory format.
+        prefetch: batches prepared ahead (DALI queue depth, or DataLoader
+            prefetch factor per worker).
+
+    Returns:
+        A :class:`Loader`.
+
+    Raises:
+        ValueError: a bad argument, named, before any work starts.
+        ImportError: the backend's library is missing (the message gives the pip command).
+    """
+    _positive_int("batch_size", batch_size)
+    _positive_int("prefetch", prefetch)
+    if num_threads is not None:
+        _positive_int("num_threads", num_threads, minimum=0)
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"seed must be an int >= 0, got {seed!r}")
+    for name, flag in (("shuffle", shuffle), ("drop_last", drop_last)):
+        if not isinstance(flag, bool):
+            raise ValueError(f"{name} must be a bool, got {flag!r}")
+    device = _resolve_device(device)
+    backend = backends.resolve(backend, device)
+    if device is None:
+        device = torch.device("cuda" if backend == "dali" or torch.cuda.is_available() else "cpu")
+    if backend == "dali" and (device.type != "cuda" or not torch.cuda.is_available()):
+        raise ValueError(
+            f"backend 'dali' needs a CUDA device, got device={str(device)!r}"
+            f"{'' if torch.cuda.is_available() else ' and CUDA is not available'}; use 'dali-cpu'"
+        )
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+
+    ops = presets.get(pipeline) if isinstance(pipeline, str) else list(pipeline)
+    base = ops.pop() if ops and isinstance(ops[-1], Output) else Output()
+    output = Output(
+        dtype=base.dtype if dtype is None else dtype,
+        channels_last=base.channels_last if channels_last is None else channels_last,
+    )
+    spec = build_spec(ops, output)
+
+    source = as_source(source)
+    if drop_last and batch_size > len(source):
+        raise ValueError(
+            f"batch_size {batch_size} is larger than the dataset ({len(source)} samples) "
+            "with drop_last=True: no batch would be produced"
+        )
+    if num_threads is None:
+        num_threads = backends.default_threads()
+    if num_threads == 0 and backend != "torchvision":
+        raise ValueError(f"num_threads=0 (decode in the main process) is for the torchvision backend, not {backend!r}")
+
+    return Loader(
+        source,
+        spec,
+        batch_size=batch_size,
+        backend=backend,
+        device=device,
+        shuffle=shuffle,
+        drop_last=drop_last,
+        seed=seed,
+        num_threads=num_threads,
+        prefetch=prefetch,
+    )

@@ -1,0 +1,94 @@
+"""Ops and presets: validation at construction, frozen keyword-only data, size rules."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from gpupipe import presets
+from gpupipe.ops import (
+    CenterCrop,
+    Decode,
+    HorizontalFlip,
+    Normalize,
+    Output,
+    RandomResizedCrop,
+    Resize,
+)
+
+
+@pytest.mark.parametrize(
+    "make, fragment",
+    [
+        (lambda: RandomResizedCrop(size=0), "RandomResizedCrop: size must be positive"),
+        (lambda: RandomResizedCrop(size=(224, "a")), "RandomResizedCrop: size must be"),
+        (lambda: RandomResizedCrop(size=224, scale=(0.9, 0.1)), "scale must satisfy"),
+        (lambda: RandomResizedCrop(size=224, scale=(0.1, 1.5)), "(0.1, 1.5)"),
+        (lambda: RandomResizedCrop(size=224, ratio=(2.0,)), "ratio must be a (min, max) pair"),
+        (lambda: Resize(size=-3), "Resize: size must be positive, got -3"),
+        (lambda: Resize(size=(10, 0)), "Resize: size must be positive integers"),
+        (lambda: CenterCrop(size=True), "CenterCrop: size must be an int or (h, w), got True"),
+        (lambda: HorizontalFlip(p=1.5), "HorizontalFlip: p must be a probability in [0, 1], got 1.5"),
+        (lambda: Normalize(std=(0.2, 0.0, 0.2)), "Normalize: std must be positive"),
+        (lambda: Normalize(mean=(0.5, 0.5)), "Normalize: mean must be 3 finite numbers"),
+        (lambda: Output(dtype="int32"), "Output: dtype must be one of"),
+        (lambda: Output(channels_last="yes"), "Output: channels_last must be a bool, got 'yes'"),
+    ],
+)
+def test_bad_arguments_name_the_op_and_value(make, fragment):
+    with pytest.raises(ValueError) as info:
+        make()
+    assert fragment in str(info.value)
+
+
+def test_ops_are_frozen_and_keyword_only():
+    crop = RandomResizedCrop(size=224)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        crop.size = (1, 1)
+    with pytest.raises(TypeError):
+        RandomResizedCrop(224)  # positional
+    assert crop == RandomResizedCrop(size=(224, 224))
+    assert hash(crop) == hash(RandomResizedCrop(size=(224, 224)))
+
+
+def test_sizes_are_normalised_to_pairs():
+    assert RandomResizedCrop(size=160).size == (160, 160)
+    assert CenterCrop(size=[100, 120]).size == (100, 120)
+    assert Resize(size=256).size == 256
+    assert Resize(size=[64, 32]).size == (64, 32)
+
+
+@pytest.mark.parametrize(
+    "hw, expected",
+    [((23, 37), (16, 26)), ((31, 50), (16, 26)), ((41, 29), (23, 16)), ((16, 16), (16, 16)), ((300, 400), (16, 21))],
+)
+def test_resize_shorter_side_rounds_the_longer_to_nearest(hw, expected):
+    assert Resize(size=16).output_size(*hw) == expected
+    assert Resize(size=(5, 7)).output_size(*hw) == (5, 7)
+
+
+def test_center_crop_anchor_rounds_halves_away_from_zero():
+    crop = CenterCrop(size=40)
+    assert crop.anchor(53, 73) == (7, 17)  # 6.5 -> 7, 16.5 -> 17
+    assert crop.anchor(50, 40) == (5, 0)
+    assert crop.anchor(29, 40) == (-6, 0)  # -5.5 -> -6: padding
+
+
+def test_output_accepts_torch_dtypes():
+    assert Output(dtype=torch.bfloat16).dtype == "bfloat16"
+    assert Output(dtype="float16").torch_dtype is torch.float16
+
+
+def test_presets_are_the_imagenet_recipes():
+    assert presets.train() == [Decode(), RandomResizedCrop(size=224), HorizontalFlip(p=0.5), Normalize()]
+    assert presets.val() == [Decode(), Resize(size=256), CenterCrop(size=224), Normalize()]
+    assert presets.train(size=160)[1].size == (160, 160)
+    assert presets.val(size=128, resize=146)[1:3] == [Resize(size=146), CenterCrop(size=128)]
+    assert Normalize().mean == (0.485, 0.456, 0.406)
+
+
+def test_preset_errors():
+    with pytest.raises(ValueError, match="unknown preset 'tran'"):
+        presets.get("tran")
+    with pytest.raises(ValueError, match="resize must be an int >= the crop size"):
+        presets.val(size=224, resize=200)

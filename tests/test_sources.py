@@ -1,0 +1,108 @@
+"""Sources: ImageFolder matches torchvision's labels; FileList parses pairs, text and CSV."""
+
+from pathlib import Path
+
+import pytest
+import torchvision
+
+from conftest import make_image_folder, textured_image, write_image
+from gpupipe.sources import FileList, ImageFolder, as_source
+
+
+def test_image_folder_matches_torchvision(tmp_path):
+    root = tmp_path / "data"
+    make_image_folder(root, {"zebra": 2, "Apple": 3, "mango": 1})
+    ours = ImageFolder(root)
+    theirs = torchvision.datasets.ImageFolder(str(root))
+    assert ours.classes == theirs.classes == ["Apple", "mango", "zebra"]
+    assert ours.class_to_idx == theirs.class_to_idx
+    assert [(s.path, s.label) for s in ours.samples] == theirs.samples
+
+
+def test_image_folder_filters_extensions_hidden_and_other_files(tmp_path):
+    root = tmp_path / "data"
+    img = textured_image(__import__("numpy").random.default_rng(0), 20, 20)
+    for name in ("a.JPG", "b.jpeg", "c.Png", "d.bmp", "e.webp", "nested/f.jpg"):
+        write_image(root / "cls" / name, img)
+    write_image(root / "cls" / ".hidden.jpg", img)
+    write_image(root / "cls" / ".cache" / "g.jpg", img)
+    (root / "cls" / "notes.txt").write_text("not an image")
+    (root / "cls" / "h.gif").write_bytes(b"GIF89a")
+    write_image(root / ".ipynb_checkpoints" / "x.jpg", img)
+    (root / "README").write_text("a file beside the class folders")
+
+    src = ImageFolder(root)
+    assert src.classes == ["cls"]
+    assert sorted(Path(s.path).name for s in src.samples) == ["a.JPG", "b.jpeg", "c.Png", "d.bmp", "e.webp", "f.jpg"]
+
+
+def test_image_folder_errors(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        ImageFolder(tmp_path / "missing")
+    (tmp_path / "file.jpg").write_bytes(b"x")
+    with pytest.raises(ValueError, match="is not a folder"):
+        ImageFolder(tmp_path / "file.jpg")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="has no class folders"):
+        ImageFolder(tmp_path / "empty")
+    (tmp_path / "noimg" / "cls").mkdir(parents=True)
+    (tmp_path / "noimg" / "cls" / "a.txt").write_text("x")
+    with pytest.raises(ValueError, match="no images under"):
+        ImageFolder(tmp_path / "noimg")
+
+
+def test_empty_class_keeps_its_index(tmp_path, caplog):
+    root = tmp_path / "data"
+    make_image_folder(root, {"a": 1, "c": 1})
+    (root / "b").mkdir()
+    src = ImageFolder(root)
+    assert src.class_to_idx == {"a": 0, "b": 1, "c": 2}
+    assert [s.label for s in src.samples] == [0, 2]
+    assert "holds no images" in caplog.text
+
+
+def test_file_list_from_pairs_and_files(tmp_path):
+    written = make_image_folder(tmp_path / "imgs", {"x": 2, "y": 2})
+    pairs = [(p, label) for p, label in written]
+    assert FileList(pairs).labels == [0, 0, 1, 1]
+    assert FileList(pairs).classes == ["0", "1"]
+
+    spaced = tmp_path / "imgs" / "with space.jpg"
+    spaced.write_bytes(written[0][0].read_bytes())
+    listing = tmp_path / "imgs" / "list.txt"
+    listing.write_text("# comment\nx/img_000.jpg 1\n\nwith space.jpg 0\n")
+    src = FileList(listing)
+    assert src.paths == [str(tmp_path / "imgs" / "x" / "img_000.jpg"), str(spaced)]
+    assert src.labels == [1, 0]
+
+    csv_file = tmp_path / "imgs" / "list.csv"
+    csv_file.write_text("path,label\nx/img_001.jpg,dog\ny/img_000.jpg,cat\n")
+    src = FileList(csv_file)
+    assert src.classes == ["cat", "dog"] and src.labels == [1, 0]
+    assert src.class_to_idx == {"cat": 0, "dog": 1}
+
+
+def test_file_list_errors(tmp_path):
+    written = make_image_folder(tmp_path / "imgs", {"x": 1})
+    with pytest.raises(ValueError, match="list file .* does not exist"):
+        FileList(tmp_path / "nope.txt")
+    with pytest.raises(ValueError, match="1 listed files do not exist: .*ghost.jpg"):
+        FileList([(written[0][0], 0), (tmp_path / "ghost.jpg", 0)])
+    with pytest.raises(ValueError, match="label 5 of .* is outside the class range 0..1"):
+        FileList([(written[0][0], 5)], classes=["a", "b"])
+    with pytest.raises(ValueError, match="label -1"):
+        FileList([(written[0][0], -1)])
+    bad = tmp_path / "bad.txt"
+    bad.write_text("onlyonefield\n")
+    with pytest.raises(ValueError, match=r"bad.txt:1: expected 'path label'"):
+        FileList(bad)
+    with pytest.raises(ValueError, match="all ints or all class names"):
+        FileList([(written[0][0], 0), (written[0][0], "cat")])
+
+
+def test_as_source(tmp_path, image_folder):
+    assert isinstance(as_source(image_folder), ImageFolder)
+    with pytest.raises(ValueError, match="does not exist"):
+        as_source(tmp_path / "nothing")
+    with pytest.raises(ValueError, match="source must be a path"):
+        as_source(42)
