@@ -20,28 +20,52 @@ def normalize_uint8(images: torch.Tensor, spec: PipelineSpec, out: Optional[torc
     """Converts a uint8 batch to the spec's output, on the batch's device.
 
     Args:
-        images: ``(B, 3, H, W)`` uint8, any memory format.
+        images: ``(B, 3, H, W)`` uint8, any strides; a permuted ``(B, H, W, 3)``
+            tensor (channels_last strides) avoids a transposing copy when
+            channels_last output is asked for.
         spec: gives the dtype, normalisation and memory format.
-        out: optional float32 tensor of the same shape to compute into
-            (for example one in shared memory).
+        out: optional float32 tensor with the result's shape and memory
+            format to compute into (for example one in shared memory).
 
     Returns:
-        ``(B, 3, H, W)`` in ``spec.output.torch_dtype``; uint8 input is passed
-        through (only the memory format changes) when uint8 is asked for.
+        ``(B, 3, H, W)`` in ``spec.output.torch_dtype``, channels_last when the
+        spec asks; uint8 is passed through with only the memory format set.
     """
-    memory_format = torch.channels_last if spec.output.channels_last else torch.contiguous_format
-    images = images.contiguous(memory_format=memory_format)
+    channels_last = spec.output.channels_last
     dtype = spec.output.torch_dtype
     if dtype == torch.uint8:
-        return images
-    device = images.device
-    std = torch.tensor(spec.std, dtype=torch.float32, device=device).view(1, 3, 1, 1)
-    mean = torch.tensor(spec.mean, dtype=torch.float32, device=device).view(1, 3, 1, 1)
-    # (x / 255 - mean) / std  ==  x * (1 / (255 std)) - mean / std, in one pass each.
-    if out is None:
-        out = torch.empty_like(images, dtype=torch.float32, memory_format=memory_format)
-    out.copy_(images).mul_(1.0 / (255.0 * std)).sub_(mean / std)
-    return out if dtype == torch.float32 else out.to(dtype)
+        return images.contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    # (x / 255 - mean) / std == x * (1 / (255 std)) - mean / std: one pass to float, one in place.
+    shape = (1, 1, 1, 3) if channels_last else (1, 3, 1, 1)
+    std = torch.tensor(spec.std, dtype=torch.float32, device=images.device).view(shape)
+    mean = torch.tensor(spec.mean, dtype=torch.float32, device=images.device).view(shape)
+    # Channels-last work runs on the (B, H, W, 3) view, where broadcasting is fastest.
+    source = images.permute(0, 2, 3, 1).contiguous() if channels_last else images.contiguous()
+    target = None if out is None else (out.permute(0, 2, 3, 1) if channels_last else out)
+    result = torch.mul(source, 1.0 / (255.0 * std), out=target).sub_(mean / std)
+    if channels_last:
+        result = result.permute(0, 3, 1, 2)
+    return result if dtype == torch.float32 else result.to(dtype)
+
+
+def empty_like_output(images: torch.Tensor, spec: PipelineSpec, *, shared: bool) -> Optional[torch.Tensor]:
+    """A float32 tensor for :func:`normalize_uint8` to fill, in shared memory when ``shared``.
+
+    A DataLoader worker that fills shared memory directly saves the copy
+    torch makes when sending an ordinary tensor to the main process. Returns
+    ``None`` when no float32 buffer is needed.
+    """
+    if spec.output.torch_dtype != torch.float32:
+        return None
+    b, c, h, w = images.shape
+    if shared:
+        storage = torch.empty(0, dtype=torch.float32)._typed_storage()._new_shared(b * c * h * w)
+        flat = torch.empty(0, dtype=torch.float32).set_(storage)
+    else:
+        flat = torch.empty(b * c * h * w, dtype=torch.float32)
+    if spec.output.channels_last:
+        return flat.view(b, h, w, c).permute(0, 3, 1, 2)
+    return flat.view(b, c, h, w)
 
 
 def from_hwc_or_chw(images: torch.Tensor, *, hwc: bool, spec: PipelineSpec) -> torch.Tensor:

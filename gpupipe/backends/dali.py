@@ -186,6 +186,8 @@ class DaliBackend:
             device_id=self._device_id(),
             seed=seed % (2**31),
             prefetch_queue_depth=self.config.prefetch,
+            # The dynamic executor hands outputs to torch through DLPack, without a copy.
+            exec_dynamic=True,
         )
         with pipe:
             encoded, label = fn.readers.file(

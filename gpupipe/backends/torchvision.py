@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 from torchvision.io import ImageReadMode
 from torchvision.transforms import v2
 
-from ..batch import Batch, CudaPrefetcher, normalize_uint8
+from ..batch import Batch, CudaPrefetcher, empty_like_output, normalize_uint8
 from ..ops import CenterCrop, Decode, HorizontalFlip, Op, RandomResizedCrop, Resize
 from ..sources import Source
 from ..spec import PipelineSpec
@@ -138,7 +138,7 @@ class _DecodedImages(Dataset):
         path = self.paths[index]
         image = decode(torchvision.io.read_file(path), path)
         if get_worker_info() is not None:
-            torch.manual_seed(seed)
+            torch.default_generator.manual_seed(seed)  # the CPU generator alone: ~100x cheaper than torch.manual_seed
             image = self.transform(image)
         else:  # in the main process: leave the caller's RNG alone
             with torch.random.fork_rng(devices=[]):
@@ -148,11 +148,22 @@ class _DecodedImages(Dataset):
 
 
 def _collate(samples: List[Tuple[torch.Tensor, int]], spec: PipelineSpec, finish: bool) -> Batch:
-    """Stacks samples into ``(B, 3, H, W)`` uint8 and int64 labels; finishes them on request."""
-    images = torch.utils.data.default_collate([image for image, _ in samples])
+    """Stacks samples into a ``(B, 3, H, W)`` uint8 batch and int64 labels; finishes them on request.
+
+    For channels_last output the batch is stacked as ``(B, H, W, 3)`` (each
+    image transposed while it is still in cache) and returned as its
+    ``(B, 3, H, W)`` view.
+    """
     labels = torch.tensor([label for _, label in samples], dtype=torch.int64)
+    in_worker = get_worker_info() is not None
+    if spec.output.channels_last:
+        images = torch.stack([image.permute(1, 2, 0) for image, _ in samples]).permute(0, 3, 1, 2)
+    else:
+        images = torch.stack([image for image, _ in samples])
     if finish:
-        images = normalize_uint8(images, spec)
+        images = normalize_uint8(images, spec, out=empty_like_output(images, spec, shared=in_worker))
+    elif in_worker:
+        images = images.share_memory_()
     return images, labels
 
 

@@ -1,0 +1,169 @@
+"""python -m gpupipe.bench: one AMP training loop fed by every backend, measured side by side.
+
+With no arguments it builds a demo image folder once (cached), then for
+the tutorial DataLoader baseline and every gpupipe backend this machine has
+it measures the loader alone, the training loop (images/s and the share of
+time spent waiting for data) and the ceiling (the loop on one batch kept on
+the device), and says which backends are input-bound and why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import List, Optional
+
+import torch
+
+from .. import backends as gp_backends
+from . import demo, report
+from .runner import BASELINE, BenchConfig, run
+
+logger = logging.getLogger("gpupipe.bench")
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "gpupipe"
+
+
+def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
+    on_gpu = torch.cuda.is_available()
+    parser = argparse.ArgumentParser(
+        prog="python -m gpupipe.bench",
+        description=__doc__.split("\n\n")[0].split(": ", 1)[1],
+        epilog=(
+            "Defaults depend on the machine: with a GPU, resnet50, batch 256, 50 loader / 30 train steps; "
+            "without, shufflenet_v2_x0_5, batch 32, 20 loader / 6 train steps."
+        ),
+    )
+    parser.add_argument("--data", type=Path, help="image folder root/<class>/<image> (default: the demo data)")
+    parser.add_argument(
+        "--backends", default="all",
+        help=f"comma-separated from {BASELINE},{','.join(gp_backends.BACKENDS)}; 'all' = every one this machine has",
+    )
+    parser.add_argument("--model", help="torchvision model name (default: resnet50 on a GPU, shufflenet_v2_x0_5 on a CPU)")
+    parser.add_argument("--batch-size", type=int, help="images per batch (default: 256 on a GPU, 32 on a CPU)")
+    parser.add_argument("--image-size", type=int, default=224, help="train-preset crop size in px (default: 224)")
+    parser.add_argument("--steps", type=int, help="batches per loader-alone repeat (default: 50 GPU / 20 CPU)")
+    parser.add_argument("--train-steps", type=int, help="steps per training repeat (default: 30 GPU / 6 CPU)")
+    parser.add_argument("--warmup", type=int, default=10,
+                        help="loader-alone batches before each timed repeat; more than the loader's prefetch "
+                             "queue, so that no repeat starts on free, already-prepared batches (default: 10)")
+    parser.add_argument("--train-warmup", type=int, default=3,
+                        help="training steps before each timed repeat (default: 3)")
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="timed repeats, interleaved across backends; medians are reported (default: 5)")
+    parser.add_argument("--amp", choices=["bf16", "fp16", "off"], default="bf16",
+                        help="autocast dtype; fp16 uses a GradScaler (default: bf16)")
+    parser.add_argument("--threads", type=int,
+                        help="gpupipe's DALI threads / DataLoader workers (default: the usable CPU cores; "
+                             "the baseline always uses one worker per core)")
+    parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="float32",
+                        help="dtype gpupipe loaders deliver (default: float32, like the baseline)")
+    parser.add_argument("--no-train", action="store_true", help="measure the loaders alone (no model)")
+    parser.add_argument("--demo-images", type=int, default=1000,
+                        help="size of the generated demo set, 10 classes (default: 1000)")
+    parser.add_argument("--cache-dir", type=Path, default=default_cache_dir(),
+                        help="where the demo data is built once (default: ~/.cache/gpupipe)")
+    parser.add_argument("--out", type=Path, default=Path("bench-out"),
+                        help="folder for bench.json and bench.png (default: ./bench-out)")
+    args = parser.parse_args(argv)
+    defaults = {
+        "model": "resnet50" if on_gpu else "shufflenet_v2_x0_5",
+        "batch_size": 256 if on_gpu else 32,
+        "steps": 50 if on_gpu else 20,
+        "train_steps": 30 if on_gpu else 6,
+        "threads": gp_backends.default_threads(),
+    }
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    for name in ("batch_size", "image_size", "steps", "train_steps", "repeats", "threads", "demo_images"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    for name in ("warmup", "train_warmup"):
+        if getattr(args, name) < 0:
+            parser.error(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    return args
+
+
+def choose_backends(spec: str, on_gpu: bool) -> List[str]:
+    """The backends to compare: ``all`` means the baseline plus every backend available here."""
+    if spec == "all":
+        names = [BASELINE] + [b for b in gp_backends.BACKENDS if gp_backends.available(b)]
+        for missing in sorted(set(gp_backends.BACKENDS) - set(names)):
+            logger.info("skipping backend %r: not available on this machine", missing)
+        return names
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    known = (BASELINE,) + gp_backends.BACKENDS
+    for name in names:
+        if name not in known:
+            raise SystemExit(f"--backends: unknown backend {name!r}; choose from {', '.join(known)}")
+        if name == "dali" and not on_gpu:
+            raise SystemExit("--backends: 'dali' needs a CUDA GPU; this machine has none (use dali-cpu)")
+    return names
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S", stream=sys.stderr)
+    args = parse_args(argv)
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    started = time.perf_counter()
+
+    if args.data is None:
+        per_class = max(1, args.demo_images // 10)
+        data = demo.ensure_demo(args.cache_dir, demo.DemoSpec(classes=10, per_class=per_class), workers=args.threads)
+    else:
+        data = args.data
+    stats = demo.folder_stats(data)
+    logger.info(
+        "data: %s: %d images in %d classes, mean %.1f KiB (median %.1f), mean %dx%d px, sides %d-%d px",
+        data, stats["images"], stats["classes"], stats["mean_kib"], stats["median_kib"],
+        stats["mean_width"], stats["mean_height"], stats["min_side"], stats["max_side"],
+    )
+
+    config = BenchConfig(
+        data=Path(data),
+        backends=tuple(choose_backends(args.backends, device.type == "cuda")),
+        model=args.model,
+        batch_size=args.batch_size,
+        image_size=args.image_size,
+        steps=args.steps,
+        train_steps=args.train_steps,
+        warmup=args.warmup,
+        train_warmup=args.train_warmup,
+        repeats=args.repeats,
+        amp=args.amp,
+        threads=args.threads,
+        device=device,
+        dtype=args.dtype,
+        measure_training=not args.no_train,
+    )
+    logger.info("device %s; backends %s; model %s; batch %d", device, ", ".join(config.backends), config.model, config.batch_size)
+    figures = run(config)
+
+    settings = {k: (str(v) if isinstance(v, (Path, torch.device)) else v) for k, v in asdict(config).items()}
+    full = {
+        "machine": report.machine_info(device),
+        "settings": settings,
+        "data": stats,
+        **figures,
+        "elapsed_s": round(time.perf_counter() - started, 1),
+    }
+    full["machine"]["label"] = report.hardware_label(full["machine"])
+    args.out.mkdir(parents=True, exist_ok=True)
+    report.write_json(full, args.out / "bench.json")
+    report.write_chart(full, args.out / "bench.png")
+    print(report.table(full))
+    print(f"\nwrote {args.out / 'bench.json'} and {args.out / 'bench.png'} ({full['elapsed_s']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

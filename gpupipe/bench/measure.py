@@ -1,0 +1,152 @@
+"""Timing: loader alone, the training loop (with its data-wait share), and the ceiling.
+
+Everything here takes plain iterators and callables, so the same code
+measures every backend (and the ceiling, fed by :func:`repeat_batch`) and
+is tested with fakes that sleep. The runner calls one repeat at a time,
+interleaving backends, so that drift on a noisy machine hits all alike.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator, List, Optional, Tuple
+
+import torch
+
+Batch = Tuple[torch.Tensor, torch.Tensor]
+
+#: A training step is input-bound when it waits this share of its time for data...
+WAIT_SHARE_INPUT_BOUND = 0.10
+#: ...or reaches less than this fraction of the ceiling.
+CEILING_FRACTION_COMPUTE_BOUND = 0.90
+
+
+def forever(loader: Iterable[Batch]) -> Iterator[Batch]:
+    """Yields batches across epoch boundaries, as a training run sees them."""
+    while True:
+        empty = True
+        for batch in loader:
+            empty = False
+            yield batch
+        if empty:
+            raise ValueError("the loader yielded no batch")
+
+
+@dataclass
+class Result:
+    """Medians over repeats.
+
+    Attributes:
+        images_per_s: median images per second.
+        wait_share: median share of step time spent waiting for the next batch (train loops only).
+        runs: images/s of each repeat.
+        wait_shares: the wait share of each repeat (train loops only).
+    """
+
+    images_per_s: float
+    wait_share: Optional[float] = None
+    runs: List[float] = field(default_factory=list)
+    wait_shares: List[float] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, runs: List[float], wait_shares: Optional[List[float]] = None) -> "Result":
+        shares = list(wait_shares or [])
+        return cls(
+            images_per_s=statistics.median(runs),
+            wait_share=statistics.median(shares) if shares else None,
+            runs=list(runs),
+            wait_shares=shares,
+        )
+
+
+def warm_up(batches: Iterator[Batch], count: int, train_step: Optional[Callable] = None, sync=lambda: None) -> None:
+    """Consumes ``count`` batches (through ``train_step`` when given) before timing."""
+    for _ in range(count):
+        batch = next(batches)
+        if train_step is not None:
+            train_step(*batch)
+    sync()
+
+
+def time_loader(batches: Iterator[Batch], steps: int, sync: Callable[[], None] = lambda: None) -> float:
+    """One repeat of the loader alone: images/s over ``steps`` batches.
+
+    Args:
+        batches: an endless batch iterator (see :func:`forever`).
+        sync: waits for the device (``torch.cuda.synchronize``) so that
+            asynchronous GPU work is counted.
+    """
+    images = 0
+    start = time.perf_counter()
+    for _ in range(steps):
+        images += int(next(batches)[0].shape[0])
+    sync()
+    return images / (time.perf_counter() - start)
+
+
+def time_training(
+    batches: Iterator[Batch],
+    train_step: Callable[[torch.Tensor, torch.Tensor], None],
+    steps: int,
+    sync: Callable[[], None] = lambda: None,
+) -> Tuple[float, float]:
+    """One repeat of the training loop: ``(images/s, share of time waiting for data)``.
+
+    The wait is the time ``next(batches)`` takes; each step ends when the
+    device has finished (``sync``), so waiting and computing add up to the
+    wall time.
+    """
+    images, waited = 0, 0.0
+    start = time.perf_counter()
+    for _ in range(steps):
+        before = time.perf_counter()
+        batch = next(batches)
+        waited += time.perf_counter() - before
+        train_step(*batch)
+        sync()
+        images += int(batch[0].shape[0])
+    elapsed = time.perf_counter() - start
+    return images / elapsed, waited / elapsed
+
+
+def repeat_batch(batch: Batch) -> Iterator[Batch]:
+    """The ceiling's "loader": one batch kept on the device, forever."""
+    while True:
+        yield batch
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What limits a backend's training loop, and what to try."""
+
+    bound: str  # "input-bound" or "compute-bound"
+    fraction_of_ceiling: float
+    suggestion: str
+
+
+def verdict(train: Result, ceiling_result: Result, *, backend: str, on_gpu: bool, threads: int) -> Verdict:
+    """Classifies a training run against the ceiling.
+
+    Input-bound: the step waits >= 10 % of its time for data, or reaches
+    < 90 % of the ceiling (on a CPU, loading then steals the model's cores).
+    """
+    fraction = train.images_per_s / ceiling_result.images_per_s if ceiling_result.images_per_s else 0.0
+    input_bound = (train.wait_share or 0.0) >= WAIT_SHARE_INPUT_BOUND or fraction < CEILING_FRACTION_COMPUTE_BOUND
+    if not input_bound:
+        return Verdict("compute-bound", fraction, "")
+    if backend in ("baseline", "torchvision") and on_gpu:
+        advice = "decode and augment on the GPU: backend='dali'"
+    elif backend == "baseline":
+        advice = "use gpupipe's dali-cpu backend (fused ROI decode, no PIL)"
+    elif backend == "dali-cpu" and on_gpu:
+        advice = "move decoding to the GPU: backend='dali'"
+    elif not on_gpu:
+        advice = (
+            f"loading and the model share the same {threads} CPU cores: pre-resize the images "
+            "(shorter side ~256 px) or train on a GPU with backend='dali'"
+        )
+    else:
+        advice = f"more CPU threads than {threads} (--threads), or pre-resized images (shorter side ~256 px)"
+    return Verdict("input-bound", fraction, advice)

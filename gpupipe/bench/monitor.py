@@ -1,0 +1,111 @@
+"""Samples CPU use and memory of this process and its workers, and the GPU through NVML."""
+
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+import threading
+from typing import Dict, List, Optional
+
+logger = logging.getLogger(__name__)
+
+
+class ResourceMonitor:
+    """A background thread sampling every ``interval`` seconds while in a ``with`` block.
+
+    It may be entered again: samples of all blocks add up.
+
+    Reports mean CPU (% of one core, summed over the process tree), peak
+    resident memory of the tree, and, where NVML works, mean GPU utilisation
+    and peak GPU memory.
+    """
+
+    def __init__(self, interval: float = 0.2, gpu_index: Optional[int] = None) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self.interval = interval
+        self._root = psutil.Process(os.getpid())
+        self._procs: Dict[int, "psutil.Process"] = {}
+        self._cpu: List[float] = []
+        self._rss: List[float] = []
+        self._gpu_util: List[float] = []
+        self._gpu_mem: List[float] = []
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._nvml_handle = _nvml_handle(gpu_index) if gpu_index is not None else None
+
+    def __enter__(self) -> "ResourceMonitor":
+        self._sample(record=False)  # primes per-process CPU counters
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="gpupipe-monitor", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._sample(record=True)  # short phases get at least one sample
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample(record=True)
+
+    def _sample(self, record: bool) -> None:
+        psutil = self._psutil
+        try:
+            tree = [self._root] + self._root.children(recursive=True)
+        except psutil.Error:
+            return
+        cpu = rss = 0.0
+        for proc in tree:
+            cached = self._procs.setdefault(proc.pid, proc)
+            try:
+                cpu += cached.cpu_percent(None)
+                rss += cached.memory_info().rss
+            except psutil.Error:  # a worker that just exited
+                continue
+        if record:
+            self._cpu.append(cpu)
+            self._rss.append(rss / 2**20)
+            if self._nvml_handle is not None:
+                import pynvml
+
+                try:
+                    self._gpu_util.append(float(pynvml.nvmlDeviceGetUtilizationRates(self._nvml_handle).gpu))
+                    self._gpu_mem.append(pynvml.nvmlDeviceGetMemoryInfo(self._nvml_handle).used / 2**20)
+                except pynvml.NVMLError as err:
+                    logger.warning("NVML sampling failed, GPU figures stop here: %s", err)
+                    self._nvml_handle = None
+
+    def summary(self) -> Dict[str, Optional[float]]:
+        """Mean CPU %, peak RSS MiB, mean GPU util % and peak GPU memory MiB (None when not sampled)."""
+
+        def mean(values):
+            return round(statistics.fmean(values), 1) if values else None
+
+        def peak(values):
+            return round(max(values), 1) if values else None
+
+        return {
+            "cpu_percent": mean(self._cpu),
+            "peak_rss_mib": peak(self._rss),
+            "gpu_util_percent": mean(self._gpu_util),
+            "peak_gpu_mem_mib": peak(self._gpu_mem),
+        }
+
+
+def _nvml_handle(index: int):
+    try:
+        import pynvml
+    except ImportError as err:
+        logger.warning("no GPU sampling (pip install nvidia-ml-py): %s", err)
+        return None
+    try:
+        pynvml.nvmlInit()
+        return pynvml.nvmlDeviceGetHandleByIndex(index)
+    except pynvml.NVMLError as err:
+        logger.warning("no GPU sampling, NVML failed: %s", err)
+        return None

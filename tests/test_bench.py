@@ -1,0 +1,127 @@
+"""The bench's measurement code on fakes and tiny data; no timing is asserted as a number."""
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from conftest import make_image_folder
+from gpupipe.bench import demo, measure
+from gpupipe.bench.__main__ import parse_args
+
+
+def fake_batches(sleep: float = 0.0, batch_size: int = 4):
+    def gen():
+        while True:
+            if sleep:
+                time.sleep(sleep)
+            yield torch.zeros(batch_size, 3, 8, 8), torch.zeros(batch_size, dtype=torch.int64)
+    return gen()
+
+
+def sleeping_step(seconds: float):
+    def step(images, labels):
+        if seconds:
+            time.sleep(seconds)
+    return step
+
+
+def run_loop(batches, step, repeats=2):
+    measure.warm_up(batches, 1, step)
+    return measure.Result.of(*map(list, zip(*(measure.time_training(batches, step, 4) for _ in range(repeats)))))
+
+
+def test_a_sleeping_loader_is_input_bound():
+    step = sleeping_step(0.002)
+    train = run_loop(fake_batches(sleep=0.03), step)
+    top = run_loop(measure.repeat_batch(next(fake_batches())), step)
+    assert train.wait_share > 0.5 and len(train.wait_shares) == 2
+    v = measure.verdict(train, top, backend="torchvision", on_gpu=True, threads=2)
+    assert v.bound == "input-bound"
+    assert v.fraction_of_ceiling < 0.5
+    assert "dali" in v.suggestion
+
+
+def test_a_sleeping_model_is_compute_bound():
+    step = sleeping_step(0.03)
+    train = run_loop(fake_batches(), step)
+    top = run_loop(measure.repeat_batch(next(fake_batches())), step)
+    assert train.wait_share < 0.05
+    v = measure.verdict(train, top, backend="dali", on_gpu=True, threads=2)
+    assert v.bound == "compute-bound" and v.suggestion == ""
+    assert 0.8 < v.fraction_of_ceiling < 1.25
+
+
+def test_loader_timing_counts_images_and_reports_medians():
+    batches = fake_batches(batch_size=5)
+    runs = [measure.time_loader(batches, 3) for _ in range(4)]
+    result = measure.Result.of(runs)
+    assert min(runs) > 0 and result.runs == runs
+    assert result.images_per_s == statistics.median(runs) and result.wait_share is None
+
+
+def test_forever_crosses_epochs_and_rejects_empty_loaders():
+    epochs = [[1, 2], [3]]
+    stream = measure.forever(epochs[0])
+    assert [next(stream) for _ in range(5)] == [1, 2, 1, 2, 1]
+    with pytest.raises(ValueError, match="no batch"):
+        next(measure.forever([]))
+
+
+def test_demo_images_look_like_photos(tmp_path):
+    root = demo.ensure_demo(tmp_path, demo.DemoSpec(classes=2, per_class=3))
+    stats = demo.folder_stats(root)
+    assert stats["images"] == 6 and stats["classes"] == 2
+    assert 300 <= stats["min_side"] and stats["max_side"] <= 700
+    assert 40 < stats["mean_kib"] < 200  # photo-like JPEG sizes, not flat colour (~5) or noise (~400)
+    assert demo.ensure_demo(tmp_path, demo.DemoSpec(classes=2, per_class=3)) == root  # cached
+
+
+def test_help_documents_every_flag():
+    out = subprocess.run([sys.executable, "-m", "gpupipe.bench", "--help"], capture_output=True, text=True, check=True).stdout
+    for flag in ("--data", "--backends", "--model", "--batch-size", "--image-size", "--steps", "--train-steps",
+                 "--warmup", "--train-warmup", "--repeats", "--amp", "--threads", "--dtype", "--no-train", "--demo-images",
+                 "--cache-dir", "--out"):
+        assert flag in out
+
+
+def test_bad_flags_are_rejected():
+    with pytest.raises(SystemExit):
+        parse_args(["--batch-size", "0"])
+
+
+def test_bench_end_to_end_on_tiny_data(tmp_path):
+    data = tmp_path / "data"
+    make_image_folder(data, {"a": 8, "b": 8}, sizes=(40, 80))
+    out = tmp_path / "out"
+    backends = "baseline,torchvision" + (",dali-cpu" if _has_dali() else "")
+    cmd = [sys.executable, "-m", "gpupipe.bench", "--data", str(data), "--backends", backends,
+           "--model", "resnet18", "--batch-size", "4", "--image-size", "32", "--steps", "2",
+           "--train-steps", "2", "--warmup", "1", "--train-warmup", "1", "--repeats", "1", "--threads", "1", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((out / "bench.json").read_text())
+    assert (out / "bench.png").stat().st_size > 10_000
+    assert list(report["results"]) == backends.split(",")
+    assert report["data"]["images"] == 16
+    assert report["machine"]["label"].startswith("cpu-") or report["machine"]["gpu"]
+    for name, entry in report["results"].items():
+        assert entry["loader"]["images_per_s"] > 0
+        assert 0 <= entry["train"]["wait_share"] <= 1
+        assert entry["verdict"]["bound"] in ("input-bound", "compute-bound")
+        assert entry["loader_resources"]["peak_rss_mib"] > 0
+    assert report["results"]["baseline"]["loader"]["x_baseline"] == 1.0
+    assert report["ceiling"]["images_per_s"] > 0
+    assert "| backend" in proc.stdout and "[training 1/1] ceiling" in proc.stderr
+
+
+def _has_dali():
+    try:
+        import nvidia.dali  # noqa: F401
+    except ImportError:
+        return False
+    return True
