@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import warnings
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -17,7 +18,7 @@ import torch
 from . import backends, presets
 from .batch import Batch
 from .ops import Op, Output
-from .sampling import epoch_order, epoch_seed
+from .sampling import Shard, epoch_order, epoch_seed, per_rank, shard
 from .sources import Source, as_source
 from .spec import PipelineSpec, build_spec
 
@@ -38,7 +39,8 @@ class Loader:
         spec: the checked pipeline.
         backend: the backend's name (``"dali"``, ``"dali-cpu"``, ``"torchvision"``).
         device: where batches land.
-        batch_size, drop_last, shuffle, seed: as given.
+        rank, world_size: this process's part of the data (see :mod:`gpupipe.sampling`).
+        batch_size, drop_last, shuffle, seed: as given; ``batch_size`` is per rank.
     """
 
     def __init__(
@@ -54,8 +56,12 @@ class Loader:
         seed: int,
         num_threads: int,
         prefetch: int,
+        rank: int = 0,
+        world_size: int = 1,
     ) -> None:
         self.source = source
+        self.rank = rank
+        self.world_size = world_size
         self.spec = spec
         self.batch_size = batch_size
         self.device = device
@@ -69,25 +75,34 @@ class Loader:
         self.backend = self._backend.name
         self._epoch = 0
         self._epoch_pinned = False
-        self._resume_batches = 0
+        self._resume: Optional[Tuple[int, int, Optional[str]]] = None  # (epoch, batches, backend state)
         self._batches_done = 0
 
     # -- the DataLoader surface -------------------------------------------------
 
     def __len__(self) -> int:
-        """Batches per epoch."""
-        n = len(self.source)
+        """Batches per epoch on this rank (the same on every rank)."""
+        n = per_rank(len(self.source), self.world_size, self.drop_last)
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+
+    def shard(self, epoch: Optional[int] = None) -> Shard:
+        """This rank's sample indices for ``epoch`` (default: the next pass), with padding counts."""
+        epoch = self._epoch if epoch is None else epoch
+        order = epoch_order(len(self.source), seed=self.seed, epoch=epoch, shuffle=self.shuffle)
+        return shard(order, rank=self.rank, world_size=self.world_size, drop_last=self.drop_last)
 
     def __iter__(self) -> Iterator[Batch]:
         epoch = self._epoch
-        order = epoch_order(len(self.source), seed=self.seed, epoch=epoch, shuffle=self.shuffle)
-        if self.drop_last:
-            order = order[: len(self) * self.batch_size]
-        skip = self._resume_batches
-        self._resume_batches = 0
+        part = self.shard(epoch)
+        if part.padded and self.rank == 0:
+            logger.debug("epoch %d: %d samples repeated to give %d ranks equal shares", epoch, part.padded, self.world_size)
+        skip, state = 0, None
+        if self._resume is not None and self._resume[0] == epoch:
+            _, skip, state = self._resume
+        self._resume = None
         self._batches_done = skip
-        for batch in self._backend.iter_epoch(order[skip * self.batch_size:], epoch_seed(self.seed, epoch)):
+        batches = self._backend.iter_epoch(part.indices, self._random_seed(epoch), skip_batches=skip, state=state)
+        for batch in batches:
             self._batches_done += 1
             yield batch
         # A full pass moves on to the next epoch unless set_epoch() drives the numbering.
@@ -95,6 +110,10 @@ class Loader:
             self._epoch = epoch + 1
         self._epoch_pinned = False
         self._batches_done = 0
+
+    def _random_seed(self, epoch: int) -> int:
+        """Seeds the epoch's augmentations; ranks differ so their streams do not repeat each other."""
+        return (epoch_seed(self.seed, epoch) + self.rank * 1_000_000_007) % (2**63 - 1)
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch whose order and augmentations the next pass uses.
@@ -107,6 +126,8 @@ class Loader:
             raise ValueError(f"set_epoch: epoch must be an int >= 0, got {epoch!r}")
         self._epoch = epoch
         self._epoch_pinned = True
+        if self._resume is not None and self._resume[0] != epoch:
+            self._resume = None  # a resumed epoch that is not read any more
 
     @property
     def epoch(self) -> int:
@@ -134,26 +155,58 @@ class Loader:
     # -- checkpointing ----------------------------------------------------------
 
     def state_dict(self) -> Dict[str, Any]:
-        """Plain data to resume from: epoch, batches already taken this epoch, seed."""
-        return {"epoch": self._epoch, "batches_done": self._batches_done, "seed": self.seed}
+        """Plain data to resume from, for ``torch.save``.
+
+        Holds the epoch, the batches already taken in it, the seed, the
+        world, and (DALI backends, mid-epoch) this rank's DALI checkpoint, a
+        short base64 string that restores the reader and the random ops
+        exactly. The state is per rank: in DDP save each rank's.
+        """
+        mid_epoch = 0 < self._batches_done < len(self)
+        finished = self._batches_done >= len(self)  # the last batch is out; the pass has not closed yet
+        return {
+            "epoch": self._epoch + 1 if finished else self._epoch,
+            "batches_done": self._batches_done if mid_epoch else 0,
+            "seed": self.seed,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "backend": self.backend,
+            "backend_state": self._backend.state() if mid_epoch else None,
+        }
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Continues from :meth:`state_dict`: the next pass starts after the batches done.
+        """Continues from :meth:`state_dict`: the next pass gives exactly the batches that would have come next.
 
         Raises:
-            ValueError: the state comes from a loader with another seed, or is malformed.
+            ValueError: the state comes from a loader with another seed or
+                world size, or is malformed.
         """
         try:
             epoch, done, seed = int(state["epoch"]), int(state["batches_done"]), int(state["seed"])
+            world_size = int(state.get("world_size", 1))
         except (KeyError, TypeError, ValueError) as err:
             raise ValueError(f"load_state_dict: not a gpupipe loader state: {state!r}") from err
         if seed != self.seed:
             raise ValueError(f"load_state_dict: state has seed {seed}, this loader seed {self.seed}")
+        if world_size != self.world_size:
+            raise ValueError(
+                f"load_state_dict: state comes from world_size {world_size}, this loader has {self.world_size}; "
+                "the order of an epoch depends on the world size"
+            )
         if not 0 <= done <= len(self):
             raise ValueError(f"load_state_dict: batches_done {done} is outside 0..{len(self)}")
+        backend_state = state.get("backend_state")
+        if backend_state is not None and (state.get("backend") != self.backend or state.get("rank", 0) != self.rank):
+            warnings.warn(
+                f"load_state_dict: the state comes from backend {state.get('backend')!r} rank {state.get('rank', 0)}, "
+                f"this loader is {self.backend!r} rank {self.rank}: the order resumes exactly, the random "
+                "augmentations of the rest of the epoch are drawn anew",
+                stacklevel=2,
+            )
+            backend_state = None
         self._epoch = epoch
-        self._epoch_pinned = True
-        self._resume_batches = done
+        self._epoch_pinned = False  # after the resumed pass, the next epoch follows
+        self._resume = (epoch, done, backend_state)
 
     def __repr__(self) -> str:
         return (
@@ -176,6 +229,21 @@ def _resolve_device(device: DeviceArg) -> Optional[torch.device]:
     return device
 
 
+def _resolve_world(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int]:
+    """``(rank, world_size)`` from the arguments, else from torch.distributed, else ``(0, 1)``."""
+    import torch.distributed as dist
+
+    in_group = dist.is_available() and dist.is_initialized()
+    if world_size is None:
+        world_size = dist.get_world_size() if in_group else 1
+    if rank is None:
+        rank = dist.get_rank() if in_group else 0
+    _positive_int("world_size", world_size)
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+        raise ValueError(f"rank must be an int in [0, world_size={world_size}), got {rank!r}")
+    return rank, world_size
+
+
 def _positive_int(name: str, value: Any, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
@@ -196,6 +264,8 @@ def loader(
     dtype: Union[None, str, torch.dtype] = None,
     channels_last: Optional[bool] = None,
     prefetch: int = 2,
+    rank: Optional[int] = None,
+    world_size: Optional[int] = None,
 ) -> Loader:
     """Builds a loader: the drop-in replacement for a ``DataLoader``.
 
@@ -218,6 +288,10 @@ def loader(
         channels_last: images in channels_last memory format.
         prefetch: batches prepared ahead (DALI queue depth, or DataLoader
             prefetch factor per worker).
+        rank, world_size: this process's share of the data; by default
+            taken from ``torch.distributed`` when a process group is
+            initialised, else ``0`` and ``1``. Every rank reads a disjoint
+            part and yields the same number of batches.
 
     Returns:
         A :class:`Loader`.
@@ -255,11 +329,14 @@ def loader(
     )
     spec = build_spec(ops, output)
 
+    rank, world_size = _resolve_world(rank, world_size)
     source = as_source(source)
-    if drop_last and batch_size > len(source):
+    samples = per_rank(len(source), world_size, drop_last)
+    if drop_last and batch_size > samples:
+        where = "" if world_size == 1 else f" per rank ({world_size} ranks)"
         raise ValueError(
-            f"batch_size {batch_size} is larger than the dataset ({len(source)} samples) "
-            "with drop_last=True: no batch would be produced"
+            f"batch_size {batch_size} is larger than the {samples} samples{where} of the dataset "
+            f"({len(source)} samples) with drop_last=True: no batch would be produced"
         )
     if num_threads is None:
         num_threads = backends.default_threads()
@@ -277,4 +354,6 @@ def loader(
         seed=seed,
         num_threads=num_threads,
         prefetch=prefetch,
+        rank=rank,
+        world_size=world_size,
     )

@@ -99,21 +99,61 @@ def test_order_is_the_same_on_every_backend(image_folder):
 
 
 @pytest.mark.parametrize("backend, device", BACKEND_DEVICES)
-def test_state_dict_resumes_after_k_batches(image_folder, backend, device):
-    original = make(image_folder, backend, device, pipeline=SMALL_VAL, seed=5)
+@pytest.mark.parametrize("pipeline", [SMALL_VAL, SMALL_TRAIN], ids=["val", "train-random"])
+def test_state_dict_resumes_after_k_batches(image_folder, backend, device, pipeline):
+    original = make(image_folder, backend, device, pipeline=pipeline, seed=5)
     original.set_epoch(1)
     it = iter(original)
     taken = [next(it) for _ in range(2)]
     state = original.state_dict()
-    assert state == {"epoch": 1, "batches_done": 2, "seed": 5}
+    assert {k: state[k] for k in ("epoch", "batches_done", "seed", "rank", "world_size")} == {
+        "epoch": 1, "batches_done": 2, "seed": 5, "rank": 0, "world_size": 1
+    }
+    assert state["backend"] == original.backend
+    assert state["backend_state"] is None or len(state["backend_state"]) < 4096
+    restored = torch.load(_roundtrip(state), weights_only=True)  # plain data for torch.save
     rest = list(it)
 
-    resumed = make(image_folder, backend, device, pipeline=SMALL_VAL, seed=5)
-    resumed.load_state_dict(state)
+    resumed = make(image_folder, backend, device, pipeline=pipeline, seed=5)
+    resumed.load_state_dict(restored)
     again = collect(resumed)
-    assert len(taken) + len(again) == len(original)
+    assert len(taken) + len(again) == len(original) and len(again) == len(rest)
     for (x, y), (u, v) in zip(rest, again):
-        assert torch.equal(y, v) and torch.equal(x, u)
+        assert torch.equal(y, v)
+        assert torch.equal(x, u), "random augmentations continue exactly"
+    assert resumed.epoch == 2, "the resumed epoch counts as finished"
+
+
+def _roundtrip(state):
+    import io
+
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    return buffer
+
+
+def test_state_after_the_last_batch_points_at_the_next_epoch(image_folder):
+    loader = make(image_folder, "torchvision", "cpu", num_threads=0)
+    it = iter(loader)
+    for _ in range(len(loader)):
+        next(it)
+    assert loader.state_dict()["epoch"] == 1 and loader.state_dict()["batches_done"] == 0
+
+
+def test_load_state_dict_checks_the_state(image_folder):
+    loader = make(image_folder, "torchvision", "cpu", num_threads=0, seed=1)
+    with pytest.raises(ValueError, match="seed 2, this loader seed 1"):
+        loader.load_state_dict({"epoch": 0, "batches_done": 1, "seed": 2})
+    with pytest.raises(ValueError, match="world_size 4"):
+        loader.load_state_dict({"epoch": 0, "batches_done": 1, "seed": 1, "world_size": 4})
+    with pytest.raises(ValueError, match="outside 0..5"):
+        loader.load_state_dict({"epoch": 0, "batches_done": 9, "seed": 1})
+    with pytest.raises(ValueError, match="not a gpupipe loader state"):
+        loader.load_state_dict({"epoch": 0})
+    with pytest.warns(UserWarning, match="drawn anew"):
+        loader.load_state_dict({"epoch": 0, "batches_done": 1, "seed": 1, "backend": "dali-cpu",
+                                "backend_state": "abc"})
 
 
 def test_loader_attributes(image_folder):
@@ -144,7 +184,10 @@ def test_presets_by_name(image_folder):
         (dict(batch_size=4, dtype="float64"), "Output: dtype must be one of"),
         (dict(batch_size=4, device="tpu"), "device: cannot parse 'tpu'"),
         (dict(batch_size=4, prefetch=0), "prefetch must be an int >= 1, got 0"),
-        (dict(batch_size=19, drop_last=True), "batch_size 19 is larger than the dataset (18 samples)"),
+        (dict(batch_size=19, drop_last=True), "batch_size 19 is larger than the 18 samples of the dataset"),
+        (dict(batch_size=4, drop_last=True, world_size=8), "larger than the 2 samples per rank (8 ranks)"),
+        (dict(batch_size=4, rank=2, world_size=2), "rank must be an int in [0, world_size=2), got 2"),
+        (dict(batch_size=4, world_size=0), "world_size must be an int >= 1, got 0"),
         (dict(batch_size=4, pipeline=[Decode(), Resize(size=64)]), "varying size"),
     ],
 )

@@ -55,13 +55,21 @@ class Backend(Protocol):
 
     name: str
 
-    def iter_epoch(self, indices: Sequence[int], seed: int) -> Iterator[Batch]:
+    def iter_epoch(
+        self, indices: Sequence[int], seed: int, *, skip_batches: int = 0, state: Optional[str] = None
+    ) -> Iterator[Batch]:
         """Yields the batches of ``source.samples[i] for i in indices``, in that order.
 
         Args:
             indices: sample indices, in reading order.
             seed: seeds every random op of this epoch.
+            skip_batches: batches of ``indices`` already delivered (a resume).
+            state: what :meth:`state` returned when those batches were out;
+                restores the random ops exactly where the backend needs it.
         """
+
+    def state(self) -> Optional[str]:
+        """A resume token for the epoch being iterated (``None`` if none is needed)."""
 
 
 def default_threads() -> int:

@@ -15,6 +15,7 @@ on every other backend. Lowering rules:
 
 from __future__ import annotations
 
+import base64
 import logging
 from typing import Callable, Dict, Iterator, Optional, Sequence
 
@@ -169,6 +170,7 @@ class DaliBackend:
             raise ValueError(f"backend 'dali' runs on a CUDA device, got device={config.device}; use 'dali-cpu'")
         self._paths = source.paths
         self._labels = source.labels
+        self._iterator: Optional[DALIGenericIterator] = None
 
     def _device_id(self) -> Optional[int]:
         if not self.gpu:
@@ -176,8 +178,8 @@ class DaliBackend:
         index = self.config.device.index
         return torch.cuda.current_device() if index is None else index
 
-    def build_pipeline(self, indices: Sequence[int], seed: int) -> "pipeline.Pipeline":
-        """Returns the (built) DALI pipeline reading ``indices`` in order."""
+    def build_pipeline(self, indices: Sequence[int], seed: int, checkpoint: Optional[bytes] = None) -> "pipeline.Pipeline":
+        """Returns the (built) DALI pipeline reading ``indices`` in order, restored from ``checkpoint``."""
         files = [self._paths[i] for i in indices]
         labels = [self._labels[i] for i in indices]
         pipe = pipeline.Pipeline(
@@ -188,6 +190,9 @@ class DaliBackend:
             prefetch_queue_depth=self.config.prefetch,
             # The dynamic executor hands outputs to torch through DLPack, without a copy.
             exec_dynamic=True,
+            # Checkpoints (reader position and random-op states) make mid-epoch resume exact.
+            enable_checkpointing=True,
+            checkpoint=checkpoint,
         )
         with pipe:
             encoded, label = fn.readers.file(
@@ -198,12 +203,23 @@ class DaliBackend:
         pipe.build()
         return pipe
 
-    def iter_epoch(self, indices: Sequence[int], seed: int) -> Iterator[Batch]:
-        """Yields the batches of ``indices``, in order."""
+    def iter_epoch(
+        self, indices: Sequence[int], seed: int, *, skip_batches: int = 0, state: Optional[str] = None
+    ) -> Iterator[Batch]:
+        """Yields the batches of ``indices`` in order, resuming after ``skip_batches``.
+
+        With a ``state`` from :meth:`state` the pipeline is restored from
+        that DALI checkpoint (reader position and random states), so the
+        rest of the epoch is exactly what the interrupted run would have
+        given; without one, reading starts after the skipped batches.
+        """
+        checkpoint = base64.b64decode(state) if state is not None else None
+        if checkpoint is None:
+            indices = indices[skip_batches * self.config.batch_size:]
         if len(indices) == 0 or (self.config.drop_last and len(indices) < self.config.batch_size):
             return
-        pipe = self.build_pipeline(indices, seed)
-        iterator = DALIGenericIterator(
+        pipe = self.build_pipeline(indices, seed, checkpoint)
+        self._iterator = DALIGenericIterator(
             [pipe],
             ["images", "labels"],
             reader_name=_READER,
@@ -214,10 +230,16 @@ class DaliBackend:
         hwc = self.spec.output.channels_last
         device = self.config.device
         try:
-            for (out,) in iterator:
+            for (out,) in self._iterator:
                 images = from_hwc_or_chw(out["images"], hwc=hwc, spec=self.spec)
                 labels = out["labels"].view(-1).to(torch.int64)
                 yield to_device((images, labels), device)
         finally:
-            del iterator, pipe
+            self._iterator = None
+            del pipe
 
+    def state(self) -> Optional[str]:
+        """The running epoch's DALI checkpoint, base64 (a few hundred bytes)."""
+        if self._iterator is None:
+            return None
+        return base64.b64encode(self._iterator.checkpoints()[0]).decode("ascii")

@@ -16,7 +16,7 @@ import functools
 import io
 import logging
 import warnings
-from typing import Callable, Dict, Iterator, List, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -211,12 +211,22 @@ class TorchvisionBackend:
             generator=torch.Generator().manual_seed(0),
         )
 
-    def iter_epoch(self, indices: Sequence[int], seed: int) -> Iterator[Batch]:
-        """Yields the batches of ``indices``, in order."""
-        self._keys.keys = [(i, sample_seed(seed, i)) for i in indices]
+    def iter_epoch(
+        self, indices: Sequence[int], seed: int, *, skip_batches: int = 0, state: Optional[str] = None
+    ) -> Iterator[Batch]:
+        """Yields the batches of ``indices`` after the first ``skip_batches``, in order.
+
+        Augmentations are seeded per sample, so a resumed epoch needs no
+        ``state`` to repeat them exactly.
+        """
+        keys = [(i, sample_seed(seed, i)) for i in indices]
+        self._keys.keys = keys[skip_batches * self.config.batch_size:]
         if not self._keys.keys:
             return iter(())
         if self.on_cuda:
             finish = functools.partial(normalize_uint8, spec=self.spec)
             return iter(CudaPrefetcher(self.dataloader, self.config.device, finish))
         return iter(self.dataloader)
+
+    def state(self) -> Optional[str]:
+        return None

@@ -1,0 +1,113 @@
+"""torchrun --nproc_per_node=2 (gloo, CPU): sharding, equal batches, epochs, reproducibility, resume."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import needs_dali
+
+WORKER = Path(__file__).with_name("ddp_worker.py")
+
+
+def flat_folder(root: Path, count: int, classes: int = 3) -> Path:
+    """``count`` 20x24 PNGs whose colour encodes the sample index; sample i is in class i % classes."""
+    for i in range(count):
+        folder = root / f"class_{i % classes}"
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.full((20, 24, 3), (i % 256, i // 256, 77), np.uint8)).save(folder / f"s{i:04d}.png")
+    return root
+
+
+@pytest.fixture(scope="module", params=[pytest.param("dali-cpu", marks=needs_dali), "torchvision"])
+def ddp_runs(request, tmp_path_factory):
+    """Two torchrun launches per backend: a full run (saving state mid-epoch), then a resume in new processes."""
+    backend = request.param
+    tmp = tmp_path_factory.mktemp(f"ddp-{backend}")
+    folder = flat_folder(tmp / "folder", 13)
+    small = flat_folder(tmp / "small", 3)
+    listing = tmp / "list.txt"
+    listing.write_text("".join(f"folder/class_{i % 3}/s{i:04d}.png {i % 3}\n" for i in range(13)))
+    out = tmp / "out"
+    out.mkdir()
+    base = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(WORKER),
+            "--folder", str(folder), "--small-folder", str(small), "--list", str(listing),
+            "--backend", backend, "--out", str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for extra in ([], ["--resume"]):
+        proc = subprocess.run(base + extra, capture_output=True, text=True, timeout=600, env=env)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    load = lambda name: [json.loads((out / f"{name}-rank{r}.json").read_text()) for r in range(2)]  # noqa: E731
+    return load("run"), load("resume")
+
+
+def ids_of(epoch_batches):
+    return [i for batch in epoch_batches for i in batch["ids"]]
+
+
+def test_ranks_cover_the_dataset_with_equal_batches(ddp_runs):
+    run, _ = ddp_runs
+    for epoch in ("0", "1"):
+        per_rank = [r["folder"]["epochs"][epoch] for r in run]
+        assert [len(b) for b in per_rank] == [2, 2] == [r["folder"]["len"] for r in run]
+        ids = ids_of(per_rank[0]) + ids_of(per_rank[1])
+        assert set(ids) == set(range(13)), "every sample at least once"
+        assert len(ids) == 14 and run[0]["folder"][f"padded_{epoch}"] == 1, "one sample repeated to pad"
+        for batch in per_rank[0] + per_rank[1]:
+            assert batch["labels"] == [i % 3 for i in batch["ids"]]
+
+
+def test_epochs_reshuffle_and_reassign_shards(ddp_runs):
+    run, _ = ddp_runs
+    rank0 = [ids_of(run[0]["folder"]["epochs"][e]) for e in ("0", "1")]
+    assert rank0[0] != rank0[1]
+    assert set(rank0[0]) != set(rank0[1]), "shard assignment changes between epochs"
+
+
+def test_drop_last_gives_disjoint_equal_shards(ddp_runs):
+    run, _ = ddp_runs
+    for epoch in ("0", "1"):
+        per_rank = [ids_of(r["list_drop_last"]["epochs"][epoch]) for r in run]
+        assert len(per_rank[0]) == len(per_rank[1]) == 4  # 6 samples per rank, one full batch of 4
+        assert not set(per_rank[0]) & set(per_rank[1]), "no sample twice"
+
+
+def test_dataset_smaller_than_world_times_batch(ddp_runs):
+    run, _ = ddp_runs
+    per_rank = [r["small"]["epochs"]["0"] for r in run]
+    assert [len(b) for b in per_rank] == [1, 1]
+    assert [len(b[0]["ids"]) for b in per_rank] == [2, 2]
+    assert set(ids_of(per_rank[0]) + ids_of(per_rank[1])) == {0, 1, 2}
+
+
+def test_same_seed_same_batches_across_runs(ddp_runs):
+    run, resume = ddp_runs
+    for rank in range(2):
+        assert resume[rank]["folder"]["epochs"]["0"] == run[rank]["folder"]["epochs"]["0"]
+
+
+def test_resume_in_a_new_process_continues_exactly(ddp_runs):
+    run, resume = ddp_runs
+    for rank in range(2):
+        full_epoch = run[rank]["folder"]["epochs"]["1"]
+        assert resume[rank]["resumed"] == full_epoch[1:]
+
+
+def test_ddp_example_trains_and_resumes(tmp_path):
+    data = flat_folder(tmp_path / "data", 12)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           str(Path(__file__).parents[1] / "examples" / "train_ddp.py"), str(data), "--size", "32",
+           "--batch-size", "2", "--epochs", "2", "--checkpoint", str(tmp_path / "ck"), "--save-every", "2",
+           "--backend", "torchvision"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    first = subprocess.run(cmd + ["--max-steps", "4"], capture_output=True, text=True, timeout=600, env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["rank0.pt", "rank1.pt"]
+    second = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "rank 0: resumed at epoch 1, step 4" in second.stdout
