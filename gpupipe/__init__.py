@@ -11,7 +11,7 @@
 from . import ops, presets, sources
 from .loader import Loader, loader
 from .ops import CenterCrop, Decode, HorizontalFlip, Normalize, Output, RandomResizedCrop, Resize
-from .sources import FileList, ImageFolder
+from .sources import FileList, ImageFolder, Shards
 
 __version__ = "0.1.0"
 
@@ -23,6 +23,7 @@ __all__ = [
     "sources",
     "ImageFolder",
     "FileList",
+    "Shards",
     "Decode",
     "RandomResizedCrop",
     "Resize",

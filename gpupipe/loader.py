@@ -18,7 +18,7 @@ import torch
 from . import backends, presets
 from .batch import Batch
 from .ops import Op, Output
-from .sampling import Shard, epoch_order, epoch_seed, per_rank, shard
+from .sampling import Shard, epoch_seed, per_rank, shard
 from .sources import Source, as_source
 from .spec import PipelineSpec, build_spec
 
@@ -88,7 +88,7 @@ class Loader:
     def shard(self, epoch: Optional[int] = None) -> Shard:
         """This rank's sample indices for ``epoch`` (default: the next pass), with padding counts."""
         epoch = self._epoch if epoch is None else epoch
-        order = epoch_order(len(self.source), seed=self.seed, epoch=epoch, shuffle=self.shuffle)
+        order = self.source.epoch_order(seed=self.seed, epoch=epoch, shuffle=self.shuffle)
         return shard(order, rank=self.rank, world_size=self.world_size, drop_last=self.drop_last)
 
     def __iter__(self) -> Iterator[Batch]:

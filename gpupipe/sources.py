@@ -1,8 +1,9 @@
 """Where images and labels come from; sources know nothing of decoding.
 
-A source is a list of ``(path, label)`` samples plus the class names. The
-loader decides the order (see :mod:`gpupipe.sampling`); backends read the
-files in that order.
+A source is a list of samples (a name, for messages, and a label) plus the
+class names, and knows how to read one sample's encoded bytes and how a
+shuffled epoch is ordered. The loader decides the order; backends read the
+samples in that order.
 """
 
 from __future__ import annotations
@@ -14,6 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
+import numpy as np
+
+from . import shardfmt
+from .sampling import epoch_order, epoch_seed
+
 logger = logging.getLogger(__name__)
 
 #: File name endings (lower case) an ``ImageFolder`` treats as images.
@@ -24,7 +30,7 @@ PathLike = Union[str, os.PathLike]
 
 @dataclass(frozen=True)
 class Sample:
-    """One image file and its class index."""
+    """One image and its class index; ``path`` names it (a file, or ``shard.tar#key.jpg``)."""
 
     path: str
     label: int
@@ -56,6 +62,14 @@ class Source:
 
     def __len__(self) -> int:
         return len(self.samples)
+
+    def read_bytes(self, index: int) -> np.ndarray:
+        """The encoded image of sample ``index`` as a writable 1-D uint8 array."""
+        return np.fromfile(self.samples[index].path, dtype=np.uint8)
+
+    def epoch_order(self, *, seed: int, epoch: int, shuffle: bool) -> List[int]:
+        """The order of one epoch (all ranks): a permutation of ``(seed, epoch)``, or the stored order."""
+        return epoch_order(len(self.samples), seed=seed, epoch=epoch, shuffle=shuffle)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({len(self.samples)} samples, {len(self.classes)} classes)"
@@ -223,11 +237,95 @@ def _label(text: str) -> Union[int, str]:
     return int(text) if _is_int(text) else text
 
 
-def as_source(source: Union[Source, PathLike]) -> Source:
-    """Turns a path into a source: a folder is an ``ImageFolder``, a file a ``FileList``.
+class Shards(Source):
+    """Samples packed by ``python -m gpupipe.pack`` (WebDataset tars with DALI indexes).
+
+    Reads ``root/manifest.json`` and each shard's index; nothing is scanned.
+    Samples are read by offset (random access). A shuffled epoch permutes
+    the shards, then the samples inside each shard, both from ``(seed,
+    epoch)``: every sample once, and reads stay within one shard at a time.
+    The packer writes samples in a shuffled order, so each shard mixes the
+    classes.
+
+    Args:
+        root: the packed folder.
 
     Raises:
-        ValueError: the path does not exist or is neither.
+        ValueError: no manifest, a missing shard or index, or an index that
+            does not match the manifest (``python -m gpupipe.pack --verify``
+            checks everything).
+    """
+
+    def __init__(self, root: PathLike) -> None:
+        self.root = Path(root).expanduser().absolute()
+        manifest = shardfmt.read_manifest(self.root)
+        self.classes = list(manifest["classes"])
+        self.tar_paths: List[str] = []
+        self.entries: List[shardfmt.IndexEntry] = []
+        self.shard_of: List[int] = []
+        self.samples = []
+        for number, shard in enumerate(manifest["shards"]):
+            tar = self.root / shard["name"]
+            if not tar.is_file():
+                raise ValueError(f"Shards: {tar} is listed in the manifest but missing")
+            entries = shardfmt.read_index(self.root / shard["index"])
+            labels = shard["labels"]
+            if len(entries) != shard["samples"] or len(labels) != len(entries):
+                raise ValueError(
+                    f"Shards: {shard['index']} lists {len(entries)} samples, the manifest {shard['samples']}"
+                )
+            self.tar_paths.append(str(tar))
+            for entry, label in zip(entries, labels):
+                self.entries.append(entry)
+                self.shard_of.append(number)
+                self.samples.append(Sample(f"{tar}#{entry['jpg'].name}", int(label)))
+        if not self.samples:
+            raise ValueError(f"Shards: {self.root} holds no samples")
+        self._starts = np.searchsorted(self.shard_of, np.arange(len(self.tar_paths) + 1)).tolist()
+        self._files: Dict[int, int] = {}
+
+    def read_bytes(self, index: int) -> np.ndarray:
+        member = self.entries[index]["jpg"]
+        shard = self.shard_of[index]
+        fd = self._files.get(shard)
+        if fd is None:
+            fd = self._files[shard] = os.open(self.tar_paths[shard], os.O_RDONLY)
+        data = np.empty(member.size, dtype=np.uint8)
+        if os.preadv(fd, [memoryview(data)], member.offset) != member.size:
+            raise ValueError(f"Shards: {self.samples[index].path} is cut short (shard truncated?)")
+        return data
+
+    def epoch_order(self, *, seed: int, epoch: int, shuffle: bool) -> List[int]:
+        if not shuffle:
+            return list(range(len(self.samples)))
+        import torch
+
+        generator = torch.Generator().manual_seed(epoch_seed(seed, epoch))
+        order: List[int] = []
+        for shard in torch.randperm(len(self.tar_paths), generator=generator).tolist():
+            start, end = self._starts[shard], self._starts[shard + 1]
+            order.extend((start + torch.randperm(end - start, generator=generator)).tolist())
+        return order
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_files"] = {}  # descriptors do not travel to other processes
+        return state
+
+    def __del__(self) -> None:
+        for fd in getattr(self, "_files", {}).values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def as_source(source: Union[Source, PathLike]) -> Source:
+    """Turns a path into a source: a packed folder is ``Shards``, another folder an
+    ``ImageFolder``, a file a ``FileList``.
+
+    Raises:
+        ValueError: the path does not exist or is none of these.
     """
     if isinstance(source, Source):
         return source
@@ -235,7 +333,7 @@ def as_source(source: Union[Source, PathLike]) -> Source:
         raise ValueError(f"source must be a path or a gpupipe Source, got {type(source).__name__}: {source!r}")
     path = Path(source).expanduser()
     if path.is_dir():
-        return ImageFolder(path)
+        return Shards(path) if shardfmt.is_packed(path) else ImageFolder(path)
     if path.is_file():
         return FileList(path)
     raise ValueError(f"source path {str(path)!r} does not exist")

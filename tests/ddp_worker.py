@@ -1,7 +1,8 @@
 """Run under torchrun by tests/test_distributed.py: records which samples each rank reads.
 
-Images are flat colours that encode their sample index (R + 256 G), so the
-index is read back from any pixel of the uint8 output.
+Images are flat colours that encode their sample index in steps of 16
+levels (R: i % 16, G: i // 16), so the index is read back from any pixel of
+the uint8 output, also after the packer re-encodes them as JPEG.
 """
 
 import argparse
@@ -18,8 +19,8 @@ PIPELINE = [Decode(), Resize(size=(8, 8)), Output(dtype="uint8")]
 
 
 def sample_ids(images: torch.Tensor) -> list:
-    pixel = images[:, :, 0, 0].to(torch.int64)
-    return (pixel[:, 0] + 256 * pixel[:, 1]).tolist()
+    steps = ((images[:, :, 0, 0].to(torch.float32) - 8) / 16).round().to(torch.int64)
+    return (steps[:, 0] + 16 * steps[:, 1]).tolist()
 
 
 def make(args, source, drop_last, batch_size):
@@ -28,6 +29,7 @@ def make(args, source, drop_last, batch_size):
 
 
 def run_epochs(loader, epochs, save_at=None, state_file=None):
+    """Reads ``epochs`` epochs, saving the state after batch ``save_at`` of the last one."""
     record = {"len": len(loader), "epochs": {}}
     for epoch in range(epochs):
         loader.set_epoch(epoch)
@@ -46,6 +48,7 @@ def main():
     parser.add_argument("--folder", type=Path, required=True)
     parser.add_argument("--small-folder", type=Path, required=True)
     parser.add_argument("--list", type=Path, required=True)
+    parser.add_argument("--shards", type=Path, required=True)
     parser.add_argument("--backend", required=True)
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--out", type=Path, required=True)
@@ -54,6 +57,7 @@ def main():
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     state_file = args.out / f"state-rank{rank}.pt"
+    shards_state = args.out / f"shards-state-rank{rank}.pt"
     result = {"rank": rank, "world_size": dist.get_world_size()}
     folder_loader = make(args, args.folder, drop_last=False, batch_size=4)
     assert folder_loader.rank == rank and folder_loader.world_size == dist.get_world_size()
@@ -63,10 +67,15 @@ def main():
         resumed = make(args, args.folder, drop_last=False, batch_size=4)
         resumed.load_state_dict(torch.load(state_file, weights_only=True))
         result["resumed"] = [{"ids": sample_ids(x), "labels": y.tolist()} for x, y in resumed]
+        resumed = make(args, args.shards, drop_last=False, batch_size=4)
+        resumed.load_state_dict(torch.load(shards_state, weights_only=True))
+        result["resumed_shards"] = [{"ids": sample_ids(x), "labels": y.tolist()} for x, y in resumed]
     else:
         result["folder"] = run_epochs(folder_loader, 2, save_at=1, state_file=state_file)
         result["list_drop_last"] = run_epochs(make(args, gpupipe.FileList(args.list), drop_last=True, batch_size=4), 2)
         result["small"] = run_epochs(make(args, args.small_folder, drop_last=False, batch_size=4), 1)
+        result["shards"] = run_epochs(make(args, args.shards, drop_last=False, batch_size=4), 2, save_at=1,
+                                      state_file=shards_state)
     name = "resume" if args.resume else "run"
     (args.out / f"{name}-rank{rank}.json").write_text(json.dumps(result))
     dist.barrier()

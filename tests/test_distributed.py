@@ -11,16 +11,22 @@ import pytest
 from PIL import Image
 
 from conftest import needs_dali
+from gpupipe.pack import PackSettings, pack
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
 
 
 def flat_folder(root: Path, count: int, classes: int = 3) -> Path:
-    """``count`` 20x24 PNGs whose colour encodes the sample index; sample i is in class i % classes."""
+    """``count`` 20x24 PNGs whose colour encodes the sample index; sample i is in class i % classes.
+
+    The index is coded in steps of 16 levels (R: i % 16, G: i // 16), so it
+    survives the JPEG re-encoding of the packer.
+    """
     for i in range(count):
         folder = root / f"class_{i % classes}"
         folder.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(np.full((20, 24, 3), (i % 256, i // 256, 77), np.uint8)).save(folder / f"s{i:04d}.png")
+        colour = ((i % 16) * 16 + 8, (i // 16) * 16 + 8, 77)
+        Image.fromarray(np.full((20, 24, 3), colour, np.uint8)).save(folder / f"s{i:04d}.png")
     return root
 
 
@@ -33,10 +39,12 @@ def ddp_runs(request, tmp_path_factory):
     small = flat_folder(tmp / "small", 3)
     listing = tmp / "list.txt"
     listing.write_text("".join(f"folder/class_{i % 3}/s{i:04d}.png {i % 3}\n" for i in range(13)))
+    shards = tmp / "shards"
+    pack(folder, shards, PackSettings(shard_size=64 * 1024), workers=1, progress=False)
     out = tmp / "out"
     out.mkdir()
     base = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(WORKER),
-            "--folder", str(folder), "--small-folder", str(small), "--list", str(listing),
+            "--folder", str(folder), "--small-folder", str(small), "--list", str(listing), "--shards", str(shards),
             "--backend", backend, "--out", str(out)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for extra in ([], ["--resume"]):
@@ -85,6 +93,17 @@ def test_dataset_smaller_than_world_times_batch(ddp_runs):
     assert set(ids_of(per_rank[0]) + ids_of(per_rank[1])) == {0, 1, 2}
 
 
+def test_packed_shards_shard_like_the_folder(ddp_runs):
+    run, _ = ddp_runs
+    for epoch in ("0", "1"):
+        per_rank = [r["shards"]["epochs"][epoch] for r in run]
+        assert [len(b) for b in per_rank] == [2, 2]
+        ids = ids_of(per_rank[0]) + ids_of(per_rank[1])
+        assert set(ids) == set(range(13)) and len(ids) == 14
+        for batch in per_rank[0] + per_rank[1]:
+            assert batch["labels"] == [i % 3 for i in batch["ids"]]
+
+
 def test_same_seed_same_batches_across_runs(ddp_runs):
     run, resume = ddp_runs
     for rank in range(2):
@@ -96,6 +115,7 @@ def test_resume_in_a_new_process_continues_exactly(ddp_runs):
     for rank in range(2):
         full_epoch = run[rank]["folder"]["epochs"]["1"]
         assert resume[rank]["resumed"] == full_epoch[1:]
+        assert resume[rank]["resumed_shards"] == run[rank]["shards"]["epochs"]["1"][1:]
 
 
 def test_ddp_example_trains_and_resumes(tmp_path):

@@ -17,15 +17,19 @@ from __future__ import annotations
 
 import base64
 import logging
+import tempfile
+from pathlib import Path
 from typing import Callable, Dict, Iterator, Optional, Sequence
 
+import numpy as np
 import torch
 from nvidia.dali import fn, pipeline, types
 from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
 from ..batch import Batch, from_hwc_or_chw, to_device
 from ..ops import CenterCrop, Decode, HorizontalFlip, Op, RandomResizedCrop, Resize
-from ..sources import Source
+from .. import shardfmt
+from ..sources import Shards, Source
 from ..spec import PipelineSpec
 from . import RunConfig
 
@@ -171,6 +175,10 @@ class DaliBackend:
         self._paths = source.paths
         self._labels = source.labels
         self._iterator: Optional[DALIGenericIterator] = None
+        if isinstance(source, Shards):
+            # Per-epoch index files for readers.webdataset; removed with the backend.
+            self._index_dir = tempfile.TemporaryDirectory(prefix="gpupipe-idx-")
+            self._epochs_built = 0
 
     def _device_id(self) -> Optional[int]:
         if not self.gpu:
@@ -180,8 +188,6 @@ class DaliBackend:
 
     def build_pipeline(self, indices: Sequence[int], seed: int, checkpoint: Optional[bytes] = None) -> "pipeline.Pipeline":
         """Returns the (built) DALI pipeline reading ``indices`` in order, restored from ``checkpoint``."""
-        files = [self._paths[i] for i in indices]
-        labels = [self._labels[i] for i in indices]
         pipe = pipeline.Pipeline(
             batch_size=self.config.batch_size,
             num_threads=self.config.num_threads,
@@ -195,13 +201,41 @@ class DaliBackend:
             checkpoint=checkpoint,
         )
         with pipe:
-            encoded, label = fn.readers.file(
-                files=files, labels=labels, random_shuffle=False, pad_last_batch=True, name=_READER
-            )
+            encoded, label = self._reader(indices)
             images = lower(self.spec, encoded, gpu=self.gpu)
             pipe.set_outputs(images, label.gpu() if self.gpu else label)
         pipe.build()
         return pipe
+
+    def _reader(self, indices: Sequence[int]):
+        """The reader node giving ``(encoded, label)`` for ``indices``, in that order.
+
+        Files: ``readers.file`` with the list. Packed shards:
+        ``readers.webdataset`` over index files written for this epoch, one
+        per run of consecutive samples from one shard (a shuffled epoch
+        visits the shards one by one, so there are about as many runs as
+        shards); the ``.cls`` digits are turned into the label in the graph.
+        """
+        if not isinstance(self.source, Shards):
+            files = [self._paths[i] for i in indices]
+            labels = [self._labels[i] for i in indices]
+            return fn.readers.file(files=files, labels=labels, random_shuffle=False, pad_last_batch=True, name=_READER)
+        paths, index_paths = [], []
+        for stale in Path(self._index_dir.name).glob("*.idx"):  # the last epoch's, already parsed by DALI
+            stale.unlink()
+        for shard, start, end in shardfmt.runs([self.source.shard_of[i] for i in indices]):
+            index_path = Path(self._index_dir.name) / f"epoch{self._epochs_built}-run{len(paths)}.idx"
+            shardfmt.write_index(index_path, [self.source.entries[i] for i in indices[start:end]])
+            paths.append(self.source.tar_paths[shard])
+            index_paths.append(str(index_path))
+        self._epochs_built += 1
+        encoded, digits = fn.readers.webdataset(
+            paths=paths, index_paths=index_paths, ext=list(shardfmt.COMPONENTS), random_shuffle=False,
+            pad_last_batch=True, missing_component_behavior="error", name=_READER,
+        )
+        weights = types.Constant(np.array([10**k for k in range(shardfmt.CLASS_DIGITS - 1, -1, -1)], np.int32))
+        label = fn.reductions.sum((fn.cast(digits, dtype=types.INT32) - ord("0")) * weights, axes=0)
+        return encoded, label
 
     def iter_epoch(
         self, indices: Sequence[int], seed: int, *, skip_batches: int = 0, state: Optional[str] = None

@@ -13,12 +13,10 @@ index)``, so it does not depend on the number of workers or the order.
 from __future__ import annotations
 
 import functools
-import io
 import logging
 import warnings
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-import numpy as np
 import torch
 import torchvision
 from torch.utils.data import DataLoader, Dataset, get_worker_info
@@ -26,6 +24,7 @@ from torchvision.io import ImageReadMode
 from torchvision.transforms import v2
 
 from ..batch import Batch, CudaPrefetcher, empty_like_output, normalize_uint8
+from ..images import decode_rgb
 from ..ops import CenterCrop, Decode, HorizontalFlip, Op, RandomResizedCrop, Resize
 from ..sources import Source
 from ..spec import PipelineSpec
@@ -42,26 +41,21 @@ def decode(data: torch.Tensor, path: str) -> torch.Tensor:
     """Decodes encoded bytes to ``(3, H, W)`` uint8 RGB, EXIF orientation applied.
 
     ``torchvision.io`` handles JPEG, PNG, WebP and GIF; other formats (BMP)
-    fall back to PIL.
+    fall back to PIL. 16-bit images keep their high byte, as on DALI.
 
     Raises:
         RuntimeError: naming ``path`` when neither decoder can read it.
     """
     try:
-        return torchvision.io.decode_image(data, mode=ImageReadMode.RGB, apply_exif_orientation=True)
+        image = torchvision.io.decode_image(data, mode=ImageReadMode.RGB, apply_exif_orientation=True)
     except RuntimeError as tv_error:
         try:
-            return _decode_pil(data.numpy().tobytes())
+            return torch.from_numpy(decode_rgb(data.numpy().tobytes()).copy()).permute(2, 0, 1)
         except (OSError, ValueError, SyntaxError) as pil_error:
             raise RuntimeError(f"cannot decode image {path!r}: {tv_error}; PIL: {pil_error}") from tv_error
-
-
-def _decode_pil(data: bytes) -> torch.Tensor:
-    from PIL import Image, ImageOps
-
-    with Image.open(io.BytesIO(data)) as img:
-        rgb = ImageOps.exif_transpose(img).convert("RGB")
-    return torch.from_numpy(np.asarray(rgb).copy()).permute(2, 0, 1).contiguous()
+    if image.dtype == torch.uint16:  # 16-bit PNG (uint16 has no shift in torch)
+        image = (image.to(torch.int32) >> 8).to(torch.uint8)
+    return image
 
 
 class _ResizeShorter(torch.nn.Module):
@@ -125,18 +119,17 @@ def sample_seed(epoch_seed: int, index: int) -> int:
 class _DecodedImages(Dataset):
     """Reads, decodes and transforms one sample; keys are ``(index, seed)``."""
 
-    def __init__(self, paths: List[str], labels: List[int], transform: v2.Compose) -> None:
-        self.paths = paths
-        self.labels = labels
+    def __init__(self, source: Source, transform: v2.Compose) -> None:
+        self.source = source
+        self.labels = source.labels
         self.transform = transform
 
     def __len__(self) -> int:
-        return len(self.paths)
+        return len(self.labels)
 
     def __getitem__(self, key: Tuple[int, int]) -> Tuple[torch.Tensor, int]:
         index, seed = key
-        path = self.paths[index]
-        image = decode(torchvision.io.read_file(path), path)
+        image = decode(torch.from_numpy(self.source.read_bytes(index)), self.source.samples[index].path)
         if get_worker_info() is not None:
             torch.default_generator.manual_seed(seed)  # the CPU generator alone: ~100x cheaper than torch.manual_seed
             image = self.transform(image)
@@ -199,7 +192,7 @@ class TorchvisionBackend:
         self._keys = _EpochKeys()
         workers = config.num_threads
         self.dataloader = DataLoader(
-            _DecodedImages(source.paths, source.labels, lower(spec)),
+            _DecodedImages(source, lower(spec)),
             batch_size=config.batch_size,
             sampler=self._keys,
             drop_last=config.drop_last,

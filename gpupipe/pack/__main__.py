@@ -1,0 +1,90 @@
+"""python -m gpupipe.pack SRC DST: image folders (or file lists) into validated WebDataset shards.
+
+    python -m gpupipe.pack SRC DST [--max-size PX] [--quality Q] [--shard-size 256MB]
+                           [--workers N] [--on-error skip|raise]
+    python -m gpupipe.pack --verify DST
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import List, Optional
+
+from . import ConvertSettings, PackError, PackSettings, pack, parse_size, verify
+
+
+def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m gpupipe.pack",
+        description="Pack an image folder (class/file) or a file list into WebDataset tar shards with DALI "
+                    "indexes and a manifest; every image is checked and written as a clean RGB JPEG.",
+    )
+    parser.add_argument("src", nargs="?", help="image folder root/<class>/<image>, or a list file")
+    parser.add_argument("dst", help="output folder (a rerun resumes after its last finished shard)")
+    parser.add_argument("--verify", action="store_true", help="check DST against its manifest instead of packing")
+    parser.add_argument("--max-size", type=int, help="shrink so the shorter side is at most PX (never enlarges)")
+    parser.add_argument("--quality", type=int, default=90, help="JPEG quality of re-encoded images (default: 90)")
+    parser.add_argument("--shard-size", default="256MB", help="roll over to a new shard at this size (default: 256MB)")
+    parser.add_argument("--workers", type=int, help="converting processes (default: all cores)")
+    parser.add_argument("--on-error", choices=["skip", "raise"], default="skip",
+                        help="skip (and list in the manifest) or stop at a bad input (default: skip)")
+    parser.add_argument("--max-pixels", type=int, default=100_000_000,
+                        help="refuse images with more pixels, as decompression bombs (default: 100000000)")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the order samples are written in (default: 0)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    args = parser.parse_args(argv)
+    if args.verify:
+        if args.src is not None:
+            parser.error("--verify takes only DST")
+    elif args.src is None:
+        parser.error("SRC and DST are required (or --verify DST)")
+    if args.max_size is not None and args.max_size < 1:
+        parser.error(f"--max-size must be >= 1, got {args.max_size}")
+    if not 1 <= args.quality <= 100:
+        parser.error(f"--quality must be in 1..100, got {args.quality}")
+    if args.workers is not None and args.workers < 1:
+        parser.error(f"--workers must be >= 1, got {args.workers}")
+    try:
+        args.shard_bytes = parse_size(args.shard_size)
+    except ValueError as err:
+        parser.error(f"--shard-size: {err}")
+    return args
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s", stream=sys.stderr)
+    args = parse_args(argv)
+    if args.verify:
+        problems = verify(args.dst)
+        for problem in problems:
+            print(f"FAIL {problem}")
+        print(f"{args.dst}: {'OK' if not problems else f'{len(problems)} problems'}")
+        return 1 if problems else 0
+    settings = PackSettings(
+        convert=ConvertSettings(max_size=args.max_size, quality=args.quality, max_pixels=args.max_pixels),
+        shard_size=args.shard_bytes,
+        seed=args.seed,
+    )
+    try:
+        summary = pack(args.src, args.dst, settings, workers=args.workers, on_error=args.on_error,
+                       progress=not args.quiet)
+    except (PackError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    mib = 2**20
+    print(
+        f"packed {summary.packed} images into {summary.shards} shards ({summary.bytes_out / mib:.1f} MiB), "
+        f"skipped {summary.skipped} (reasons in {args.dst}/manifest.json)"
+        + (f"; resumed after {summary.resumed_shards} finished shards" if summary.resumed_shards else "")
+    )
+    print(
+        f"this run: {summary.processed} inputs ({summary.bytes_in / mib:.1f} MiB read, {summary.copied} JPEGs "
+        f"copied as they were) in {summary.seconds:.1f} s: {summary.images_per_s:.0f} images/s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
