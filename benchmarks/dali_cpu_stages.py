@@ -15,7 +15,7 @@ from pathlib import Path
 from nvidia.dali import fn, pipeline, types
 
 import gpupipe
-from gpupipe.bench.__main__ import default_cache_dir
+from gpupipe.scan import default_cache_dir
 from gpupipe.bench.demo import DemoSpec, ensure_demo
 
 STAGES = ("read", "decode (full image)", "decode (ROI)", "+ resize 224 (antialias)", "+ resize 224 (no antialias)",

@@ -21,7 +21,7 @@ from pathlib import Path
 import gpupipe
 from gpupipe.backends import available, default_threads
 from gpupipe.bench import measure
-from gpupipe.bench.__main__ import default_cache_dir
+from gpupipe.scan import default_cache_dir
 from gpupipe.bench.demo import DemoSpec, ensure_demo
 from gpupipe.pack import ConvertSettings, PackSettings, pack
 

@@ -19,7 +19,8 @@ from . import backends, presets
 from .batch import Batch
 from .ops import Op, Output
 from .sampling import Shard, epoch_seed, per_rank, shard
-from .sources import Source, as_source
+from .scan import SkipLog, Skipped, default_cache_dir, scan
+from .sources import Shards, Source, as_source
 from .spec import PipelineSpec, build_spec
 
 logger = logging.getLogger(__name__)
@@ -58,6 +59,8 @@ class Loader:
         prefetch: int,
         rank: int = 0,
         world_size: int = 1,
+        on_error: str = "raise",
+        skip_log: Optional[SkipLog] = None,
     ) -> None:
         self.source = source
         self.rank = rank
@@ -68,8 +71,11 @@ class Loader:
         self.shuffle = shuffle
         self.drop_last = drop_last
         self.seed = seed
+        self.on_error = on_error
+        self._skip_log = skip_log or SkipLog()
         config = backends.RunConfig(
-            batch_size=batch_size, drop_last=drop_last, device=device, num_threads=num_threads, prefetch=prefetch
+            batch_size=batch_size, drop_last=drop_last, device=device, num_threads=num_threads, prefetch=prefetch,
+            on_error=on_error, skip_log=self._skip_log,
         )
         self._backend = backends.create(backend, source, spec, config)
         self.backend = self._backend.name
@@ -133,6 +139,12 @@ class Loader:
     def epoch(self) -> int:
         """The epoch the next (or current) pass reads."""
         return self._epoch
+
+    @property
+    def skipped(self) -> List[Skipped]:
+        """Every file left out (``on_error="skip"``), with the reason: found by the
+        scan when the loader was built, or when decoding failed while loading."""
+        return list(self._skip_log.entries)
 
     @property
     def classes(self) -> List[str]:
@@ -229,6 +241,32 @@ def _resolve_device(device: DeviceArg) -> Optional[torch.device]:
     return device
 
 
+def _without_bad_files(source: Source, on_error: str, max_pixels: int, skip_log: SkipLog) -> Source:
+    """Scans the source's files (not packed shards, checked when packed) and drops or reports the bad ones.
+
+    Raises:
+        ValueError: with ``on_error="raise"``, listing every bad file and why.
+    """
+    if isinstance(source, Shards):
+        return source
+    bad = scan(source.paths, max_pixels=max_pixels, cache_dir=default_cache_dir())
+    if not bad:
+        return source
+    if on_error == "raise":
+        listing = "\n".join(f"  {source.samples[i].path}: {reason}" for i, reason in list(bad.items())[:20])
+        more = f"\n  ... and {len(bad) - 20} more" if len(bad) > 20 else ""
+        raise ValueError(
+            f"{len(bad)} of {len(source)} files cannot be used (pass on_error='skip' to leave them out):\n"
+            f"{listing}{more}"
+        )
+    for i, reason in bad.items():
+        skip_log.add(source.samples[i].path, reason)
+    keep = [i for i in range(len(source)) if i not in bad]
+    if not keep:
+        raise ValueError(f"none of the {len(source)} files can be used; see the log for the reasons")
+    return source.subset(keep)
+
+
 def _resolve_world(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int]:
     """``(rank, world_size)`` from the arguments, else from torch.distributed, else ``(0, 1)``."""
     import torch.distributed as dist
@@ -266,6 +304,8 @@ def loader(
     prefetch: int = 2,
     rank: Optional[int] = None,
     world_size: Optional[int] = None,
+    on_error: str = "raise",
+    max_pixels: int = 100_000_000,
 ) -> Loader:
     """Builds a loader: the drop-in replacement for a ``DataLoader``.
 
@@ -292,6 +332,12 @@ def loader(
             taken from ``torch.distributed`` when a process group is
             initialised, else ``0`` and ``1``. Every rank reads a disjoint
             part and yields the same number of batches.
+        on_error: what to do with a file that cannot be used: ``"raise"``
+            (stop with an error naming it; bad files found by the scan are
+            all listed when the loader is built) or ``"skip"`` (leave it out,
+            log it once, list it in :attr:`Loader.skipped`).
+        max_pixels: images with more pixels are refused, without decoding
+            them (decompression bombs).
 
     Returns:
         A :class:`Loader`.
@@ -330,7 +376,12 @@ def loader(
     spec = build_spec(ops, output)
 
     rank, world_size = _resolve_world(rank, world_size)
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    _positive_int("max_pixels", max_pixels)
     source = as_source(source)
+    skip_log = SkipLog()
+    source = _without_bad_files(source, on_error, max_pixels, skip_log)
     samples = per_rank(len(source), world_size, drop_last)
     if drop_last and batch_size > samples:
         where = "" if world_size == 1 else f" per rank ({world_size} ranks)"
@@ -356,4 +407,6 @@ def loader(
         prefetch=prefetch,
         rank=rank,
         world_size=world_size,
+        on_error=on_error,
+        skip_log=skip_log,
     )

@@ -8,6 +8,7 @@ samples in that order.
 
 from __future__ import annotations
 
+import copy
 import csv
 import logging
 import os
@@ -62,6 +63,12 @@ class Source:
 
     def __len__(self) -> int:
         return len(self.samples)
+
+    def subset(self, keep: Sequence[int]) -> "Source":
+        """The same source with only the samples at ``keep`` (classes unchanged)."""
+        part = copy.copy(self)
+        part.samples = [self.samples[i] for i in keep]
+        return part
 
     def read_bytes(self, index: int) -> np.ndarray:
         """The encoded image of sample ``index`` as a writable 1-D uint8 array."""

@@ -22,6 +22,18 @@ needs_cuda = pytest.mark.cuda
 needs_dali = pytest.mark.skipif(not HAS_DALI, reason="DALI is not installed")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_cache(tmp_path_factory):
+    """Scan caches and demo data go to a temporary folder, not the user's ~/.cache."""
+    previous = os.environ.get("GPUPIPE_CACHE")
+    os.environ["GPUPIPE_CACHE"] = str(tmp_path_factory.mktemp("gpupipe-cache"))
+    yield
+    if previous is None:
+        os.environ.pop("GPUPIPE_CACHE", None)
+    else:
+        os.environ["GPUPIPE_CACHE"] = previous
+
+
 def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:

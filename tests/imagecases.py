@@ -76,3 +76,19 @@ def bomb(path: Path, side: int = 11_000) -> Path:
     """A 1-bit PNG of ``side`` x ``side`` pixels: a few KB on disk, 121 MP decoded."""
     Image.new("1", (side, side)).save(path)
     return path
+
+
+def broken_inside_png(path: Path, seed: int = 0) -> Path:
+    """A PNG whose header and IEND are intact but whose pixel data is corrupt:
+    it passes the scan and fails only when decoded."""
+    import io
+
+    rgb = textured_image(np.random.default_rng(seed), 48, 64)
+    buffer = io.BytesIO()
+    Image.fromarray(rgb).save(buffer, "PNG")
+    data = bytearray(buffer.getvalue())
+    start = data.find(b"IDAT") + 40
+    for k in range(start, start + 160):
+        data[k] ^= 0xA5
+    path.write_bytes(bytes(data))
+    return path

@@ -10,12 +10,13 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator, List, Optional, Protocol, Sequence
 
 import torch
 
 from ..batch import Batch
+from ..scan import SkipLog
 from ..sources import Source
 from ..spec import PipelineSpec
 
@@ -41,6 +42,8 @@ class RunConfig:
         device: where batches land.
         num_threads: DALI CPU threads, or DataLoader worker processes.
         prefetch: batches prepared ahead.
+        on_error: ``"raise"`` or ``"skip"`` a file that fails to decode.
+        skip_log: records what was skipped.
     """
 
     batch_size: int
@@ -48,6 +51,8 @@ class RunConfig:
     device: torch.device
     num_threads: int
     prefetch: int = 2
+    on_error: str = "raise"
+    skip_log: SkipLog = field(default_factory=SkipLog)
 
 
 class Backend(Protocol):

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import base64
 import logging
+from collections import deque
 import tempfile
 from pathlib import Path
-from typing import Callable, Dict, Iterator, Optional, Sequence
+from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -175,6 +176,7 @@ class DaliBackend:
         self._paths = source.paths
         self._labels = source.labels
         self._iterator: Optional[DALIGenericIterator] = None
+        self._recovered = False
         if isinstance(source, Shards):
             # Per-epoch index files for readers.webdataset; removed with the backend.
             self._index_dir = tempfile.TemporaryDirectory(prefix="gpupipe-idx-")
@@ -186,19 +188,35 @@ class DaliBackend:
         index = self.config.device.index
         return torch.cuda.current_device() if index is None else index
 
-    def build_pipeline(self, indices: Sequence[int], seed: int, checkpoint: Optional[bytes] = None) -> "pipeline.Pipeline":
-        """Returns the (built) DALI pipeline reading ``indices`` in order, restored from ``checkpoint``."""
+    def build_pipeline(
+        self, indices: Sequence[int], seed: int, checkpoint: Optional[bytes] = None, *,
+        batch_size: Optional[int] = None, probe: bool = False,
+    ) -> "pipeline.Pipeline":
+        """Returns the (built) DALI pipeline reading ``indices`` in order.
+
+        Args:
+            indices: samples, in reading order.
+            seed: seeds the random ops.
+            checkpoint: a DALI checkpoint to restore (reader position, random states).
+            batch_size: default: the loader's.
+            probe: a synchronous pipeline (no prefetch), so that an error
+                belongs to the sample just read; used to find a bad file.
+        """
+        settings = dict(exec_dynamic=False, exec_pipelined=False, exec_async=False, prefetch_queue_depth=1) if probe \
+            else dict(
+                # The dynamic executor hands outputs to torch through DLPack, without a copy.
+                exec_dynamic=True,
+                prefetch_queue_depth=self.config.prefetch,
+                # Checkpoints (reader position and random-op states) make mid-epoch resume exact.
+                enable_checkpointing=True,
+                checkpoint=checkpoint,
+            )
         pipe = pipeline.Pipeline(
-            batch_size=self.config.batch_size,
+            batch_size=batch_size or self.config.batch_size,
             num_threads=self.config.num_threads,
             device_id=self._device_id(),
             seed=seed % (2**31),
-            prefetch_queue_depth=self.config.prefetch,
-            # The dynamic executor hands outputs to torch through DLPack, without a copy.
-            exec_dynamic=True,
-            # Checkpoints (reader position and random-op states) make mid-epoch resume exact.
-            enable_checkpointing=True,
-            checkpoint=checkpoint,
+            **settings,
         )
         with pipe:
             encoded, label = self._reader(indices)
@@ -246,34 +264,137 @@ class DaliBackend:
         that DALI checkpoint (reader position and random states), so the
         rest of the epoch is exactly what the interrupted run would have
         given; without one, reading starts after the skipped batches.
+
+        A file that fails to decode invalidates a DALI pipeline. The failing
+        batches' files are then decoded one by one to find the bad ones
+        (``on_error="raise"``: an error naming them); the rest of the epoch
+        continues in new pipelines, the affected batches short by the bad
+        files, every other batch as it was, so the batch count holds.
         """
+        bs = self.config.batch_size
         checkpoint = base64.b64decode(state) if state is not None else None
+        done = skip_batches if checkpoint is not None else 0
         if checkpoint is None:
-            indices = indices[skip_batches * self.config.batch_size:]
-        if len(indices) == 0 or (self.config.drop_last and len(indices) < self.config.batch_size):
-            return
-        pipe = self.build_pipeline(indices, seed, checkpoint)
-        self._iterator = DALIGenericIterator(
-            [pipe],
-            ["images", "labels"],
-            reader_name=_READER,
-            last_batch_policy=LastBatchPolicy.DROP if self.config.drop_last else LastBatchPolicy.PARTIAL,
-            auto_reset=False,
-            prepare_first_batch=False,
-        )
-        hwc = self.spec.output.channels_last
-        device = self.config.device
-        try:
-            for (out,) in self._iterator:
-                images = from_hwc_or_chw(out["images"], hwc=hwc, spec=self.spec)
-                labels = out["labels"].view(-1).to(torch.int64)
-                yield to_device((images, labels), device)
-        finally:
-            self._iterator = None
-            del pipe
+            indices = indices[skip_batches * bs:]
+        segments = deque([_Segment(list(indices), bs, done, checkpoint)])
+        self._recovered = False
+        while segments:
+            segment = segments.popleft()
+            if segment.empty(self.config.drop_last):
+                continue
+            pipe = self.build_pipeline(segment.indices, seed + 1_000_003 * segment.serial, segment.checkpoint,
+                                       batch_size=segment.batch_size)
+            self._iterator = DALIGenericIterator(
+                [pipe], ["images", "labels"], reader_name=_READER,
+                last_batch_policy=LastBatchPolicy.DROP if self.config.drop_last else LastBatchPolicy.PARTIAL,
+                auto_reset=False, prepare_first_batch=False,
+            )
+            try:
+                for (out,) in self._iterator:
+                    images = from_hwc_or_chw(out["images"], hwc=self.spec.output.channels_last, spec=self.spec)
+                    labels = out["labels"].view(-1).to(torch.int64)
+                    segment.delivered += 1
+                    yield to_device((images, labels), self.config.device)
+            except RuntimeError as err:
+                segments.extendleft(reversed(self._recover(segment, seed, err)))
+            finally:
+                self._iterator = None
+                del pipe
+
+    def _recover(self, segment: "_Segment", seed: int, err: RuntimeError) -> List["_Segment"]:
+        """Finds the bad files behind a pipeline error; returns the segments that read the rest."""
+        self._recovered = True
+        bs = segment.batch_size
+        start = segment.delivered * bs
+        suspects = segment.indices[start:start + bs * (self.config.prefetch + 1)]
+        bad = self._probe(suspects, seed)
+        if not bad:
+            raise err
+        if self.config.on_error == "raise":
+            detail = "; ".join(f"{self.source.samples[i].path}: {reason}" for i, reason in bad.items())
+            raise RuntimeError(f"cannot decode ({self.name}): {detail}") from err
+        for i, reason in bad.items():
+            self.config.skip_log.add(self.source.samples[i].path, f"cannot decode: {reason}")
+        rest = segment.indices[start:]
+        before = [rest[b:b + bs] for b in range(0, len(rest), bs)]
+        after = [[i for i in batch if i not in bad] for batch in before]
+        return _Segment.regroup(after, [len(a) < len(b) for a, b in zip(after, before)], bs, segment.serial)
+
+    def _probe(self, suspects: List[int], seed: int) -> Dict[int, str]:
+        """Decodes ``suspects`` one at a time; returns ``{index: reason}`` for those that fail."""
+        bad: Dict[int, str] = {}
+        remaining = list(suspects)
+        while remaining:
+            pipe = self.build_pipeline(remaining, seed, batch_size=1, probe=True)
+            read = 0
+            try:
+                for _ in remaining:
+                    pipe.run()
+                    read += 1
+                remaining = []
+            except RuntimeError as err:
+                bad[remaining[read]] = _dali_reason(err)
+                remaining = remaining[read + 1:]
+            finally:
+                del pipe
+        return bad
 
     def state(self) -> Optional[str]:
-        """The running epoch's DALI checkpoint, base64 (a few hundred bytes)."""
-        if self._iterator is None:
+        """The running epoch's DALI checkpoint, base64 (a few hundred bytes).
+
+        ``None`` after bad files were taken out of the epoch: the pipelines
+        no longer match the epoch's order, and a resume then re-reads from
+        the batch count with fresh random states.
+        """
+        if self._iterator is None or self._recovered:
             return None
         return base64.b64encode(self._iterator.checkpoints()[0]).decode("ascii")
+
+
+class _Segment:
+    """A run of batches read by one pipeline: equal batches (the last may be partial)."""
+
+    def __init__(self, indices: List[int], batch_size: int, delivered: int = 0,
+                 checkpoint: Optional[bytes] = None, serial: int = 0) -> None:
+        self.indices = indices
+        self.batch_size = batch_size
+        self.delivered = delivered  # batches out so far (a restored checkpoint counts its own)
+        self.checkpoint = checkpoint
+        self.serial = serial
+
+    def empty(self, drop_last: bool) -> bool:
+        remaining = len(self.indices) - self.delivered * self.batch_size
+        return remaining <= 0 or (drop_last and remaining < self.batch_size)
+
+    @staticmethod
+    def regroup(batches: List[List[int]], shortened: List[bool], batch_size: int, serial: int) -> List["_Segment"]:
+        """Intact batches in a row share a segment; each shortened batch gets its own, of its own size.
+
+        The last batch of an epoch may be partial and stays at the end of its
+        run, where the iterator's last-batch policy handles it as before.
+        """
+        segments: List[_Segment] = []
+        run: List[int] = []
+        for batch, short in zip(batches, shortened):
+            if not batch:
+                logger.warning("every file of a batch failed to decode; the batch is left out")
+                continue
+            if not short:
+                run.extend(batch)
+                continue
+            if run:
+                segments.append(_Segment(run, batch_size, serial=serial + len(segments) + 1))
+                run = []
+            segments.append(_Segment(batch, len(batch), serial=serial + len(segments) + 1))
+        if run:
+            segments.append(_Segment(run, batch_size, serial=serial + len(segments) + 1))
+        return segments
+
+
+def _dali_reason(err: Exception) -> str:
+    """The useful line of a DALI error message."""
+    text = str(err)
+    body = text.split("encountered:", 1)[-1]
+    lines = [line.strip() for line in body.splitlines()
+             if line.strip() and "pipeline object is no longer valid" not in line and "Critical error" not in line]
+    return lines[0] if lines else text.strip().splitlines()[0]

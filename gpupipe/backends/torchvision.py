@@ -25,6 +25,7 @@ from torchvision.transforms import v2
 
 from ..batch import Batch, CudaPrefetcher, empty_like_output, normalize_uint8
 from ..images import decode_rgb
+from ..scan import Skipped
 from ..ops import CenterCrop, Decode, HorizontalFlip, Op, RandomResizedCrop, Resize
 from ..sources import Source
 from ..spec import PipelineSpec
@@ -40,22 +41,26 @@ warnings.filterwarnings("ignore", message="The image decoding and encoding capab
 def decode(data: torch.Tensor, path: str) -> torch.Tensor:
     """Decodes encoded bytes to ``(3, H, W)`` uint8 RGB, EXIF orientation applied.
 
-    ``torchvision.io`` handles JPEG, PNG, WebP and GIF; other formats (BMP)
-    fall back to PIL. 16-bit images keep their high byte, as on DALI.
+    JPEGs go to ``torchvision.io`` (libjpeg-turbo); every other format to
+    PIL, because torchvision 0.29's PNG decoder crashes the process
+    (SIGSEGV) on some corrupt files instead of raising.
 
     Raises:
-        RuntimeError: naming ``path`` when neither decoder can read it.
+        RuntimeError: naming ``path`` when the file cannot be decoded.
     """
-    try:
-        image = torchvision.io.decode_image(data, mode=ImageReadMode.RGB, apply_exif_orientation=True)
-    except RuntimeError as tv_error:
+    if data[:3].tolist() == [0xFF, 0xD8, 0xFF]:
         try:
-            return torch.from_numpy(decode_rgb(data.numpy().tobytes()).copy()).permute(2, 0, 1)
-        except (OSError, ValueError, SyntaxError) as pil_error:
-            raise RuntimeError(f"cannot decode image {path!r}: {tv_error}; PIL: {pil_error}") from tv_error
-    if image.dtype == torch.uint16:  # 16-bit PNG (uint16 has no shift in torch)
-        image = (image.to(torch.int32) >> 8).to(torch.uint8)
-    return image
+            return torchvision.io.decode_jpeg(data, mode=ImageReadMode.RGB, apply_exif_orientation=True)
+        except RuntimeError as err:
+            raise RuntimeError(f"cannot decode {path}: {_first_line(err)}") from err
+    try:
+        return torch.from_numpy(decode_rgb(data.numpy().tobytes()).copy()).permute(2, 0, 1)
+    except (OSError, ValueError, SyntaxError) as err:
+        raise RuntimeError(f"cannot decode {path}: {_first_line(err)}") from err
+
+
+def _first_line(err: Exception) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
 
 
 class _ResizeShorter(torch.nn.Module):
@@ -117,19 +122,31 @@ def sample_seed(epoch_seed: int, index: int) -> int:
 
 
 class _DecodedImages(Dataset):
-    """Reads, decodes and transforms one sample; keys are ``(index, seed)``."""
+    """Reads, decodes and transforms one sample; keys are ``(index, seed)``.
 
-    def __init__(self, source: Source, transform: v2.Compose) -> None:
+    Returns ``(image, label, None)``, or with ``on_error="skip"`` and a file
+    that cannot be decoded ``(None, label, Skipped)``.
+    """
+
+    def __init__(self, source: Source, transform: v2.Compose, on_error: str) -> None:
         self.source = source
         self.labels = source.labels
         self.transform = transform
+        self.on_error = on_error
 
     def __len__(self) -> int:
         return len(self.labels)
 
-    def __getitem__(self, key: Tuple[int, int]) -> Tuple[torch.Tensor, int]:
+    def __getitem__(self, key: Tuple[int, int]):
         index, seed = key
-        image = decode(torch.from_numpy(self.source.read_bytes(index)), self.source.samples[index].path)
+        path = self.source.samples[index].path
+        try:
+            image = decode(torch.from_numpy(self.source.read_bytes(index)), path)
+        except (RuntimeError, OSError, ValueError) as err:
+            if self.on_error == "raise":
+                raise
+            reason = str(err).removeprefix(f"cannot decode {path}: ")
+            return None, self.labels[index], Skipped(path, f"cannot decode: {reason}")
         if get_worker_info() is not None:
             torch.default_generator.manual_seed(seed)  # the CPU generator alone: ~100x cheaper than torch.manual_seed
             image = self.transform(image)
@@ -137,17 +154,22 @@ class _DecodedImages(Dataset):
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)
                 image = self.transform(image)
-        return image, self.labels[index]
+        return image, self.labels[index], None
 
 
-def _collate(samples: List[Tuple[torch.Tensor, int]], spec: PipelineSpec, finish: bool) -> Batch:
+def _collate(samples: List[tuple], spec: PipelineSpec, finish: bool) -> Tuple[torch.Tensor, torch.Tensor, list]:
     """Stacks samples into a ``(B, 3, H, W)`` uint8 batch and int64 labels; finishes them on request.
 
-    For channels_last output the batch is stacked as ``(B, H, W, 3)`` (each
-    image transposed while it is still in cache) and returned as its
+    Samples that failed to decode are left out and returned as the third
+    element. For channels_last output the batch is stacked as ``(B, H, W, 3)``
+    (each image transposed while it is still in cache) and returned as its
     ``(B, 3, H, W)`` view.
     """
+    skipped = [s for _, _, s in samples if s is not None]
+    samples = [(image, label) for image, label, s in samples if s is None]
     labels = torch.tensor([label for _, label in samples], dtype=torch.int64)
+    if not samples:
+        return torch.empty(0, 3, *spec.size, dtype=torch.uint8), labels, skipped
     in_worker = get_worker_info() is not None
     if spec.output.channels_last:
         images = torch.stack([image.permute(1, 2, 0) for image, _ in samples]).permute(0, 3, 1, 2)
@@ -157,7 +179,7 @@ def _collate(samples: List[Tuple[torch.Tensor, int]], spec: PipelineSpec, finish
         images = normalize_uint8(images, spec, out=empty_like_output(images, spec, shared=in_worker))
     elif in_worker:
         images = images.share_memory_()
-    return images, labels
+    return images, labels, skipped
 
 
 class _EpochKeys(torch.utils.data.Sampler):
@@ -192,7 +214,7 @@ class TorchvisionBackend:
         self._keys = _EpochKeys()
         workers = config.num_threads
         self.dataloader = DataLoader(
-            _DecodedImages(source, lower(spec)),
+            _DecodedImages(source, lower(spec), config.on_error),
             batch_size=config.batch_size,
             sampler=self._keys,
             drop_last=config.drop_last,
@@ -216,10 +238,21 @@ class TorchvisionBackend:
         self._keys.keys = keys[skip_batches * self.config.batch_size:]
         if not self._keys.keys:
             return iter(())
+        batches = self._without_failed(self.dataloader)
         if self.on_cuda:
             finish = functools.partial(normalize_uint8, spec=self.spec)
-            return iter(CudaPrefetcher(self.dataloader, self.config.device, finish))
-        return iter(self.dataloader)
+            return iter(CudaPrefetcher(batches, self.config.device, finish))
+        return batches
+
+    def _without_failed(self, batches) -> Iterator[Batch]:
+        """Records the samples that failed to decode; a batch comes out short by them."""
+        for images, labels, skipped in batches:
+            for entry in skipped:
+                self.config.skip_log.add(entry.path, entry.reason)
+            if len(labels) == 0:
+                logger.warning("every file of a batch failed to decode; the batch is left out")
+                continue
+            yield images, labels
 
     def state(self) -> Optional[str]:
         return None

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import time
 from dataclasses import asdict
@@ -21,15 +20,11 @@ from typing import List, Optional
 import torch
 
 from .. import backends as gp_backends
+from ..scan import default_cache_dir
 from . import demo, report
 from .runner import BASELINE, BenchConfig, run
 
 logger = logging.getLogger("gpupipe.bench")
-
-
-def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "gpupipe"
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:

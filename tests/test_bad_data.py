@@ -1,0 +1,182 @@
+"""Bad input: every backend and both policies; formats decoded to the same RGB; a fuzz test."""
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from PIL import Image
+
+import gpupipe
+from conftest import BACKEND_DEVICES, make_image_folder, needs_dali
+from gpupipe.ops import CenterCrop, Decode, Output
+from gpupipe.scan import check_file, scan
+from imagecases import bomb, broken_inside_png, to_rgb_reference, write_cases
+
+CROP = 40
+PIPELINE = [Decode(), CenterCrop(size=CROP), Output(dtype="uint8")]
+SCAN_REASONS = {
+    "truncated.jpg": "truncated JPEG (no end-of-image marker)",
+    "empty.jpg": "empty file (0 bytes)",
+    "text.jpg": "not an image (unrecognised format)",
+    "gzip.jpg": "not an image (unrecognised format)",
+    "bomb.png": "too many pixels: 11000x11000 = 121 MP exceeds the 100 MP limit (decompression bomb?)",
+}
+
+
+@pytest.fixture
+def bad_folder(tmp_path):
+    root = tmp_path / "data"
+    make_image_folder(root, {"apple": 5, "pear": 4}, sizes=(48, 90))
+    write_cases(root / "odd")
+    bomb(root / "odd" / "bomb.png")
+    broken_inside_png(root / "odd" / "broken.png")
+    return root
+
+
+def reference_crop(path: Path) -> np.ndarray:
+    with Image.open(path) as img:
+        rgb = np.asarray(to_rgb_reference(img))
+    top, left = CenterCrop(size=CROP).anchor(*rgb.shape[:2])
+    return rgb[top:top + CROP, left:left + CROP]
+
+
+def make(folder, backend, device, **kwargs):
+    return gpupipe.loader(folder, PIPELINE, batch_size=4, backend=backend, device=device, shuffle=False,
+                          num_threads=1, **kwargs)
+
+
+@pytest.mark.parametrize("backend, device", BACKEND_DEVICES)
+def test_raise_lists_every_bad_file_before_any_work(bad_folder, backend, device):
+    with pytest.raises(ValueError) as info:
+        make(bad_folder, backend, device)
+    message = str(info.value)
+    assert "5 of 22 files cannot be used (pass on_error='skip'" in message
+    for name, reason in SCAN_REASONS.items():
+        assert f"{name}: {reason}" in message
+
+
+@pytest.mark.parametrize("backend, device", BACKEND_DEVICES)
+def test_skip_leaves_out_exactly_the_bad_files_and_delivers_the_rest_once(bad_folder, backend, device):
+    loader = make(bad_folder, backend, device, on_error="skip")
+    assert {Path(s.path).name: s.reason for s in loader.skipped} == SCAN_REASONS
+    batches = list(loader)
+    assert len(batches) == len(loader), "the batch count holds"
+    skipped = {Path(s.path).name: s.reason for s in loader.skipped}
+    assert set(skipped) == set(SCAN_REASONS) | {"broken.png"}
+    assert skipped["broken.png"].startswith("cannot decode")
+
+    images = torch.cat([b[0] for b in batches]).cpu()
+    labels = torch.cat([b[1] for b in batches]).cpu()
+    good = [s for s in gpupipe.ImageFolder(bad_folder).samples if Path(s.path).name not in skipped]
+    assert len(images) == len(good) == 16
+    assert labels.tolist() == [s.label for s in good]
+    # Every good image exactly once, in order; converted ones (gray, CMYK, palette, RGBA, 16-bit,
+    # EXIF-rotated) with the colours and orientation of the reference decode.
+    tolerance = 0.5 if device == "cpu" else 6.0  # CPU decoders agree exactly; nvJPEG's IDCT differs slightly
+    for image, sample in zip(images, good):
+        want = reference_crop(Path(sample.path))
+        got = image.permute(1, 2, 0).numpy()
+        assert np.abs(got.astype(int) - want).mean() <= tolerance, Path(sample.path).name
+
+
+@pytest.mark.parametrize("backend, device", BACKEND_DEVICES)
+def test_a_file_failing_only_when_decoded_stops_raise_mode_naming_it(tmp_path, backend, device):
+    root = tmp_path / "data"
+    make_image_folder(root, {"a": 6})
+    broken_inside_png(root / "a" / "img_002_broken.png")
+    loader = make(root, backend, device)
+    with pytest.raises(RuntimeError, match="img_002_broken.png"):
+        list(loader)
+
+
+@pytest.mark.parametrize("backend, device", BACKEND_DEVICES)
+def test_runtime_skip_keeps_batch_boundaries(tmp_path, backend, device):
+    root = tmp_path / "data"
+    make_image_folder(root, {"a": 9})
+    broken_inside_png(root / "a" / "img_001_broken.png")  # sorts second: in the first batch
+    loader = make(root, backend, device, on_error="skip")
+    sizes = [len(labels) for _, labels in loader]
+    assert sizes == [3, 4, 2], "the first batch is short by the bad file; the others keep their samples"
+    assert [Path(s.path).name for s in loader.skipped] == ["img_001_broken.png"]
+
+
+def test_scan_checks_and_caches(tmp_path, bad_folder):
+    paths = gpupipe.ImageFolder(bad_folder).paths
+    first = scan(paths, max_pixels=100_000_000, cache_dir=tmp_path / "cache")
+    assert {Path(paths[i]).name for i in first} == set(SCAN_REASONS)
+    cache_files = list((tmp_path / "cache" / "scan").glob("*.json"))
+    assert len(cache_files) == 1
+    # A changed file is checked again; the others come from the cache.
+    good = next(p for p in paths if p.endswith("plain.jpg"))
+    Path(good).write_bytes(b"")
+    again = scan(paths, max_pixels=100_000_000, cache_dir=tmp_path / "cache")
+    assert again[paths.index(good)] == "empty file (0 bytes)"
+    assert check_file(str(bad_folder / "odd" / "bomb.png"), max_pixels=200_000_000) is None
+
+
+def test_max_pixels_is_configurable(tmp_path):
+    root = tmp_path / "data"
+    (root / "a").mkdir(parents=True)
+    Image.new("RGB", (20, 20)).save(root / "a" / "small.png")
+    Image.new("RGB", (64, 48)).save(root / "a" / "large.png")
+    loader = make(root, "torchvision", "cpu", on_error="skip", max_pixels=1000)
+    assert [(Path(s.path).name, s.reason) for s in loader.skipped] == [
+        ("large.png", "too many pixels: 64x48 = 0 MP exceeds the 0 MP limit (decompression bomb?)")
+    ]
+    assert len(loader.source) == 1
+
+
+def test_policy_errors(bad_folder):
+    with pytest.raises(ValueError, match="on_error must be 'raise' or 'skip', got 'ignore'"):
+        make(bad_folder, "torchvision", "cpu", on_error="ignore")
+    with pytest.raises(ValueError, match="max_pixels must be an int >= 1, got 0"):
+        make(bad_folder, "torchvision", "cpu", max_pixels=0)
+
+
+def _mutations():
+    flips = st.lists(st.tuples(st.integers(0, 10**6), st.integers(1, 255)), min_size=1, max_size=12)
+    return st.one_of(
+        st.tuples(st.just("flip"), flips),
+        st.tuples(st.just("cut"), st.floats(0.0, 1.0)),
+        st.tuples(st.just("both"), flips),
+    )
+
+
+FUZZ_BACKENDS = [pytest.param("dali-cpu", marks=needs_dali), "torchvision"]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("backend", FUZZ_BACKENDS)
+@settings(max_examples=int(os.environ.get("GPUPIPE_FUZZ_EXAMPLES", "25")), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(mutations=st.lists(_mutations(), min_size=1, max_size=3))
+def test_fuzzed_jpegs_never_crash_hang_or_give_malformed_batches(tmp_path_factory, backend, mutations):
+    root = tmp_path_factory.mktemp("fuzz")
+    written = make_image_folder(root, {"a": 3}, sizes=(40, 60), seed=5)
+    data = written[0][0].read_bytes()
+    for n, (kind, arg) in enumerate(mutations):
+        mutated = bytearray(data)
+        if kind in ("flip", "both"):
+            for position, value in arg:
+                mutated[2 + position % (len(mutated) - 2)] ^= value  # keep the JPEG signature
+        if kind in ("cut", "both"):
+            cut = arg if kind == "cut" else 0.5
+            mutated = mutated[: max(3, int(len(mutated) * cut))]
+        (root / "a" / f"fuzz_{n}.jpg").write_bytes(bytes(mutated))
+    total = 3 + len(mutations)
+    try:
+        loader = make(root, backend, "cpu", on_error="skip")
+    except ValueError as err:  # every file unusable
+        assert "none of the" in str(err)
+        return
+    delivered = 0
+    for images, labels in loader:
+        assert images.dtype == torch.uint8 and images.shape[1:] == (3, CROP, CROP)
+        assert len(labels) == len(images) >= 1
+        delivered += len(images)
+    assert delivered + len(loader.skipped) == total
+    assert delivered >= 3, "the intact files are always delivered"
