@@ -10,7 +10,24 @@
 
 from . import ops, presets, sources
 from .loader import Loader, loader
-from .ops import CenterCrop, Decode, HorizontalFlip, Normalize, Output, RandomResizedCrop, Resize
+from .ops import (
+    CenterCrop,
+    ColorJitter,
+    CutMix,
+    Decode,
+    GaussianBlur,
+    HorizontalFlip,
+    MixUp,
+    Normalize,
+    Output,
+    RandAugment,
+    RandomErasing,
+    RandomGrayscale,
+    RandomResizedCrop,
+    RandomRotation,
+    Resize,
+    TrivialAugment,
+)
 from .sources import FileList, ImageFolder, Shards
 
 __version__ = "0.1.0"
@@ -31,5 +48,14 @@ __all__ = [
     "HorizontalFlip",
     "Normalize",
     "Output",
+    "ColorJitter",
+    "RandomGrayscale",
+    "GaussianBlur",
+    "RandomRotation",
+    "RandAugment",
+    "TrivialAugment",
+    "RandomErasing",
+    "MixUp",
+    "CutMix",
     "__version__",
 ]

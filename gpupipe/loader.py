@@ -17,6 +17,7 @@ import torch
 
 from . import backends, presets
 from .batch import Batch
+from .batchaug import BatchMixer
 from .ops import Op, Output
 from .sampling import Shard, epoch_seed, per_rank, shard
 from .scan import SkipLog, Skipped, default_cache_dir, scan
@@ -79,6 +80,7 @@ class Loader:
         )
         self._backend = backends.create(backend, source, spec, config)
         self.backend = self._backend.name
+        self._mixer = BatchMixer(spec.batch_ops, len(source.classes)) if spec.batch_ops else None
         self._epoch = 0
         self._epoch_pinned = False
         self._resume: Optional[Tuple[int, int, Optional[str]]] = None  # (epoch, batches, backend state)
@@ -107,10 +109,13 @@ class Loader:
             _, skip, state = self._resume
         self._resume = None
         self._batches_done = skip
-        batches = self._backend.iter_epoch(part.indices, self._random_seed(epoch), skip_batches=skip, state=state)
-        for batch in batches:
+        random_seed = self._random_seed(epoch)
+        batches = self._backend.iter_epoch(part.indices, random_seed, skip_batches=skip, state=state)
+        for images, labels in batches:
+            if self._mixer is not None:  # MixUp / CutMix: soft targets (B, num_classes)
+                images, labels = self._mixer(images, labels, key=random_seed * 1_000_003 + self._batches_done)
             self._batches_done += 1
-            yield batch
+            yield images, labels
         # A full pass moves on to the next epoch unless set_epoch() drives the numbering.
         if not self._epoch_pinned:
             self._epoch = epoch + 1

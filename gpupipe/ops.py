@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence, Tuple, Union
+from typing import Optional, Sequence, Tuple, Union
 
 SizeArg = Union[int, Sequence[int]]
 
@@ -150,6 +150,165 @@ class HorizontalFlip(Op):
         object.__setattr__(self, "p", _probability("HorizontalFlip", self.p))
 
 
+def _jitter(name: str, arg: str, value, center: float, low: float, high: float) -> Optional[Tuple[float, float]]:
+    """torchvision's ColorJitter argument: ``x`` -> ``(max(low, center - x), center + x)``, or a range."""
+    if value is None or value == 0:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value < 0:
+            raise ValueError(f"{name}: {arg} must be >= 0, got {value!r}")
+        return max(low, center - float(value)), min(high, center + float(value))
+    return _range(name, arg, value, low, high)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ColorJitter(Op):
+    """Random brightness, contrast, saturation and hue, as ``torchvision.transforms.v2.ColorJitter``.
+
+    Each of ``brightness``, ``contrast``, ``saturation`` is a number ``x``
+    (factor drawn from ``[max(0, 1 - x), 1 + x]``) or a ``(min, max)``
+    range; ``hue`` is ``x`` in ``[0, 0.5]`` (shift drawn from ``[-x, x]`` of
+    the colour circle) or a range in ``[-0.5, 0.5]``. 0 leaves that part out.
+    """
+
+    brightness: Optional[Union[float, Tuple[float, float]]] = None
+    contrast: Optional[Union[float, Tuple[float, float]]] = None
+    saturation: Optional[Union[float, Tuple[float, float]]] = None
+    hue: Optional[Union[float, Tuple[float, float]]] = None
+
+    def __post_init__(self) -> None:
+        for arg in ("brightness", "contrast", "saturation"):
+            object.__setattr__(self, arg, _jitter("ColorJitter", arg, getattr(self, arg), 1.0, 0.0, 1e6))
+        if isinstance(self.hue, (int, float)) and not isinstance(self.hue, bool) and self.hue > 0.5:
+            raise ValueError(f"ColorJitter: hue must be in [0, 0.5], got {self.hue!r}")
+        object.__setattr__(self, "hue", _jitter("ColorJitter", "hue", self.hue, 0.0, -0.5, 0.5))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RandomGrayscale(Op):
+    """Turns the image gray (ITU-R 601 luma in all three channels) with probability ``p``."""
+
+    p: float = 0.1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "p", _probability("RandomGrayscale", self.p))
+
+
+@dataclass(frozen=True, kw_only=True)
+class GaussianBlur(Op):
+    """Gaussian blur with a ``kernel`` x ``kernel`` window and sigma drawn from ``sigma``."""
+
+    kernel: int
+    sigma: Tuple[float, float] = (0.1, 2.0)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.kernel, bool) or not isinstance(self.kernel, int) or self.kernel < 1 or self.kernel % 2 == 0:
+            raise ValueError(f"GaussianBlur: kernel must be an odd int >= 1, got {self.kernel!r}")
+        sigma = self.sigma if isinstance(self.sigma, (tuple, list)) else (self.sigma, self.sigma)
+        object.__setattr__(self, "sigma", _range("GaussianBlur", "sigma", sigma, 1e-6, 1e3))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RandomRotation(Op):
+    """Rotates by an angle drawn from ``degrees`` (``d`` means ``[-d, d]``), counter-clockwise,
+    keeping the size; uncovered corners are black. Bilinear on every backend."""
+
+    degrees: Union[float, Tuple[float, float]]
+
+    def __post_init__(self) -> None:
+        degrees = self.degrees
+        if isinstance(degrees, (int, float)) and not isinstance(degrees, bool):
+            if degrees < 0:
+                raise ValueError(f"RandomRotation: degrees must be >= 0, got {degrees!r}")
+            degrees = (-float(degrees), float(degrees))
+        object.__setattr__(self, "degrees", _range("RandomRotation", "degrees", degrees, -360.0, 360.0))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RandAugment(Op):
+    """RandAugment (Cubuk et al.): ``num_ops`` ops drawn per image at ``magnitude`` of ``num_magnitude_bins``.
+
+    DALI: ``nvidia.dali.auto_aug.rand_augment``; torchvision: ``v2.RandAugment``.
+    """
+
+    num_ops: int = 2
+    magnitude: int = 9
+    num_magnitude_bins: int = 31
+
+    def __post_init__(self) -> None:
+        for arg, low in (("num_ops", 0), ("magnitude", 0), ("num_magnitude_bins", 2)):
+            value = getattr(self, arg)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"RandAugment: {arg} must be an int >= {low}, got {value!r}")
+        if self.magnitude >= self.num_magnitude_bins:
+            raise ValueError(
+                f"RandAugment: magnitude must be < num_magnitude_bins ({self.num_magnitude_bins}), got {self.magnitude!r}"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrivialAugment(Op):
+    """TrivialAugment Wide: one op per image at a random magnitude.
+
+    DALI: ``nvidia.dali.auto_aug.trivial_augment_wide``; torchvision: ``v2.TrivialAugmentWide``.
+    """
+
+    num_magnitude_bins: int = 31
+
+    def __post_init__(self) -> None:
+        if isinstance(self.num_magnitude_bins, bool) or not isinstance(self.num_magnitude_bins, int) \
+                or self.num_magnitude_bins < 2:
+            raise ValueError(f"TrivialAugment: num_magnitude_bins must be an int >= 2, got {self.num_magnitude_bins!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RandomErasing(Op):
+    """Erases a random rectangle with probability ``p``, as ``v2.RandomErasing``.
+
+    The area is drawn from ``scale`` (fraction of the image), the aspect
+    ratio (height / width) log-uniformly from ``ratio``. Erased pixels take
+    the normalisation mean, i.e. 0 after ``Normalize``: torchvision's
+    default ``value=0`` placed after ``Normalize``.
+    """
+
+    p: float = 0.5
+    scale: Tuple[float, float] = (0.02, 0.33)
+    ratio: Tuple[float, float] = (0.3, 3.3)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "p", _probability("RandomErasing", self.p))
+        object.__setattr__(self, "scale", _range("RandomErasing", "scale", self.scale, 0.0, 1.0))
+        object.__setattr__(self, "ratio", _range("RandomErasing", "ratio", self.ratio, 1e-6, 1e6))
+
+
+class BatchOp(Op):
+    """An op on whole batches, applied on the device after the batch arrives."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MixUp(BatchOp):
+    """MixUp (Zhang et al.): each batch blended with itself rolled by one, ``lam ~ Beta(alpha, alpha)``;
+    labels become soft targets ``(B, num_classes)``."""
+
+    alpha: float = 0.2
+
+    def __post_init__(self) -> None:
+        if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or self.alpha <= 0:
+            raise ValueError(f"MixUp: alpha must be > 0, got {self.alpha!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CutMix(BatchOp):
+    """CutMix (Yun et al.): a box of the batch rolled by one pasted in, its area from ``Beta(alpha, alpha)``;
+    labels become soft targets ``(B, num_classes)`` weighted by the pasted area."""
+
+    alpha: float = 1.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or self.alpha <= 0:
+            raise ValueError(f"CutMix: alpha must be > 0, got {self.alpha!r}")
+
+
 @dataclass(frozen=True, kw_only=True)
 class Normalize(Op):
     """Subtracts ``mean`` and divides by ``std`` per channel, in ``[0, 1]`` units."""
@@ -204,6 +363,8 @@ class Output(Op):
 
 
 GEOMETRY_OPS = (RandomResizedCrop, Resize, CenterCrop)
+#: Ops that need fixed-size images (they run after the geometry).
+FIXED_SIZE_OPS = (RandAugment, TrivialAugment, RandomErasing)
 
 __all__ = [
     "Op",
@@ -214,6 +375,16 @@ __all__ = [
     "HorizontalFlip",
     "Normalize",
     "Output",
+    "ColorJitter",
+    "RandomGrayscale",
+    "GaussianBlur",
+    "RandomRotation",
+    "RandAugment",
+    "TrivialAugment",
+    "RandomErasing",
+    "BatchOp",
+    "MixUp",
+    "CutMix",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
     "OUTPUT_DTYPES",

@@ -10,7 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
-from .ops import GEOMETRY_OPS, CenterCrop, Decode, Normalize, Op, Output, RandomResizedCrop, Resize
+from .ops import (
+    FIXED_SIZE_OPS,
+    GEOMETRY_OPS,
+    BatchOp,
+    CenterCrop,
+    Decode,
+    Normalize,
+    Op,
+    Output,
+    RandomResizedCrop,
+    Resize,
+)
 
 
 @dataclass(frozen=True)
@@ -22,12 +33,14 @@ class PipelineSpec:
         normalize: the pipeline's ``Normalize``; ``None`` means scale to ``[0, 1]``.
         output: dtype and memory format of the batch.
         size: ``(h, w)`` of every output image.
+        batch_ops: ``MixUp`` / ``CutMix``, applied to whole batches on the device.
     """
 
     ops: Tuple[Op, ...]
     normalize: Optional[Normalize]
     output: Output
     size: Tuple[int, int]
+    batch_ops: Tuple[BatchOp, ...] = ()
 
     @property
     def mean(self) -> Tuple[float, float, float]:
@@ -62,9 +75,21 @@ def build_spec(ops: Sequence[Op], output: Optional[Output] = None) -> PipelineSp
             raise ValueError(f"the pipeline's {ops[-1]!r} conflicts with the loader's {output!r}")
         output = ops.pop()
     output = output or Output()
+    batch_ops = []
+    while ops and isinstance(ops[-1], BatchOp):
+        batch_ops.insert(0, ops.pop())
+    if batch_ops and output.dtype == "uint8":
+        raise ValueError(f"{type(batch_ops[0]).__name__} mixes float images; it cannot give uint8 batches")
 
     image_ops, normalize, size = [], None, None
     for i, op in enumerate(ops):
+        if isinstance(op, BatchOp):
+            raise ValueError(f"pipeline[{i}]: {type(op).__name__} works on whole batches and must come last")
+        if isinstance(op, FIXED_SIZE_OPS) and size is None:
+            raise ValueError(
+                f"pipeline[{i}]: {type(op).__name__} needs images of one size: put it after "
+                "RandomResizedCrop, CenterCrop or Resize(size=(h, w))"
+            )
         if isinstance(op, (Decode,)) and i > 0:
             raise ValueError(f"pipeline[{i}]: Decode() may appear only first")
         if isinstance(op, Output):
@@ -82,7 +107,7 @@ def build_spec(ops: Sequence[Op], output: Optional[Output] = None) -> PipelineSp
             "the pipeline gives images of varying size, which cannot be batched: "
             "end its geometry with RandomResizedCrop, CenterCrop or Resize(size=(h, w))"
         )
-    return PipelineSpec(ops=tuple(image_ops), normalize=normalize, output=output, size=size)
+    return PipelineSpec(ops=tuple(image_ops), normalize=normalize, output=output, size=size, batch_ops=tuple(batch_ops))
 
 
 def _geometry_output(op: Op, size: Optional[Tuple[int, int]]) -> Optional[Tuple[int, int]]:

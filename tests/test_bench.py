@@ -85,7 +85,7 @@ def test_help_documents_every_flag():
     out = subprocess.run([sys.executable, "-m", "gpupipe.bench", "--help"], capture_output=True, text=True, check=True).stdout
     for flag in ("--data", "--backends", "--model", "--batch-size", "--image-size", "--steps", "--train-steps",
                  "--warmup", "--train-warmup", "--repeats", "--amp", "--threads", "--dtype", "--no-train", "--demo-images",
-                 "--cache-dir", "--out"):
+                 "--cache-dir", "--out", "--augment"):
         assert flag in out
 
 
@@ -117,6 +117,21 @@ def test_bench_end_to_end_on_tiny_data(tmp_path):
     assert report["results"]["baseline"]["loader"]["x_baseline"] == 1.0
     assert report["ceiling"]["images_per_s"] > 0
     assert "| backend" in proc.stdout and "[training 1/1] ceiling" in proc.stderr
+
+
+def test_bench_heavy_augmentation_runs(tmp_path):
+    data = tmp_path / "data"
+    make_image_folder(data, {"a": 6, "b": 6}, sizes=(40, 80))
+    out = tmp_path / "out"
+    backends = "baseline,torchvision" + (",dali-cpu" if _has_dali() else "")
+    cmd = [sys.executable, "-m", "gpupipe.bench", "--data", str(data), "--backends", backends, "--augment", "heavy",
+           "--model", "resnet18", "--batch-size", "4", "--image-size", "32", "--steps", "2", "--train-steps", "2",
+           "--warmup", "1", "--train-warmup", "1", "--repeats", "1", "--threads", "1", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((out / "bench.json").read_text())
+    assert report["settings"]["augment"] == "heavy"
+    assert all(entry["train"]["images_per_s"] > 0 for entry in report["results"].values())
 
 
 def _has_dali():

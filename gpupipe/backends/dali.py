@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import math
 from collections import deque
 import tempfile
 from pathlib import Path
@@ -24,11 +25,27 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 import torch
-from nvidia.dali import fn, pipeline, types
+from nvidia.dali import fn, pipeline, pipeline_def, types
+from nvidia.dali import math as dmath
+from nvidia.dali.auto_aug import rand_augment, trivial_augment
 from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
 from ..batch import Batch, from_hwc_or_chw, to_device
-from ..ops import CenterCrop, Decode, HorizontalFlip, Op, RandomResizedCrop, Resize
+from ..ops import (
+    CenterCrop,
+    ColorJitter,
+    Decode,
+    GaussianBlur,
+    HorizontalFlip,
+    Op,
+    RandAugment,
+    RandomErasing,
+    RandomGrayscale,
+    RandomResizedCrop,
+    RandomRotation,
+    Resize,
+    TrivialAugment,
+)
 from .. import shardfmt
 from ..sources import Shards, Source
 from ..spec import PipelineSpec
@@ -49,11 +66,18 @@ _DALI_DTYPE = {
 
 
 class _Graph:
-    """The DataNode being built, and the decoder placement."""
+    """The DataNode being built, the decoder placement, the spec and the images' size so far."""
 
-    def __init__(self, encoded, gpu: bool) -> None:
+    def __init__(self, encoded, gpu: bool, spec: PipelineSpec) -> None:
         self.images = encoded
+        self.gpu = gpu
         self.decoder_device = "mixed" if gpu else "cpu"
+        self.spec = spec
+        self.size: Optional[tuple] = None  # (h, w) once fixed
+
+    def on_device(self, node):
+        """A CPU-made tensor (random numbers) moved next to the images, for arithmetic with them."""
+        return node.gpu() if self.gpu and not isinstance(node, float) else node
 
 
 def _decoder_kwargs() -> Dict:
@@ -75,6 +99,7 @@ def _decode_random_resized_crop(g: _Graph, decode: Decode, crop: RandomResizedCr
         **_decoder_kwargs(),
     )
     _resize_exact(g, crop.size)
+    g.size = crop.size
 
 
 def _random_resized_crop(g: _Graph, op: RandomResizedCrop) -> None:
@@ -82,6 +107,7 @@ def _random_resized_crop(g: _Graph, op: RandomResizedCrop) -> None:
         g.images, size=list(op.size), random_area=list(op.scale), random_aspect_ratio=list(op.ratio),
         num_attempts=10, antialias=True,
     )
+    g.size = op.size
 
 
 def _resize_exact(g: _Graph, size) -> None:
@@ -92,16 +118,85 @@ def _resize_exact(g: _Graph, size) -> None:
 def _resize(g: _Graph, op: Resize) -> None:
     if isinstance(op.size, tuple):
         _resize_exact(g, op.size)
+        g.size = op.size
     else:
         g.images = fn.resize(g.images, resize_shorter=op.size, antialias=True, interp_type=types.INTERP_LINEAR)
+        g.size = None
 
 
 def _center_crop(g: _Graph, op: CenterCrop) -> None:
     g.images = fn.crop(g.images, crop=list(op.size), out_of_bounds_policy="pad")
+    g.size = op.size
 
 
 def _flip(g: _Graph, op: HorizontalFlip) -> None:
     g.images = fn.flip(g.images, horizontal=fn.random.coin_flip(probability=op.p))
+
+
+def _uniform(lo_hi):
+    """A per-sample draw from ``[lo, hi)``, or the number itself when ``lo == hi`` (DALI refuses empty ranges)."""
+    lo, hi = float(lo_hi[0]), float(lo_hi[1])
+    return lo if lo == hi else fn.random.uniform(range=[lo, hi])
+
+
+def _color_jitter(g: _Graph, op: ColorJitter) -> None:
+    """Brightness and contrast as torchvision computes them (contrast around each image's mean
+    gray level: ``b * (c * x + (1 - c) * mean)``), then saturation and hue with ``hsv``."""
+    if op.brightness or op.contrast:
+        x = fn.cast(g.images, dtype=types.FLOAT)
+        if op.contrast:
+            c = g.on_device(_uniform(op.contrast))
+            gray = fn.color_space_conversion(g.images, image_type=types.RGB, output_type=types.GRAY)
+            x = c * x + (1.0 - c) * fn.reductions.mean(fn.cast(gray, dtype=types.FLOAT))
+        if op.brightness:
+            x = x * g.on_device(_uniform(op.brightness))
+        g.images = fn.cast(dmath.clamp(x, 0.0, 255.0), dtype=types.UINT8)
+    if op.saturation or op.hue:
+        g.images = fn.hsv(
+            g.images,
+            saturation=_uniform(op.saturation) if op.saturation else 1.0,
+            hue=_uniform(op.hue) * 360.0 if op.hue else 0.0,  # DALI's hue is in degrees
+        )
+
+
+def _random_grayscale(g: _Graph, op: RandomGrayscale) -> None:
+    gray = fn.cast(fn.random.coin_flip(probability=op.p), dtype=types.FLOAT)
+    g.images = fn.hsv(g.images, saturation=1.0 - gray)
+
+
+def _gaussian_blur(g: _Graph, op: GaussianBlur) -> None:
+    g.images = fn.gaussian_blur(g.images, window_size=op.kernel, sigma=_uniform(op.sigma))
+
+
+def _random_rotation(g: _Graph, op: RandomRotation) -> None:
+    g.images = fn.rotate(g.images, angle=_uniform(op.degrees), keep_size=True, fill_value=0,
+                         interp_type=types.INTERP_LINEAR)
+
+
+def _rand_augment(g: _Graph, op: RandAugment) -> None:
+    g.images = rand_augment.rand_augment(g.images, n=op.num_ops, m=op.magnitude,
+                                         num_magnitude_bins=op.num_magnitude_bins, shape=list(g.size), fill_value=0)
+
+
+def _trivial_augment(g: _Graph, op: TrivialAugment) -> None:
+    g.images = trivial_augment.trivial_augment_wide(g.images, num_magnitude_bins=op.num_magnitude_bins,
+                                                    shape=list(g.size), fill_value=0)
+
+
+def _random_erasing(g: _Graph, op: RandomErasing) -> None:
+    """One rectangle, normalised coordinates: area and log-ratio drawn as torchvision does;
+    where torchvision retries a rectangle that does not fit, it is clipped to the image."""
+    h, w = g.size
+    area = _uniform(op.scale)
+    ratio = dmath.exp(_uniform((math.log(op.ratio[0]), math.log(op.ratio[1]))))
+    height = dmath.min(dmath.sqrt(area * ratio * (w / h)), 1.0)
+    width = dmath.min(dmath.sqrt(area / ratio * (h / w)), 1.0)
+    erase = fn.cast(fn.random.coin_flip(probability=op.p), dtype=types.FLOAT)
+    anchor = fn.stack(_uniform((0, 1)) * (1.0 - height), _uniform((0, 1)) * (1.0 - width))
+    g.images = fn.erase(
+        g.images, anchor=anchor, shape=fn.stack(height, width) * erase, normalized_anchor=True,
+        normalized_shape=True, axis_names="HW", fill_value=[round(255 * m) for m in g.spec.mean],
+    )
 
 
 #: op type -> lowering; pairs of neighbours that fuse into one DALI operator.
@@ -111,6 +206,13 @@ LOWERINGS: Dict[type, Callable[[_Graph, Op], None]] = {
     Resize: _resize,
     CenterCrop: _center_crop,
     HorizontalFlip: _flip,
+    ColorJitter: _color_jitter,
+    RandomGrayscale: _random_grayscale,
+    GaussianBlur: _gaussian_blur,
+    RandomRotation: _random_rotation,
+    RandAugment: _rand_augment,
+    TrivialAugment: _trivial_augment,
+    RandomErasing: _random_erasing,
 }
 FUSIONS: Dict[tuple, Callable[[_Graph, Op, Op], None]] = {
     (Decode, RandomResizedCrop): _decode_random_resized_crop,
@@ -128,7 +230,7 @@ def lower(spec: PipelineSpec, encoded, *, gpu: bool):
     tail_flip = ops.pop() if ops and isinstance(ops[-1], HorizontalFlip) else None
     tail_crop = ops.pop() if ops and isinstance(ops[-1], CenterCrop) else None
 
-    g = _Graph(encoded, gpu)
+    g = _Graph(encoded, gpu, spec)
     i = 0
     while i < len(ops):
         pair = tuple(type(op) for op in ops[i:i + 2])
@@ -211,17 +313,22 @@ class DaliBackend:
                 enable_checkpointing=True,
                 checkpoint=checkpoint,
             )
-        pipe = pipeline.Pipeline(
+        auto_augment = any(isinstance(op, (RandAugment, TrivialAugment)) for op in self.spec.ops)
+
+        # nvidia.dali.auto_aug branches per sample, which needs DALI's conditionals (pipeline_def).
+        @pipeline_def(enable_conditionals=auto_augment)
+        def graph():
+            encoded, label = self._reader(indices)
+            images = lower(self.spec, encoded, gpu=self.gpu)
+            return images, label.gpu() if self.gpu else label
+
+        pipe = graph(
             batch_size=batch_size or self.config.batch_size,
             num_threads=self.config.num_threads,
             device_id=self._device_id(),
             seed=seed % (2**31),
             **settings,
         )
-        with pipe:
-            encoded, label = self._reader(indices)
-            images = lower(self.spec, encoded, gpu=self.gpu)
-            pipe.set_outputs(images, label.gpu() if self.gpu else label)
         pipe.build()
         return pipe
 
@@ -308,8 +415,8 @@ class DaliBackend:
         start = segment.delivered * bs
         suspects = segment.indices[start:start + bs * (self.config.prefetch + 1)]
         bad = self._probe(suspects, seed)
-        if not bad:
-            raise err
+        if not bad or len(bad) == len(suspects) > 1:
+            raise err  # no file to blame, or every file fails: the pipeline itself is broken
         if self.config.on_error == "raise":
             detail = "; ".join(f"{self.source.samples[i].path}: {reason}" for i, reason in bad.items())
             raise RuntimeError(f"cannot decode ({self.name}): {detail}") from err

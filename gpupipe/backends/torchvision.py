@@ -26,7 +26,21 @@ from torchvision.transforms import v2
 from ..batch import Batch, CudaPrefetcher, empty_like_output, normalize_uint8
 from ..images import decode_rgb
 from ..scan import Skipped
-from ..ops import CenterCrop, Decode, HorizontalFlip, Op, RandomResizedCrop, Resize
+from ..ops import (
+    CenterCrop,
+    ColorJitter,
+    Decode,
+    GaussianBlur,
+    HorizontalFlip,
+    Op,
+    RandAugment,
+    RandomErasing,
+    RandomGrayscale,
+    RandomResizedCrop,
+    RandomRotation,
+    Resize,
+    TrivialAugment,
+)
 from ..sources import Source
 from ..spec import PipelineSpec
 from . import RunConfig
@@ -102,18 +116,37 @@ def _resize(op: Resize) -> torch.nn.Module:
     return _ResizeShorter(op)
 
 
-#: op type -> transforms.v2 lowering (``Decode`` happens when reading, see :func:`decode`).
-LOWERINGS: Dict[type, Callable[[Op], torch.nn.Module]] = {
-    RandomResizedCrop: lambda op: v2.RandomResizedCrop(list(op.size), scale=op.scale, ratio=op.ratio, antialias=True),
-    Resize: _resize,
-    CenterCrop: _CenterCrop,
-    HorizontalFlip: lambda op: v2.RandomHorizontalFlip(p=op.p),
+def _color_jitter(op: ColorJitter) -> torch.nn.Module:
+    return v2.ColorJitter(brightness=op.brightness, contrast=op.contrast, saturation=op.saturation, hue=op.hue)
+
+
+def _random_erasing(op: RandomErasing, spec: PipelineSpec) -> torch.nn.Module:
+    # Erased pixels take the normalisation mean: 0 once normalised, as v2.RandomErasing(value=0) after Normalize.
+    fill = [round(255 * m) for m in spec.mean]
+    return v2.RandomErasing(p=op.p, scale=op.scale, ratio=op.ratio, value=fill)
+
+
+#: op type -> transforms.v2 lowering, called with the op and the spec
+#: (``Decode`` happens when reading, see :func:`decode`).
+LOWERINGS: Dict[type, Callable[[Op, PipelineSpec], torch.nn.Module]] = {
+    RandomResizedCrop: lambda op, spec: v2.RandomResizedCrop(list(op.size), scale=op.scale, ratio=op.ratio,
+                                                              antialias=True),
+    Resize: lambda op, spec: _resize(op),
+    CenterCrop: lambda op, spec: _CenterCrop(op),
+    HorizontalFlip: lambda op, spec: v2.RandomHorizontalFlip(p=op.p),
+    ColorJitter: lambda op, spec: _color_jitter(op),
+    RandomGrayscale: lambda op, spec: v2.RandomGrayscale(p=op.p),
+    GaussianBlur: lambda op, spec: v2.GaussianBlur(op.kernel, sigma=op.sigma),
+    RandomRotation: lambda op, spec: v2.RandomRotation(op.degrees, interpolation=v2.InterpolationMode.BILINEAR),
+    RandAugment: lambda op, spec: v2.RandAugment(op.num_ops, op.magnitude, op.num_magnitude_bins),
+    TrivialAugment: lambda op, spec: v2.TrivialAugmentWide(op.num_magnitude_bins),
+    RandomErasing: _random_erasing,
 }
 
 
 def lower(spec: PipelineSpec) -> v2.Compose:
     """Returns the ``transforms.v2`` chain for the spec's ops after ``Decode``."""
-    return v2.Compose([LOWERINGS[type(op)](op) for op in spec.ops if not isinstance(op, Decode)])
+    return v2.Compose([LOWERINGS[type(op)](op, spec) for op in spec.ops if not isinstance(op, Decode)])
 
 
 def sample_seed(epoch_seed: int, index: int) -> int:

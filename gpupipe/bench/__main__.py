@@ -61,6 +61,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                              "the baseline always uses one worker per core)")
     parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="float32",
                         help="dtype gpupipe loaders deliver (default: float32, like the baseline)")
+    parser.add_argument("--augment", choices=["standard", "heavy"], default="standard",
+                        help="train preset as it is, or heavy: + RandAugment m9 n2, random erasing 0.25, "
+                             "MixUp 0.8 / CutMix 1.0 (default: standard)")
     parser.add_argument("--no-train", action="store_true", help="measure the loaders alone (no model)")
     parser.add_argument("--demo-images", type=int, default=1000,
                         help="size of the generated demo set, 10 classes (default: 1000)")
@@ -139,6 +142,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         device=device,
         dtype=args.dtype,
         measure_training=not args.no_train,
+        augment=args.augment,
     )
     logger.info("device %s; backends %s; model %s; batch %d", device, ", ".join(config.backends), config.model, config.batch_size)
     figures = run(config)

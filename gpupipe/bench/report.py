@@ -124,7 +124,8 @@ def write_chart(report: Dict, path: Path) -> None:
     gpu = machine["gpu"]["name"] if machine.get("gpu") else "no GPU"
     fig.suptitle(
         f"gpupipe.bench: {machine['cpu_cores_usable']} CPU cores, {gpu}; batch {report['settings']['batch_size']}, "
-        f"{report['settings']['image_size']} px, AMP {report['settings']['amp']}",
+        f"{report['settings']['image_size']} px, AMP {report['settings']['amp']}, "
+        f"{report['settings'].get('augment', 'standard')} augmentation",
         fontsize=10,
     )
     fig.tight_layout()
