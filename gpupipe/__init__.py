@@ -10,52 +10,10 @@
 
 from . import ops, presets, sources
 from .loader import Loader, loader
-from .ops import (
-    CenterCrop,
-    ColorJitter,
-    CutMix,
-    Decode,
-    GaussianBlur,
-    HorizontalFlip,
-    MixUp,
-    Normalize,
-    Output,
-    RandAugment,
-    RandomErasing,
-    RandomGrayscale,
-    RandomResizedCrop,
-    RandomRotation,
-    Resize,
-    TrivialAugment,
-)
+from .ops import *  # noqa: F401,F403 -- every op by name: gpupipe.Decode(), gpupipe.MixUp(), ...
 from .sources import FileList, ImageFolder, Shards
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "loader",
-    "Loader",
-    "ops",
-    "presets",
-    "sources",
-    "ImageFolder",
-    "FileList",
-    "Shards",
-    "Decode",
-    "RandomResizedCrop",
-    "Resize",
-    "CenterCrop",
-    "HorizontalFlip",
-    "Normalize",
-    "Output",
-    "ColorJitter",
-    "RandomGrayscale",
-    "GaussianBlur",
-    "RandomRotation",
-    "RandAugment",
-    "TrivialAugment",
-    "RandomErasing",
-    "MixUp",
-    "CutMix",
-    "__version__",
-]
+__all__ = ["loader", "Loader", "ops", "presets", "sources", "ImageFolder", "FileList", "Shards", *ops.__all__,
+           "__version__"]

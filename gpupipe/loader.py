@@ -49,35 +49,25 @@ class Loader:
         self,
         source: Source,
         spec: PipelineSpec,
+        config: backends.RunConfig,
         *,
-        batch_size: int,
         backend: str,
-        device: torch.device,
         shuffle: bool,
-        drop_last: bool,
         seed: int,
-        num_threads: int,
-        prefetch: int,
         rank: int = 0,
         world_size: int = 1,
-        on_error: str = "raise",
-        skip_log: Optional[SkipLog] = None,
     ) -> None:
         self.source = source
+        self.spec = spec
+        self.batch_size = config.batch_size
+        self.drop_last = config.drop_last
+        self.device = config.device
+        self.on_error = config.on_error
+        self.shuffle = shuffle
+        self.seed = seed
         self.rank = rank
         self.world_size = world_size
-        self.spec = spec
-        self.batch_size = batch_size
-        self.device = device
-        self.shuffle = shuffle
-        self.drop_last = drop_last
-        self.seed = seed
-        self.on_error = on_error
-        self._skip_log = skip_log or SkipLog()
-        config = backends.RunConfig(
-            batch_size=batch_size, drop_last=drop_last, device=device, num_threads=num_threads, prefetch=prefetch,
-            on_error=on_error, skip_log=self._skip_log,
-        )
+        self._skip_log = config.skip_log
         self._backend = backends.create(backend, source, spec, config)
         self.backend = self._backend.name
         self._mixer = BatchMixer(spec.batch_ops, len(source.classes)) if spec.batch_ops else None
@@ -399,19 +389,8 @@ def loader(
     if num_threads == 0 and backend != "torchvision":
         raise ValueError(f"num_threads=0 (decode in the main process) is for the torchvision backend, not {backend!r}")
 
-    return Loader(
-        source,
-        spec,
-        batch_size=batch_size,
-        backend=backend,
-        device=device,
-        shuffle=shuffle,
-        drop_last=drop_last,
-        seed=seed,
-        num_threads=num_threads,
-        prefetch=prefetch,
-        rank=rank,
-        world_size=world_size,
-        on_error=on_error,
-        skip_log=skip_log,
+    config = backends.RunConfig(
+        batch_size=batch_size, drop_last=drop_last, device=device, num_threads=num_threads, prefetch=prefetch,
+        on_error=on_error, skip_log=skip_log,
     )
+    return Loader(source, spec, config, backend=backend, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size)

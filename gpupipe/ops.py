@@ -282,7 +282,13 @@ class RandomErasing(Op):
 
 
 class BatchOp(Op):
-    """An op on whole batches, applied on the device after the batch arrives."""
+    """An op on whole batches, applied on the device after the batch arrives; ``alpha`` > 0."""
+
+    alpha: float
+
+    def __post_init__(self) -> None:
+        if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or self.alpha <= 0:
+            raise ValueError(f"{type(self).__name__}: alpha must be > 0, got {self.alpha!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -292,10 +298,6 @@ class MixUp(BatchOp):
 
     alpha: float = 0.2
 
-    def __post_init__(self) -> None:
-        if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or self.alpha <= 0:
-            raise ValueError(f"MixUp: alpha must be > 0, got {self.alpha!r}")
-
 
 @dataclass(frozen=True, kw_only=True)
 class CutMix(BatchOp):
@@ -303,10 +305,6 @@ class CutMix(BatchOp):
     labels become soft targets ``(B, num_classes)`` weighted by the pasted area."""
 
     alpha: float = 1.0
-
-    def __post_init__(self) -> None:
-        if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or self.alpha <= 0:
-            raise ValueError(f"CutMix: alpha must be > 0, got {self.alpha!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
