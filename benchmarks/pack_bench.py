@@ -11,11 +11,9 @@ Writes pack.json and prints a table.
 import argparse
 import gc
 import json
-import os
 import shutil
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import gpupipe
@@ -62,7 +60,9 @@ def main():
             "full": time_pack(demo, work / "full", None, workers),
             "max256": time_pack(demo, work / "max256", 256, workers),
         }
-        sources = {"folder": demo, "shards": work / "full", "shards-256": work / "max256"}
+        # Each source is listed (and scanned) once, not once per repeat.
+        sources = {name: gpupipe.sources.as_source(path)
+                   for name, path in {"folder": demo, "shards": work / "full", "shards-256": work / "max256"}.items()}
         backends = [b for b in ("dali-cpu", "torchvision") if available(b)]
         runs = {(b, s): [] for b in backends for s in sources}
         for r in range(args.repeats):

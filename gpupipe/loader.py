@@ -20,7 +20,7 @@ from .batch import Batch
 from .batchaug import BatchMixer
 from .ops import Op, Output
 from .sampling import Shard, epoch_seed, per_rank, shard
-from .scan import SkipLog, Skipped, default_cache_dir, scan
+from .scan import SkipLog, Skipped
 from .sources import Shards, Source, as_source
 from .spec import PipelineSpec, build_spec
 
@@ -244,7 +244,7 @@ def _without_bad_files(source: Source, on_error: str, max_pixels: int, skip_log:
     """
     if isinstance(source, Shards):
         return source
-    bad = scan(source.paths, max_pixels=max_pixels, cache_dir=default_cache_dir())
+    bad = source.bad_files(max_pixels)
     if not bad:
         return source
     if on_error == "raise":

@@ -20,12 +20,11 @@ import json
 import logging
 import os
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from PIL import Image, UnidentifiedImageError
+from .images import ImageRefused, open_checked
 
 logger = logging.getLogger(__name__)
 
@@ -79,22 +78,14 @@ def check_file(path: str, max_pixels: int) -> Optional[str]:
         return "empty file (0 bytes)"
     try:
         with open(path, "rb") as fh:
-            with warnings.catch_warnings():  # our own pixel limit applies below
-                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-                with Image.open(fh) as img:
-                    width, height = img.size
-                    kind = img.format
+            with open_checked(fh, max_pixels) as img:
+                kind = img.format
             fh.seek(max(0, size - _TAIL_BYTES))
             tail = fh.read()
-    except UnidentifiedImageError:
-        return "not an image (unrecognised format)"
-    except Image.DecompressionBombError as err:
-        return f"too many pixels (decompression bomb?): {err}"
-    except (OSError, SyntaxError, ValueError) as err:
-        return f"unreadable image header: {err}"
-    if width * height > max_pixels:
-        return (f"too many pixels: {width}x{height} = {width * height / 1e6:.0f} MP exceeds the "
-                f"{max_pixels / 1e6:.0f} MP limit (decompression bomb?)")
+    except ImageRefused as refused:
+        return refused.reason
+    except OSError as err:
+        return f"cannot read: {err.strerror or err}"
     if kind == "JPEG" and b"\xff\xd9" not in tail:
         return "truncated JPEG (no end-of-image marker)"
     if kind == "PNG" and b"IEND" not in tail:

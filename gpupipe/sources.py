@@ -20,6 +20,7 @@ import numpy as np
 
 from . import shardfmt
 from .sampling import epoch_order, epoch_seed
+from .scan import default_cache_dir, scan
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +69,20 @@ class Source:
         """The same source with only the samples at ``keep`` (classes unchanged)."""
         part = copy.copy(self)
         part.samples = [self.samples[i] for i in keep]
+        part.__dict__.pop("_bad_files", None)  # indices of the whole source
         return part
+
+    def bad_files(self, max_pixels: int) -> Dict[int, str]:
+        """``{index: reason}`` of the files the scan refuses (:func:`gpupipe.scan.scan`).
+
+        Scanned once per source object and pixel limit, so loaders built
+        again on the same source (a bench, an evaluation each epoch) do not
+        stat every file again.
+        """
+        memo = self.__dict__.setdefault("_bad_files", {})
+        if max_pixels not in memo:
+            memo[max_pixels] = scan(self.paths, max_pixels=max_pixels, cache_dir=default_cache_dir())
+        return memo[max_pixels]
 
     def read_bytes(self, index: int) -> np.ndarray:
         """The encoded image of sample ``index`` as a writable 1-D uint8 array."""

@@ -100,12 +100,15 @@ class _Mixed:
             yield self.mixer(images, labels.to(self.device, non_blocking=True), key=step)
 
 
-def make_loader(backend: str, config: BenchConfig) -> Iterable:
-    """The backend's loader for the train preset (``baseline``: the tutorial DataLoader)."""
+def make_loader(backend: str, config: BenchConfig, source: gpupipe.sources.Source) -> Iterable:
+    """The backend's loader for the train preset (``baseline``: the tutorial DataLoader).
+
+    ``source`` is listed and scanned once per bench, not once per repeat.
+    """
     if backend == BASELINE:
         return tutorial_loader(config)
     return gpupipe.loader(
-        config.data,
+        source,
         pipeline_of(config),
         batch_size=config.batch_size,
         backend=backend,
@@ -159,7 +162,7 @@ CEILING = "ceiling"
 
 
 @contextlib.contextmanager
-def _fresh_stream(name: str, config: BenchConfig, kept_batch) -> Iterator:
+def _fresh_stream(name: str, config: BenchConfig, kept_batch, source: gpupipe.sources.Source) -> Iterator:
     """An endless batch stream from a new loader (or the kept batch), closed afterwards.
 
     Every repeat gets a fresh loader, warmed up inside the repeat and shut
@@ -167,7 +170,10 @@ def _fresh_stream(name: str, config: BenchConfig, kept_batch) -> Iterator:
     background, taking CPU from the next backend's measurement and starting
     its own next repeat with free batches.
     """
-    stream = measure.repeat_batch(kept_batch) if name == CEILING else measure.forever(make_loader(name, config))
+    if name == CEILING:
+        stream = measure.repeat_batch(kept_batch)
+    else:
+        stream = measure.forever(make_loader(name, config, source))
     try:
         yield stream
     finally:
@@ -184,7 +190,8 @@ def run(config: BenchConfig) -> Dict:
     reported.
     """
     sync = _sync_for(config.device)
-    num_classes = len(gpupipe.ImageFolder(config.data).classes)
+    source = gpupipe.ImageFolder(config.data)
+    num_classes = len(source.classes)
     names = list(config.backends)
     figures: Dict = {"results": {name: {} for name in names}}
     results = figures["results"]
@@ -193,7 +200,7 @@ def run(config: BenchConfig) -> Dict:
     loader_monitors = {name: _monitor(config) for name in names}
     for r in range(config.repeats):
         for name in names:
-            with _fresh_stream(name, config, None) as stream:
+            with _fresh_stream(name, config, None, source) as stream:
                 measure.warm_up(stream, config.warmup, sync=sync)
                 with loader_monitors[name]:
                     loader_runs[name].append(measure.time_loader(stream, config.steps, sync))
@@ -218,7 +225,7 @@ def run(config: BenchConfig) -> Dict:
     train_monitors = {name: _monitor(config) for name in loops}
     for r in range(config.repeats):
         for name in loops:
-            with _fresh_stream(name, config, kept) as stream:
+            with _fresh_stream(name, config, kept, source) as stream:
                 measure.warm_up(stream, config.train_warmup, train_step, sync)
                 with train_monitors[name]:
                     ips, share = measure.time_training(stream, train_step, config.train_steps, sync)

@@ -10,13 +10,12 @@ already clean RGB, upright and small enough is copied byte for byte.
 from __future__ import annotations
 
 import io
-import warnings
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, ImageOps
 
-from ..images import to_rgb8
+from ..images import ImageRefused, open_checked, to_rgb8
 
 #: EXIF tag of the orientation.
 ORIENTATION = 0x0112
@@ -61,21 +60,10 @@ def convert(data: bytes, settings: ConvertSettings) -> Converted:
     if not data:
         return Converted(None, "empty file (0 bytes)", 0)
     try:
-        with warnings.catch_warnings():  # the pixel limit is checked below, with our own limit
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            img = Image.open(io.BytesIO(data))
-    except UnidentifiedImageError:
-        return Converted(None, "not an image (unrecognised format)", len(data))
-    except Image.DecompressionBombError as err:
-        return Converted(None, f"too many pixels (decompression bomb?): {err}", len(data))
+        img = open_checked(io.BytesIO(data), settings.max_pixels)
+    except ImageRefused as refused:
+        return Converted(None, refused.reason, len(data))
     width, height = img.size
-    if width * height > settings.max_pixels:
-        return Converted(
-            None,
-            f"too many pixels: {width}x{height} = {width * height / 1e6:.0f} MP exceeds the "
-            f"{settings.max_pixels / 1e6:.0f} MP limit (decompression bomb?)",
-            len(data),
-        )
     orientation = img.getexif().get(ORIENTATION, 1)
     size = target_size(width, height, settings.max_size)
     clean = img.format == "JPEG" and img.mode == "RGB" and orientation == 1 and size == (width, height)
@@ -83,10 +71,8 @@ def convert(data: bytes, settings: ConvertSettings) -> Converted:
         # Let libjpeg decode at 1/2, 1/4 or 1/8 scale when that still covers the target.
         img.draft("RGB", size)  # stored (pre-rotation) coordinates, like ``size``
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            img.load()
-    except (OSError, SyntaxError, ValueError, Image.DecompressionBombWarning) as err:
+        img.load()  # the full decode, once: finds truncated and corrupt files
+    except (OSError, SyntaxError, ValueError) as err:
         return Converted(None, f"cannot decode: {err}", len(data))
     if clean:
         return Converted(data, None, len(data), copied=True)
