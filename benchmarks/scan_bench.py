@@ -23,7 +23,7 @@ from PIL import Image
 from gpupipe.scan import scan
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
-from conftest import textured_image  # noqa: E402
+from helpers import textured_image  # noqa: E402
 
 
 def main():

@@ -1,18 +1,22 @@
-"""Train with DistributedDataParallel under torchrun, fed by gpupipe; resumable mid-epoch.
+"""Train with DistributedDataParallel under torchrun, fed by gpupipe; resumable mid-epoch, exact validation.
 
 One machine, 2 processes (CPU: gloo; GPUs: NCCL, one process per GPU):
 
-    torchrun --standalone --nproc_per_node=2 examples/train_ddp.py DATA --epochs 2
+    torchrun --standalone --nproc_per_node=2 examples/train_ddp.py DATA --checkpoint ckpt/
 
 Several machines (run on each; the same --rdzv-endpoint, a free port on node 0):
 
     torchrun --nnodes=2 --nproc_per_node=8 --rdzv-backend=c10d \\
-        --rdzv-endpoint=node0.example:29500 --rdzv-id=job42 examples/train_ddp.py DATA
+        --rdzv-endpoint=node0.example:29500 --rdzv-id=job42 examples/train_ddp.py DATA --checkpoint ckpt/
 
 Each rank reads its own part of DATA (gpupipe takes rank and world size
 from torch.distributed) and yields the same number of batches. With
---checkpoint DIR the script saves model, optimiser and every rank's loader
-state every --save-every steps, and resumes from them when restarted.
+--checkpoint DIR every rank saves model, optimiser and its loader state
+every --save-every steps, at the end of every epoch and at --max-steps;
+run again, it resumes where it stopped (and says where), and a finished
+run does nothing more. After each epoch it validates on --val (default:
+DATA) with even_batches=False: every image counted exactly once over all
+ranks, the accuracy summed with one all_reduce.
 """
 
 from __future__ import annotations
@@ -29,19 +33,37 @@ from torch.nn.parallel import DistributedDataParallel
 import gpupipe
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("data", help="image folder root/<class>/<image>, list file or packed shards")
-    parser.add_argument("--model", default="resnet18")
-    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--val", help="validation data (default: DATA)")
+    parser.add_argument("--model", default="resnet18", help="torchvision model name")
+    parser.add_argument("--epochs", type=int, default=1, help="epochs to train")
     parser.add_argument("--batch-size", type=int, default=32, help="per rank")
-    parser.add_argument("--size", type=int, default=128)
-    parser.add_argument("--backend", default="auto")
+    parser.add_argument("--size", type=int, default=128, help="training crop size in pixels")
+    parser.add_argument("--backend", default="auto", help="gpupipe backend")
     parser.add_argument("--checkpoint", type=Path, help="folder for checkpoints (resumes from it)")
-    parser.add_argument("--save-every", type=int, default=50, help="steps between checkpoints")
-    parser.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: no limit)")
-    args = parser.parse_args()
+    parser.add_argument("--save-every", type=int, default=50, help="steps between checkpoints (0: epoch ends only)")
+    parser.add_argument("--max-steps", type=int, default=0, help="stop after this many steps in all (0: no limit)")
+    return parser.parse_args()
 
+
+def evaluate(model, loader, device) -> float:
+    """Top-1 accuracy over every validation image exactly once (even_batches=False), all ranks together."""
+    model.eval()
+    totals = torch.zeros(2, dtype=torch.float64, device=device)
+    with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16):
+        for images, labels in loader:
+            totals[0] += (model(images).argmax(dim=1) == labels).sum()
+            totals[1] += len(labels)
+    dist.all_reduce(totals)  # per-rank sums: no image counted twice, none left out
+    model.train()
+    return (totals[0] / totals[1]).item()
+
+
+def main() -> None:
+    args = parse_args()
     cuda = torch.cuda.is_available()
     dist.init_process_group("nccl" if cuda else "gloo")
     rank = dist.get_rank()
@@ -51,22 +73,40 @@ def main() -> None:
 
     loader = gpupipe.loader(args.data, gpupipe.presets.train(args.size), batch_size=args.batch_size,
                             backend=args.backend, device=device, drop_last=True, channels_last=True)
+    val_loader = gpupipe.loader(args.val or args.data, gpupipe.presets.val(args.size, resize=args.size * 8 // 7),
+                                batch_size=args.batch_size, backend=loader.backend, device=device, shuffle=False,
+                                even_batches=False, channels_last=True)
+    if rank == 0:
+        print(f"gpupipe backend: {loader.backend} ({loader.backend_reason})")
     model = torchvision.models.get_model(args.model, num_classes=len(loader.classes))
     model = DistributedDataParallel(model.to(device, memory_format=torch.channels_last),
                                     device_ids=[device.index] if cuda else None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 
-    start_epoch, step = 0, 0
+    step = 0
     ckpt = args.checkpoint / f"rank{rank}.pt" if args.checkpoint else None
+
+    def save() -> None:
+        if ckpt is not None:
+            ckpt.parent.mkdir(parents=True, exist_ok=True)
+            torch.save({"model": model.module.state_dict(), "optimizer": optimizer.state_dict(),
+                        "loader": loader.state_dict(), "step": step}, ckpt)
+
     if ckpt is not None and ckpt.exists():
         state = torch.load(ckpt, map_location=device, weights_only=True)
         model.module.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         loader.load_state_dict(state["loader"])  # continues mid-epoch, exactly
-        start_epoch, step = state["loader"]["epoch"], state["step"]
-        print(f"rank {rank}: resumed at epoch {start_epoch}, step {step}")
-
+        step = state["step"]
+        print(f"rank {rank}: resumed at epoch {state['loader']['epoch']}, batch {state['loader']['batches_done']}, "
+              f"step {step}")
+    start_epoch = loader.epoch
+    done = lambda: args.max_steps and step >= args.max_steps  # noqa: E731
+    if start_epoch >= args.epochs or done():
+        print(f"rank {rank}: nothing to do: the run finished at epoch {start_epoch}, step {step}")
     for epoch in range(start_epoch, args.epochs):
+        if done():
+            break
         loader.set_epoch(epoch)
         for images, labels in loader:
             with torch.autocast(device.type, dtype=torch.bfloat16):
@@ -75,16 +115,17 @@ def main() -> None:
             loss.backward()
             optimizer.step()
             step += 1
-            if ckpt is not None and step % args.save_every == 0:
-                ckpt.parent.mkdir(parents=True, exist_ok=True)
-                torch.save({"model": model.module.state_dict(), "optimizer": optimizer.state_dict(),
-                            "loader": loader.state_dict(), "step": step}, ckpt)
+            if (args.save_every and step % args.save_every == 0) or done():
+                save()
             if rank == 0 and step % 10 == 0:
                 print(f"epoch {epoch} step {step}: loss {loss.item():.3f}")
-            if args.max_steps and step >= args.max_steps:
+            if done():
                 break
-        if args.max_steps and step >= args.max_steps:
-            break
+        else:  # the epoch ended
+            save()
+            accuracy = evaluate(model, val_loader, device)
+            if rank == 0:
+                print(f"epoch {epoch}: validation accuracy {accuracy:.3f} over {len(val_loader.source)} images")
     dist.destroy_process_group()
 
 

@@ -57,7 +57,8 @@ def train(loader, num_classes: int, epochs: int, device: str = "cpu") -> list[fl
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("root", help="image folder: root/<class>/<image>")
     parser.add_argument("--loader", choices=["dataloader", "gpupipe"], default="gpupipe")
     parser.add_argument("--backend", default="auto", help="gpupipe backend")
@@ -71,6 +72,7 @@ def main() -> None:
     else:
         loader = gpupipe_version(args.root, args.size, args.batch_size, args.backend)
         num_classes = len(loader.classes)
+        print(f"gpupipe backend: {loader.backend} ({loader.backend_reason})")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     for epoch, loss in enumerate(train(loader, num_classes, args.epochs, device)):
         print(f"epoch {epoch}: loss {loss:.3f}")

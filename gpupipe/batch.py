@@ -1,19 +1,31 @@
 """Turning raw batches into the batch contract, shared by every backend.
 
 The contract: ``images`` is ``(B, 3, H, W)`` in the spec's dtype (float
-normalised, or uint8 unnormalised), channels_last when asked; ``labels`` is
-``(B,)`` int64 on the same device.
+normalised, or uint8 unnormalised), channels_last when asked; the targets
+(``(B,)`` int64 labels, ``(B, C)`` float32 multi-hot, ``(B, H, W)`` int64
+masks, or a dict of padded boxes and labels) are on the same device.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, Optional, Tuple
+import functools
+from typing import Any, Iterable, Iterator, Optional, Tuple
 
 import torch
 
 from .spec import PipelineSpec
 
-Batch = Tuple[torch.Tensor, torch.Tensor]
+Batch = Tuple[torch.Tensor, Any]
+
+
+@functools.lru_cache(maxsize=32)
+def _constants(mean: tuple, std: tuple, device: torch.device, channels_last: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(scale, shift)`` with ``x * scale - shift == (x / 255 - mean) / std``, made once per device."""
+    shape = (1, 1, 1, 3) if channels_last else (1, 3, 1, 1)
+    std_t = torch.tensor(std, dtype=torch.float32).view(shape)
+    mean_t = torch.tensor(mean, dtype=torch.float32).view(shape)
+    scale, shift = 1.0 / (255.0 * std_t), mean_t / std_t
+    return scale.to(device), shift.to(device)  # a blocking copy, once: safe on any stream afterwards
 
 
 def normalize_uint8(images: torch.Tensor, spec: PipelineSpec, out: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -35,14 +47,11 @@ def normalize_uint8(images: torch.Tensor, spec: PipelineSpec, out: Optional[torc
     dtype = spec.output.torch_dtype
     if dtype == torch.uint8:
         return images.contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
-    # (x / 255 - mean) / std == x * (1 / (255 std)) - mean / std: one pass to float, one in place.
-    shape = (1, 1, 1, 3) if channels_last else (1, 3, 1, 1)
-    std = torch.tensor(spec.std, dtype=torch.float32, device=images.device).view(shape)
-    mean = torch.tensor(spec.mean, dtype=torch.float32, device=images.device).view(shape)
+    scale, shift = _constants(tuple(spec.mean), tuple(spec.std), images.device, channels_last)
     # Channels-last work runs on the (B, H, W, 3) view, where broadcasting is fastest.
     source = images.permute(0, 2, 3, 1).contiguous() if channels_last else images.contiguous()
     target = None if out is None else (out.permute(0, 2, 3, 1) if channels_last else out)
-    result = torch.mul(source, 1.0 / (255.0 * std), out=target).sub_(mean / std)
+    result = torch.mul(source, scale, out=target).sub_(shift)
     if channels_last:
         result = result.permute(0, 3, 1, 2)
     return result if dtype == torch.float32 else result.to(dtype)
@@ -68,28 +77,29 @@ def empty_like_output(images: torch.Tensor, spec: PipelineSpec, *, shared: bool)
     return flat.view(b, c, h, w)
 
 
-def from_hwc_or_chw(images: torch.Tensor, *, hwc: bool, spec: PipelineSpec) -> torch.Tensor:
-    """Gives a backend's ``(B, H, W, C)`` or ``(B, C, H, W)`` output the contract's layout and dtype.
+def to_device(value: Any, device: torch.device) -> Any:
+    """Moves a tensor, or a tuple / dict of tensors, to ``device`` (pinned, non-blocking copies for CUDA)."""
+    if isinstance(value, dict):
+        return {k: to_device(v, device) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(to_device(v, device) for v in value)
+    if value.device == device:
+        return value
+    if device.type == "cuda" and not value.is_pinned():
+        value = value.pin_memory()
+    return value.to(device, non_blocking=True)
 
-    A ``(B, H, W, C)`` tensor permuted to ``(B, C, H, W)`` is channels_last
-    without a copy; the dtype conversion keeps the memory format.
-    """
-    if hwc:
-        images = images.permute(0, 3, 1, 2)
-    dtype = spec.output.torch_dtype
-    if images.dtype != dtype:
-        images = images.to(dtype)
-    return images
 
-
-def to_device(batch: Batch, device: torch.device) -> Batch:
-    """Moves a host batch to ``device`` (pinned, non-blocking copies for CUDA)."""
-    images, labels = batch
-    if images.device == device:
-        return images, labels.to(device)
-    if device.type == "cuda":
-        images, labels = images.pin_memory(), labels.pin_memory()
-    return images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+def record_stream(value: Any, stream: "torch.cuda.Stream") -> None:
+    """Marks every tensor of ``value`` as used on ``stream`` (for the caching allocator)."""
+    if isinstance(value, dict):
+        for v in value.values():
+            record_stream(v, stream)
+    elif isinstance(value, tuple):
+        for v in value:
+            record_stream(v, stream)
+    else:
+        value.record_stream(stream)
 
 
 class CudaPrefetcher:
@@ -118,19 +128,16 @@ class CudaPrefetcher:
         while upcoming is not None:
             current = torch.cuda.current_stream(self.device)
             current.wait_stream(stream)
-            images, labels = upcoming
-            images.record_stream(current)
-            labels.record_stream(current)
-            upcoming = self._preload(source, stream)
-            yield images, labels
+            record_stream(upcoming, current)
+            batch, upcoming = upcoming, self._preload(source, stream)
+            yield batch
 
     def _preload(self, source: Iterator[Batch], stream: "torch.cuda.Stream") -> Optional[Batch]:
         try:
-            images, labels = next(source)
+            images, targets = next(source)
         except StopIteration:
             return None
         with torch.cuda.stream(stream):
-            images = images.to(self.device, non_blocking=True)
-            labels = labels.to(self.device, non_blocking=True)
-            images = self.finish(images)
-        return images, labels
+            images = self.finish(to_device(images, self.device))
+            targets = to_device(targets, self.device)
+        return images, targets

@@ -32,13 +32,21 @@ class BatchMixer:
     def __call__(self, images: torch.Tensor, labels: torch.Tensor, key: int) -> Tuple[torch.Tensor, torch.Tensor]:
         """Mixes ``images`` ``(B, 3, H, W)`` float with itself rolled by one along the batch.
 
+        Args:
+            images: the batch.
+            labels: ``(B,)`` class indices, or ``(B, num_classes)`` float targets (multi-hot).
+            key: seeds the draw (see :func:`gpupipe.seeding.batch_key`).
+
         Returns:
             ``(images, targets)``: the mixed images and ``(B, num_classes)`` float32 soft targets.
         """
         rng = random.Random(key)
         op = self.ops[rng.randrange(len(self.ops))]
         lam = rng.betavariate(op.alpha, op.alpha)
-        targets = torch.nn.functional.one_hot(labels, self.num_classes).to(torch.float32)
+        if labels.dim() == 2:
+            targets = labels.to(torch.float32)
+        else:
+            targets = torch.nn.functional.one_hot(labels, self.num_classes).to(torch.float32)
         if len(labels) < 2:
             return images, targets
         rolled = images.roll(1, 0)

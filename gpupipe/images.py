@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import io
 import warnings
-from typing import BinaryIO
+from dataclasses import dataclass
+from typing import BinaryIO, Tuple
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -71,3 +72,153 @@ def decode_rgb(data: bytes) -> np.ndarray:
     """
     with Image.open(io.BytesIO(data)) as img:
         return np.asarray(to_rgb8(ImageOps.exif_transpose(img)))
+
+
+@dataclass(frozen=True)
+class Header:
+    """What an image file's header says.
+
+    Attributes:
+        kind: ``"JPEG"``, ``"PNG"`` or PIL's format name.
+        width, height: as stored.
+        orientation: the EXIF orientation (1 upright; 5-8 swap width and height when applied).
+    """
+
+    kind: str
+    width: int
+    height: int
+    orientation: int = 1
+
+    @property
+    def oriented(self) -> Tuple[int, int]:
+        """``(h, w)`` of the decoded image, EXIF orientation applied."""
+        return (self.width, self.height) if self.orientation in (5, 6, 7, 8) else (self.height, self.width)
+
+
+_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
+#: Bytes read at the start of a file; a JPEG whose frame header lies further is read on from there.
+HEAD_BYTES = 1 << 16
+
+
+def read_header(fh: BinaryIO, max_pixels: int) -> Header:
+    """Parses an image's header from an open file (JPEG and PNG natively, other formats with PIL).
+
+    Raises:
+        ImageRefused: not an image, an unreadable header, or more than ``max_pixels`` pixels.
+    """
+    head = fh.read(HEAD_BYTES)
+    if head[:3] == b"\xff\xd8\xff":
+        header = _jpeg_header(fh, head)
+    elif head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR" and len(head) >= 24:
+        header = Header("PNG", int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big"))
+    else:
+        fh.seek(0)
+        with open_checked(fh, max_pixels) as img:
+            orientation = img.getexif().get(0x0112, 1) if img.format == "WEBP" else 1
+            header = Header(img.format or "?", img.width, img.height, orientation)
+    if header.width < 1 or header.height < 1:
+        raise ImageRefused(f"unreadable image header: size {header.width}x{header.height}")
+    pixels = header.width * header.height
+    if pixels > max_pixels:
+        raise ImageRefused(
+            f"too many pixels: {header.width}x{header.height} = {pixels / 1e6:.0f} MP exceeds the "
+            f"{max_pixels / 1e6:.0f} MP limit (decompression bomb?)"
+        )
+    return header
+
+
+def _jpeg_header(fh: BinaryIO, head: bytes) -> Header:
+    """Walks the JPEG marker segments up to the frame header, noting the EXIF orientation."""
+    def at(offset: int, size: int) -> bytes:
+        if offset + size <= len(head):
+            return head[offset:offset + size]
+        fh.seek(offset)
+        return fh.read(size)
+
+    pos, orientation = 2, 1
+    for _ in range(10_000):
+        marker = at(pos, 4)
+        if len(marker) < 2 or marker[0] != 0xFF:
+            break
+        kind = marker[1]
+        if kind == 0xFF:  # fill byte
+            pos += 1
+            continue
+        if kind == 0x01 or 0xD0 <= kind <= 0xD8:  # markers without a length
+            pos += 2
+            continue
+        if kind in (0xD9, 0xDA) or len(marker) < 4:
+            break
+        length = int.from_bytes(marker[2:4], "big")
+        if length < 2:
+            break
+        if kind in _SOF:
+            frame = at(pos + 4, 5)
+            if len(frame) < 5:
+                break
+            return Header("JPEG", int.from_bytes(frame[3:5], "big"), int.from_bytes(frame[1:3], "big"), orientation)
+        if kind == 0xE1 and orientation == 1:
+            orientation = _exif_orientation(at(pos + 4, min(length - 2, 1 << 16)))
+        pos += 2 + length
+    raise ImageRefused("unreadable image header: no JPEG frame header")
+
+
+def _exif_orientation(app1: bytes) -> int:
+    """The orientation tag (0x0112) of IFD0 in an APP1 segment, 1 when absent or unreadable."""
+    if app1[:6] != b"Exif\x00\x00" or len(app1) < 14:
+        return 1
+    tiff = app1[6:]
+    order = {b"II": "little", b"MM": "big"}.get(tiff[:2])
+    if order is None:
+        return 1
+    ifd = int.from_bytes(tiff[4:8], order)
+    if ifd + 2 > len(tiff):
+        return 1
+    count = int.from_bytes(tiff[ifd:ifd + 2], order)
+    for k in range(min(count, 512)):
+        entry = tiff[ifd + 2 + 12 * k: ifd + 14 + 12 * k]
+        if len(entry) < 12:
+            break
+        if int.from_bytes(entry[:2], order) == 0x0112:
+            value = int.from_bytes(entry[8:10], order)
+            return value if 1 <= value <= 8 else 1
+    return 1
+
+
+def decode_mask(data: bytes) -> np.ndarray:
+    """Decodes a mask of class ids (8-bit gray, or palette: the palette indices) to ``(H, W)`` uint8.
+
+    Raises:
+        ValueError: the file is not a single-channel 8-bit image.
+    """
+    with Image.open(io.BytesIO(data)) as img:
+        if img.mode not in ("L", "P"):
+            raise ValueError(f"a mask must be a single-channel 8-bit or palette image, got mode {img.mode}")
+        return np.asarray(img)
+
+
+def palette_as_gray_png(data: bytes) -> bytes:
+    """A palette PNG rewritten as a grayscale PNG of its palette indices (class ids), without decoding.
+
+    DALI's decoders expand palettes to colours; a mask needs the indices.
+    The pixel data is the same bytes: only the colour type in ``IHDR``
+    changes and the palette chunks are dropped. Other files are returned as they are.
+    """
+    if data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR" or len(data) < 33 or data[25] != 3:
+        return data
+    import zlib
+
+    out = [data[:8]]
+    pos = 8
+    while pos + 8 <= len(data):
+        length = int.from_bytes(data[pos:pos + 4], "big")
+        kind = data[pos + 4:pos + 8]
+        chunk = data[pos:pos + 12 + length]
+        if kind == b"IHDR":
+            body = bytearray(data[pos + 8:pos + 8 + length])
+            body[9] = 0  # colour type 3 (palette) -> 0 (grayscale); bit depth and data unchanged
+            chunk = data[pos:pos + 8] + bytes(body) + zlib.crc32(b"IHDR" + bytes(body)).to_bytes(4, "big")
+        if kind not in (b"PLTE", b"tRNS"):
+            out.append(chunk)
+        pos += 12 + length
+    return b"".join(out)

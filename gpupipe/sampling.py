@@ -1,78 +1,92 @@
 """The order samples are read in, decided once per epoch for every backend and rank.
 
-Every backend reads the index list given here, so the same seed gives the
-same labels in the same order on DALI and torchvision alike. Sharding
-follows ``torch.utils.data.DistributedSampler``: one permutation per epoch
-from ``(seed, epoch)``, padded (by repeating its start) or cut to a
-multiple of the world size, then rank ``r`` takes every ``world_size``-th
-index from position ``r``. Every rank therefore gets the same number of
-samples, and so the same number of batches.
+Every backend reads the slots given here, so the same seed gives the same
+samples in the same order on DALI and torchvision alike. With
+``even_batches=True`` (the default) sharding follows
+``torch.utils.data.DistributedSampler``: the epoch's order is padded (by
+repeating its start) or cut to a multiple of the world size, then rank
+``r`` takes every ``world_size``-th slot from position ``r``, so every rank
+gets as many samples. With ``even_batches=False`` nothing is padded or cut:
+each sample is read exactly once over all ranks, and ranks differ by at
+most one sample.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List
+from typing import Sequence
 
-import torch
+import numpy as np
+
+from .seeding import order_generator
 
 
-def epoch_order(num_samples: int, *, seed: int, epoch: int, shuffle: bool) -> List[int]:
-    """Returns the sample indices of one epoch (all ranks together).
+def epoch_order(num_samples: int, *, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
+    """The sample indices of one epoch (all ranks together), ``(num_samples,)`` int64.
 
-    Args:
-        num_samples: dataset size.
-        seed: the loader's seed.
-        epoch: the epoch number set with ``set_epoch``.
-        shuffle: permute (a function of ``(seed, epoch)`` only) or keep the source order.
-
-    Returns:
-        A list of ``num_samples`` distinct indices.
+    A permutation of ``(seed, epoch)`` alone, or ``0 .. num_samples - 1``.
     """
     if not shuffle:
-        return list(range(num_samples))
-    generator = torch.Generator().manual_seed(epoch_seed(seed, epoch))
-    return torch.randperm(num_samples, generator=generator).tolist()
+        return np.arange(num_samples, dtype=np.int64)
+    import torch
+
+    return torch.randperm(num_samples, generator=order_generator(seed, epoch)).numpy()
 
 
-def epoch_seed(seed: int, epoch: int) -> int:
-    """A 63-bit seed for ``(seed, epoch)``, also used for the random augmentations."""
-    return (seed * 1_000_003 + epoch * 7_919 + 12_345) % (2**63 - 1)
-
-
-@dataclass(frozen=True)
-class Shard:
+@dataclass(frozen=True, repr=False)
+class RankShare:
     """One rank's part of an epoch.
 
     Attributes:
-        indices: sample indices this rank reads, in order.
+        indices: ``(n,)`` sample indices this rank reads, in order.
+        positions: ``(n,)`` their slots in the epoch's global (padded) order;
+            unique over all ranks, they key each sample's random augmentation.
         padded: samples repeated (over all ranks) so that every rank gets as
-            many as the others (``drop_last=False``).
+            many as the others (``drop_last=False``, ``even_batches=True``).
         dropped: samples left out (over all ranks) for the same reason (``drop_last=True``).
     """
 
-    indices: List[int]
-    padded: int
-    dropped: int
+    indices: np.ndarray
+    positions: np.ndarray
+    padded: int = 0
+    dropped: int = 0
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __repr__(self) -> str:
+        return f"RankShare({len(self.indices)} samples, padded={self.padded}, dropped={self.dropped})"
 
 
-def per_rank(num_samples: int, world_size: int, drop_last: bool) -> int:
-    """Samples each rank reads per epoch."""
+def per_rank(num_samples: int, world_size: int, *, drop_last: bool, even_batches: bool = True, rank: int = 0) -> int:
+    """Samples rank ``rank`` reads per epoch."""
+    if not even_batches:
+        return num_samples // world_size + (1 if rank < num_samples % world_size else 0)
     return num_samples // world_size if drop_last else -(-num_samples // world_size)
 
 
-def shard(order: List[int], *, rank: int, world_size: int, drop_last: bool) -> Shard:
-    """Splits an epoch's order among ``world_size`` ranks, equally.
+def batches_per_epoch(samples: int, batch_size: int, drop_last: bool) -> int:
+    """Batches that ``samples`` samples make."""
+    return samples // batch_size if drop_last else -(-samples // batch_size)
 
-    With ``drop_last=False`` the order is padded to a multiple of
+
+def split(order: Sequence[int], *, rank: int, world_size: int, drop_last: bool, even_batches: bool = True) -> RankShare:
+    """Splits an epoch's order among ``world_size`` ranks.
+
+    With ``even_batches=True`` every rank gets the same number of samples:
+    with ``drop_last=False`` the order is padded to a multiple of
     ``world_size`` by repeating it from its start (as often as needed, for a
     dataset smaller than the world); with ``drop_last=True`` the tail is cut.
+    With ``even_batches=False`` rank ``r`` takes slots ``r, r + W, ...`` of
+    the order as it is.
     """
+    order = np.asarray(order, np.int64)
     n = len(order)
-    total = per_rank(n, world_size, drop_last) * world_size
+    if not even_batches:
+        positions = np.arange(rank, n, world_size, dtype=np.int64)
+        return RankShare(indices=order[positions], positions=positions)
+    total = per_rank(n, world_size, drop_last=drop_last) * world_size
     if total > n:
-        repeats = -(-total // n)
-        order = (order * repeats)[:total]
-    else:
-        order = order[:total]
-    return Shard(indices=order[rank::world_size], padded=max(0, total - n), dropped=max(0, n - total))
+        order = np.resize(order, total)  # repeats the order from its start
+    positions = np.arange(rank, total, world_size, dtype=np.int64)
+    return RankShare(indices=order[positions], positions=positions, padded=max(0, total - n), dropped=max(0, n - total))

@@ -1,44 +1,60 @@
-"""Finding bad files before they reach a decoder: a fast scan of sizes and headers.
+"""Finding bad files before they reach a decoder, and every image's size: a fast header scan.
 
 DALI cannot skip a sample inside a batch (one bad file invalidates the
 pipeline), and torchvision's PNG decoder crashes the process on some
 corrupt files, so the loader checks every file once when it is built:
-empty files, files that are not images, truncated JPEGs and PNGs (no end
-marker) and images with more pixels than allowed (decompression bombs) are
-found from the first and last bytes, without decoding. Results are cached
-per folder, keyed by each file's size and modification time, so a later
-scan only stats the files.
+missing files, files that are not regular (FIFOs, devices), empty or
+oversized files, files that are not images, truncated JPEGs and PNGs (no
+end marker) and images with more pixels than allowed (decompression bombs)
+are found from the first and last bytes, without decoding. The same pass
+records every image's size (EXIF orientation applied), which the planner
+needs to draw crop windows.
 
-Files that pass the scan but still fail to decode (corrupt data inside) are
-caught while loading (see the backends).
+Results are cached per folder, keyed by each file's size and modification
+time, so a later scan only stats the files. A cold scan uses every core;
+under ``torch.distributed`` each rank scans its share and the results are
+exchanged, so a node's files are read once, not once per rank.
+
+Files that pass the scan but still fail to decode (corrupt data inside)
+are caught while loading (see the backends).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
+import multiprocessing
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
-from .images import ImageRefused, open_checked
+import numpy as np
+
+from .fileio import UnreadableFile, regular_stat
+from .images import ImageRefused, read_header
 
 logger = logging.getLogger(__name__)
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 #: How far from the end an end-of-image marker may sit (some writers pad files).
 _TAIL_BYTES = 4096
+#: Below this many files to check, a scan stays in this process.
+_PARALLEL_FROM = 2048
 
 
 @dataclass(frozen=True)
-class Skipped:
-    """A file left out, and why."""
+class ScanResult:
+    """The outcome of a scan.
 
-    path: str
-    reason: str
+    Attributes:
+        bad: ``{index: reason}`` of the files that cannot be used.
+        sizes: ``(N, 2)`` int64 ``(h, w)`` of each image, EXIF orientation applied (``-1`` for bad files).
+    """
+
+    bad: Dict[int, str]
+    sizes: np.ndarray
 
 
 def default_cache_dir() -> Path:
@@ -49,109 +65,189 @@ def default_cache_dir() -> Path:
     return Path(base) / "gpupipe"
 
 
-class SkipLog:
-    """Every file a loader left out, each logged once.
+def check_file(path: str, *, max_pixels: int, max_file_size: int) -> Tuple[Optional[str], int, int]:
+    """Checks one file from its header and tail.
 
-    Attributes:
-        entries: the skipped files, in the order they were found.
+    Returns:
+        ``(reason, h, w)``: why it cannot be used (``None`` when it looks
+        sound) and its oriented size (``-1`` when unknown).
     """
-
-    def __init__(self) -> None:
-        self.entries: List[Skipped] = []
-        self._seen: set = set()
-
-    def add(self, path: str, reason: str) -> None:
-        if path in self._seen:
-            return
-        self._seen.add(path)
-        self.entries.append(Skipped(path, reason))
-        logger.warning("skipping %s: %s", path, reason)
-
-
-def check_file(path: str, max_pixels: int) -> Optional[str]:
-    """Returns why ``path`` cannot be used, or ``None`` when its header and ends look sound."""
     try:
-        size = os.path.getsize(path)
-    except OSError as err:
-        return f"cannot read: {err.strerror or err}"
-    if size == 0:
-        return "empty file (0 bytes)"
-    try:
+        size = regular_stat(path, max_file_size).st_size
+        if size == 0:
+            return "empty file (0 bytes)", -1, -1
         with open(path, "rb") as fh:
-            with open_checked(fh, max_pixels) as img:
-                kind = img.format
+            header = read_header(fh, max_pixels)
             fh.seek(max(0, size - _TAIL_BYTES))
             tail = fh.read()
-    except ImageRefused as refused:
-        return refused.reason
+    except (UnreadableFile, ImageRefused) as refused:
+        return refused.reason, -1, -1
     except OSError as err:
-        return f"cannot read: {err.strerror or err}"
-    if kind == "JPEG" and b"\xff\xd9" not in tail:
-        return "truncated JPEG (no end-of-image marker)"
-    if kind == "PNG" and b"IEND" not in tail:
-        return "truncated PNG (no IEND chunk)"
-    return None
+        return f"cannot read: {err.strerror or err}", -1, -1
+    if header.kind == "JPEG" and b"\xff\xd9" not in tail:
+        return "truncated JPEG (no end-of-image marker)", -1, -1
+    if header.kind == "PNG" and b"IEND" not in tail:
+        return "truncated PNG (no IEND chunk)", -1, -1
+    h, w = header.oriented
+    return None, h, w
 
 
-def scan(paths: Sequence[str], *, max_pixels: int, cache_dir: Optional[Path]) -> Dict[int, str]:
-    """Checks every file; returns ``{index: reason}`` for the bad ones.
+def _stat_keys(paths: Sequence[str]) -> np.ndarray:
+    """``(N, 2)`` int64 ``(size, mtime_ns)`` per file, ``(-1, -1)`` when it cannot be stat-ed."""
+    keys = np.full((len(paths), 2), -1, np.int64)
+    stat = os.stat
+    for i, path in enumerate(paths):
+        try:
+            st = stat(path)
+        except OSError:
+            continue
+        keys[i, 0], keys[i, 1] = st.st_size, st.st_mtime_ns
+    return keys
+
+
+def _check_many(args: Tuple[List[str], int, int]) -> List[Tuple[Optional[str], int, int]]:
+    paths, max_pixels, max_file_size = args
+    return [check_file(p, max_pixels=max_pixels, max_file_size=max_file_size) for p in paths]
+
+
+def _check_all(paths: List[str], max_pixels: int, max_file_size: int, workers: int) -> List[Tuple[Optional[str], int, int]]:
+    """:func:`check_file` on each path, over ``workers`` processes when there are many."""
+    if workers <= 1 or len(paths) < _PARALLEL_FROM:
+        return _check_many((paths, max_pixels, max_file_size))
+    chunk = -(-len(paths) // (workers * 8))
+    parts = [(paths[i:i + chunk], max_pixels, max_file_size) for i in range(0, len(paths), chunk)]
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        return [r for part in pool.imap(_check_many, parts) for r in part]
+
+
+def scan(paths: Sequence[str], *, max_pixels: int, max_file_size: int, cache_dir: Optional[Path],
+         workers: Optional[int] = None) -> ScanResult:
+    """Checks every file and reads its size; unchanged files come from the cache.
 
     Args:
         paths: the files.
         max_pixels: images with more pixels are refused.
+        max_file_size: larger files are refused.
         cache_dir: where results are kept between runs (``None``: no cache).
+        workers: processes for a cold scan (default: the usable cores).
     """
     started = time.perf_counter()
-    cache_file = _cache_file(paths, max_pixels, cache_dir) if cache_dir is not None else None
-    cached = _load(cache_file)
-    fresh: Dict[str, List] = {}
-    bad: Dict[int, str] = {}
-    checked = 0
-    for index, path in enumerate(paths):
+    paths = list(paths)
+    world = _world()
+    mine = np.arange(world[0], len(paths), world[1]) if world[1] > 1 else np.arange(len(paths))
+    cache = _Cache(cache_dir, paths, max_pixels, max_file_size) if cache_dir is not None else None
+    cached = cache.load() if cache is not None else None
+
+    keys = _stat_keys([paths[i] for i in mine])
+    reasons: List[Optional[str]] = [None] * len(mine)
+    sizes = np.full((len(mine), 2), -1, np.int64)
+    fresh = np.ones(len(mine), bool)
+    if cached is not None:
+        fresh = ~np.all(cached.keys[mine] == keys, axis=1)
+        sizes[~fresh] = cached.sizes[mine[~fresh]]
+        for k in np.flatnonzero(~fresh):
+            reasons[k] = cached.reason(mine[k])
+    todo = np.flatnonzero(fresh)
+    results = _check_all([paths[mine[k]] for k in todo], max_pixels, max_file_size, workers or _cores())
+    for k, (reason, h, w) in zip(todo, results):
+        reasons[k], sizes[k] = reason, (h, w)
+    part = (mine, keys, sizes, reasons, len(todo))
+    if world[1] > 1:
+        part = _exchange(part)
+    all_idx, all_keys, all_sizes, all_reasons, checked = part
+    order = np.argsort(all_idx)
+    result_keys, result_sizes = all_keys[order], all_sizes[order]
+    result_reasons = [all_reasons[i] for i in order]
+    if cache is not None and (checked or cached is None) and int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        cache.save(result_keys, result_sizes, result_reasons)
+    bad = {i: r for i, r in enumerate(result_reasons) if r is not None}
+    logger.info("scanned %d files (%d read, %d from the cache) in %.2f s: %d bad",
+                len(paths), checked, len(paths) - checked, time.perf_counter() - started, len(bad))
+    return ScanResult(bad=bad, sizes=result_sizes)
+
+
+def _cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+def _world() -> Tuple[int, int]:
+    """``(rank, world_size)`` of an initialised ``torch.distributed`` group, else ``(0, 1)``."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return 0, 1
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _exchange(part):
+    """Every rank's share of the scan, gathered on every rank."""
+    import torch.distributed as dist
+
+    gathered: List = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, part)
+    return (np.concatenate([g[0] for g in gathered]), np.concatenate([g[1] for g in gathered]),
+            np.concatenate([g[2] for g in gathered]), [r for g in gathered for r in g[3]],
+            sum(g[4] for g in gathered))
+
+
+class _Cached:
+    """A loaded cache, aligned with the paths being scanned."""
+
+    def __init__(self, keys: np.ndarray, sizes: np.ndarray, codes: np.ndarray, table: List[str]) -> None:
+        self.keys, self.sizes, self.codes, self.table = keys, sizes, codes, table
+
+    def reason(self, i: int) -> Optional[str]:
+        code = int(self.codes[i])
+        return None if code < 0 else self.table[code]
+
+
+class _Cache:
+    """One ``.npz`` per (folder, settings): per-file stat keys, sizes and reasons, in path order.
+
+    When the list of paths is the one cached (the usual case) the arrays
+    line up with it and nothing is looked up per path.
+    """
+
+    def __init__(self, cache_dir: Path, paths: List[str], max_pixels: int, max_file_size: int) -> None:
+        root = os.path.commonpath(paths) if paths else ""
+        digest = hashlib.sha1(f"{CACHE_VERSION}|{root}|{max_pixels}|{max_file_size}".encode(
+            "utf-8", "surrogateescape")).hexdigest()[:20]
+        self.file = Path(cache_dir) / "scan" / f"{digest}.npz"
+        self.paths = paths
+        self.listing = hashlib.sha1("\0".join(paths).encode("utf-8", "surrogateescape")).hexdigest()
+
+    def load(self) -> Optional[_Cached]:
+        if not self.file.is_file():
+            return None
         try:
-            stat = os.stat(path)
-            key = [stat.st_size, stat.st_mtime_ns]
-        except OSError:
-            key = [-1, -1]
-        entry = cached.get(path)
-        if entry is not None and entry[:2] == key:
-            reason = entry[2]
-        else:
-            reason = check_file(path, max_pixels)
-            checked += 1
-        fresh[path] = key + [reason]
-        if reason is not None:
-            bad[index] = reason
-    if cache_file is not None and (checked or len(fresh) != len(cached)):
-        _save(cache_file, fresh)
-    logger.info(
-        "scanned %d files (%d read, %d from the cache) in %.2f s: %d bad",
-        len(paths), checked, len(paths) - checked, time.perf_counter() - started, len(bad),
-    )
-    return bad
+            with np.load(self.file, allow_pickle=False) as data:
+                if str(data["listing"]) != self.listing:
+                    return None  # other files: scan them all (a changed folder is rare)
+                keys, sizes, codes = data["keys"], data["sizes"], data["codes"]
+                table = [str(t) for t in data["table"]]
+            n = len(self.paths)
+            if keys.shape != (n, 2) or sizes.shape != (n, 2) or codes.shape != (n,) or \
+                    (len(codes) and int(codes.max(initial=-1)) >= len(table)):
+                raise ValueError("arrays do not match the listing")
+            return _Cached(keys.astype(np.int64), sizes.astype(np.int64), codes.astype(np.int64), table)
+        except (OSError, ValueError, KeyError, TypeError, EOFError) as err:
+            logger.warning("ignoring unreadable scan cache %s: %s", self.file, err)
+            return None
 
-
-def _cache_file(paths: Sequence[str], max_pixels: int, cache_dir: Path) -> Path:
-    root = os.path.commonpath(paths) if paths else ""
-    digest = hashlib.sha1(f"{CACHE_VERSION}|{root}|{max_pixels}".encode()).hexdigest()[:20]
-    return Path(cache_dir) / "scan" / f"{digest}.json"
-
-
-def _load(cache_file: Optional[Path]) -> Dict[str, List]:
-    if cache_file is None or not cache_file.is_file():
-        return {}
-    try:
-        return json.loads(cache_file.read_text())["files"]
-    except (OSError, ValueError, KeyError) as err:
-        logger.warning("ignoring unreadable scan cache %s: %s", cache_file, err)
-        return {}
-
-
-def _save(cache_file: Path, files: Dict[str, List]) -> None:
-    try:
-        cache_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache_file.with_name(f"{cache_file.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"version": CACHE_VERSION, "files": files}))
-        os.replace(tmp, cache_file)
-    except OSError as err:
-        logger.warning("could not write the scan cache %s: %s", cache_file, err)
+    def save(self, keys: np.ndarray, sizes: np.ndarray, reasons: List[Optional[str]]) -> None:
+        table = sorted({r for r in reasons if r is not None})
+        index = {r: k for k, r in enumerate(table)}
+        codes = np.array([-1 if r is None else index[r] for r in reasons], np.int32)
+        try:
+            self.file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.file.with_name(f"{self.file.stem}.{os.getpid()}.tmp.npz")
+            np.savez(tmp, listing=np.array(self.listing), keys=keys, sizes=sizes.astype(np.int32), codes=codes,
+                     table=np.array(table, dtype=str))
+            os.replace(tmp, self.file)
+        except OSError as err:
+            logger.warning("could not write the scan cache %s: %s", self.file, err)

@@ -1,33 +1,46 @@
 """The packed-shards format: WebDataset tars, DALI index files and the manifest.
 
 A packed folder holds ``shard-NNNNNN.tar`` (uncompressed tar; each sample is
-``<key>.jpg`` plus ``<key>.cls``, the class index as 8 zero-padded ASCII
-digits, which WebDataset readers parse with ``int()`` and DALI with a
-fixed-width sum), one DALI index ``shard-NNNNNN.idx`` per tar, and
-``manifest.json``. The index is DALI's ``v1.2`` text format: a header
-``v1.2 <samples>``, then per sample ``<ext> <offset> <size> <name>`` for
-each component, offsets pointing at the member's data.
+``<key>.jpg`` plus its target: ``<key>.cls``, the class index as 8
+zero-padded ASCII digits, which WebDataset readers parse with ``int()``;
+``<key>.png``, a mask of class ids; or ``<key>.json``, boxes or several
+labels), one DALI index ``shard-NNNNNN.idx`` per tar, and ``manifest.json``.
+The index is DALI's ``v1.2`` text format: a header ``v1.2 <samples>``,
+then per sample ``<ext> <offset> <size> <name>`` for each component,
+offsets pointing at the member's data.
+
+Everything here is read as untrusted: names must stay inside the packed
+folder, numbers must be in range, and the manifest must have the expected
+shape; anything else is a ``ValueError`` naming the file and the field.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
+
+from .fileio import UnreadableFile, read_file
 
 FORMAT = "gpupipe-shards"
-VERSION = 1
+#: 2: per-sample image sizes, target kinds other than class labels.
+VERSION = 2
 MANIFEST = "manifest.json"
 INDEX_VERSION = "v1.2"
 #: Width of the zero-padded ASCII class index in ``<key>.cls``.
 CLASS_DIGITS = 8
-#: The components every sample has, in index order.
-COMPONENTS = ("jpg", "cls")
+#: The member holding each target kind (besides the image, ``jpg``).
+TARGET_EXT = {"label": "cls", "multi_label": "json", "mask": "png", "boxes": "json"}
+IMAGE_EXT = "jpg"
+#: Cap on a manifest or index file read (they are small; a larger one is not ours).
+MAX_METADATA_BYTES = 1 << 30
 
 
-def shard_name(number: int) -> str:
-    return f"shard-{number:06d}.tar"
+def shard_name(number: int, prefix: str = "shard") -> str:
+    return f"{prefix}-{number:06d}.tar"
 
 
 def index_name(tar_name: str) -> str:
@@ -57,19 +70,27 @@ def write_index(path: Path, entries: Sequence[IndexEntry]) -> None:
     lines = [f"{INDEX_VERSION} {len(entries)}"]
     for entry in entries:
         lines.append(" ".join(f"{ext} {m.offset} {m.size} {m.name}" for ext, m in entry.items()))
-    path.write_text("\n".join(lines) + "\n")
+    Path(path).write_text("\n".join(lines) + "\n")
 
 
-def read_index(path: Path) -> List[IndexEntry]:
+def read_index(path: Path, sha256: str = "") -> List[IndexEntry]:
     """Parses a DALI ``v1.2`` index.
 
+    Args:
+        path: the index file.
+        sha256: its checksum as the manifest records it ('' to skip the check).
+
     Raises:
-        ValueError: naming the file and line when it is malformed.
+        ValueError: naming the file and line when it is malformed, or when it
+            does not match ``sha256``.
     """
     try:
-        lines = path.read_text().splitlines()
-    except OSError as err:
-        raise ValueError(f"cannot read index {path}: {err}") from err
+        data = read_file(str(path), MAX_METADATA_BYTES)
+    except UnreadableFile as err:
+        raise ValueError(f"cannot read index {path}: {err.reason}") from None
+    if sha256 and hashlib.sha256(data).hexdigest() != sha256:
+        raise ValueError(f"index {path} differs from the one packed (its sha256 does not match the manifest)")
+    lines = data.decode("utf-8", "replace").splitlines()
     if not lines:
         raise ValueError(f"index {path} is empty")
     header = lines[0].split()
@@ -92,24 +113,135 @@ def read_index(path: Path) -> List[IndexEntry]:
     return entries
 
 
+def member_problem(member: Member, tar_size: int, max_size: int) -> str:
+    """Why an indexed member cannot be read from a tar of ``tar_size`` bytes ('' when it can)."""
+    if member.offset < 512:
+        return f"{member.name}: index offset {member.offset} lies inside the first tar header"
+    if member.offset + member.size > tar_size:
+        return (f"{member.name}: indexed bytes {member.offset}..{member.offset + member.size} lie past the end of "
+                f"the tar ({tar_size} bytes; cut short?)")
+    if member.size > max_size:
+        return f"{member.name}: {member.size:,} bytes exceeds the {max_size:,}-byte limit"
+    return ""
+
+
+def confined(root: Path, name: Any, what: str) -> Path:
+    """``root / name`` for a name read from a manifest, refusing anything that leaves ``root``.
+
+    Raises:
+        ValueError: the name is not a string, is absolute, contains ``..``, or
+            resolves (through links) outside ``root``.
+    """
+    if not isinstance(name, str) or not name or "\0" in name:
+        raise ValueError(f"{root / MANIFEST}: {what} must be a file name, got {name!r}")
+    if os.path.isabs(name) or ".." in Path(name).parts:
+        raise ValueError(f"{root / MANIFEST}: {what} {name!r} leaves the packed folder")
+    path = root / name
+    base = root.resolve()
+    if path.resolve() != base and base not in path.resolve().parents:
+        raise ValueError(f"{root / MANIFEST}: {what} {name!r} leads outside the packed folder (a link?)")
+    return path
+
+
 def read_manifest(root: Path) -> Dict:
     """Loads and checks ``root/manifest.json``.
 
     Raises:
-        ValueError: no manifest, not a gpupipe manifest, or a newer version.
+        ValueError: no manifest, not a gpupipe manifest, a newer version, or a
+            field of the wrong type or range (named).
     """
     path = Path(root) / MANIFEST
     try:
-        manifest = json.loads(path.read_text())
-    except OSError as err:
-        raise ValueError(f"{root} is not a packed folder: cannot read {path.name} ({err})") from err
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path} is not valid JSON: {err}") from err
-    if manifest.get("format") != FORMAT:
-        raise ValueError(f"{path} is not a {FORMAT} manifest (format={manifest.get('format')!r})")
-    if manifest.get("version", 0) > VERSION:
-        raise ValueError(f"{path} has format version {manifest['version']}; this gpupipe reads up to {VERSION}")
+        manifest = json.loads(read_file(str(path), MAX_METADATA_BYTES))
+    except UnreadableFile as err:
+        raise ValueError(f"{root} is not a packed folder: cannot read {path.name} ({err.reason})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is not valid JSON: {err}") from None
+    check_manifest(manifest, path)
     return manifest
+
+
+def _expect(cond: bool, path: Path, field: str, value: Any, want: str) -> None:
+    if not cond:
+        text = repr(value)
+        raise ValueError(f"{path}: {field} must be {want}, got {text[:80] + ('...' if len(text) > 80 else '')}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def checksum(manifest: Dict) -> str:
+    """The manifest's own checksum: sha256 of its canonical JSON without the ``checksum`` field."""
+    body = {k: v for k, v in manifest.items() if k != "checksum"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def check_manifest(manifest: Any, path: Path) -> None:
+    """Checks the manifest's shape (types and ranges of every field the readers use).
+
+    Raises:
+        ValueError: naming the file and the first wrong field.
+    """
+    _expect(isinstance(manifest, dict), path, "the manifest", manifest, "a JSON object")
+    _expect(manifest.get("format") == FORMAT, path, "format", manifest.get("format"), repr(FORMAT))
+    version = manifest.get("version")
+    _expect(_is_int(version) and version >= 1, path, "version", version, "an int >= 1")
+    if version > VERSION:
+        raise ValueError(f"{path} has format version {version}; this gpupipe reads up to {VERSION}")
+    if version >= 2 and manifest.get("checksum") != checksum(manifest):
+        raise ValueError(f"{path} is damaged: its checksum does not match its content (edited or corrupted "
+                         "since it was written; pack again, or restore it)")
+    kind = manifest.get("kind", "label")
+    _expect(kind in TARGET_EXT, path, "kind", kind, f"one of {sorted(TARGET_EXT)}")
+    classes = manifest.get("classes")
+    _expect(isinstance(classes, list) and all(isinstance(c, str) for c in classes), path, "classes", classes,
+            "a list of names")
+    shards = manifest.get("shards")
+    _expect(isinstance(shards, list), path, "shards", shards, "a list")
+    for k, shard in enumerate(shards):
+        where = f"shards[{k}]"
+        _expect(isinstance(shard, dict), path, where, shard, "an object")
+        for field in ("name", "index"):
+            _expect(isinstance(shard.get(field), str), path, f"{where}.{field}", shard.get(field), "a string")
+        for field in ("samples", "bytes"):
+            _expect(_is_int(shard.get(field)) and shard[field] >= 0, path, f"{where}.{field}", shard.get(field),
+                    "an int >= 0")
+        if version >= 2:
+            _expect(isinstance(shard.get("index_sha256"), str), path, f"{where}.index_sha256",
+                    shard.get("index_sha256"), "a string")
+        n = shard["samples"]
+        target = {"label": "labels", "multi_label": "label_lists", "mask": "labels", "boxes": "boxes"}[kind]
+        _check_rows(shard, target, n, path, where, kind)
+        if version >= 2:
+            sizes = shard.get("sizes")
+            _expect(isinstance(sizes, list) and len(sizes) == n and all(
+                isinstance(s, list) and len(s) == 2 and all(_is_int(v) and v > 0 for v in s) for s in sizes),
+                path, f"{where}.sizes", sizes, f"{n} [h, w] pairs of positive ints")
+    totals = manifest.get("totals", {})
+    _expect(isinstance(totals, dict), path, "totals", totals, "an object")
+
+
+def _check_rows(shard: Dict, field: str, n: int, path: Path, where: str, kind: str) -> None:
+    rows = shard.get(field)
+    if kind in ("label", "mask") and field == "labels":
+        if kind == "mask" and rows is None:
+            return
+        _expect(isinstance(rows, list) and len(rows) == n and all(_is_int(v) for v in rows), path,
+                f"{where}.labels", rows, f"{n} ints")
+    elif kind == "multi_label":
+        _expect(isinstance(rows, list) and len(rows) == n and all(
+            isinstance(r, list) and all(_is_int(v) for v in r) for r in rows), path, f"{where}.label_lists", rows,
+            f"{n} lists of ints")
+    elif kind == "boxes":
+        labels = shard.get("box_labels")
+        _expect(isinstance(rows, list) and len(rows) == n and isinstance(labels, list) and len(labels) == n,
+                path, f"{where}.boxes", rows, f"{n} box lists with {n} label lists")
+        for r, lbl in zip(rows, labels):
+            _expect(isinstance(r, list) and isinstance(lbl, list) and len(r) == len(lbl) and all(
+                isinstance(b, list) and len(b) == 4 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                            for v in b) for b in r) and all(_is_int(v) for v in lbl),
+                path, f"{where}.boxes", r, "[x0, y0, x1, y1] boxes, one int label each")
 
 
 def is_packed(root: Path) -> bool:
@@ -123,6 +255,6 @@ def runs(shard_of: Sequence[int]) -> List[Tuple[int, int, int]]:
     start = 0
     for i in range(1, len(shard_of) + 1):
         if i == len(shard_of) or shard_of[i] != shard_of[start]:
-            out.append((shard_of[start], start, i))
+            out.append((int(shard_of[start]), start, i))
             start = i
     return out

@@ -2,7 +2,9 @@
 
 Backends compile a :class:`PipelineSpec`, never a raw list, so every
 structural mistake (no ``Decode`` first, a batch of unequal image sizes, an
-op after the output step) fails when the loader is built.
+op after the output step, an op that cannot carry the source's targets)
+fails when the loader is built. Sizes come from each op's own
+:meth:`~gpupipe.ops.Op.output_size`.
 """
 
 from __future__ import annotations
@@ -10,18 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
-from .ops import (
-    FIXED_SIZE_OPS,
-    GEOMETRY_OPS,
-    BatchOp,
-    CenterCrop,
-    Decode,
-    Normalize,
-    Op,
-    Output,
-    RandomResizedCrop,
-    Resize,
-)
+from .ops import HW, BatchOp, Decode, Effect, Normalize, Op, Output, SanitizeBoxes
+from .targets import TargetKind
 
 
 @dataclass(frozen=True)
@@ -29,18 +21,27 @@ class PipelineSpec:
     """A validated pipeline.
 
     Attributes:
-        ops: the per-image ops, ``Decode`` first, without ``Normalize`` and ``Output``.
+        ops: the per-image ops, ``Decode`` first, without ``Normalize``, ``Output``,
+            batch ops and ``SanitizeBoxes``.
+        sizes: ``(h, w)`` of every image after each op of ``ops`` (``None``: varies per image).
         normalize: the pipeline's ``Normalize``; ``None`` means scale to ``[0, 1]``.
         output: dtype and memory format of the batch.
         size: ``(h, w)`` of every output image.
         batch_ops: ``MixUp`` / ``CutMix``, applied to whole batches on the device.
+        target: the kind of target the pipeline carries.
+        sanitize: which boxes survive (detection; the defaults when the pipeline has none).
+        ignore_index: the mask value of pixels no image pixel maps to (segmentation).
     """
 
     ops: Tuple[Op, ...]
+    sizes: Tuple[Optional[HW], ...]
     normalize: Optional[Normalize]
     output: Output
-    size: Tuple[int, int]
+    size: HW
     batch_ops: Tuple[BatchOp, ...] = ()
+    target: TargetKind = TargetKind.LABEL
+    sanitize: SanitizeBoxes = SanitizeBoxes()
+    ignore_index: int = 255
 
     @property
     def mean(self) -> Tuple[float, float, float]:
@@ -52,14 +53,21 @@ class PipelineSpec:
         """Per-channel std in ``[0, 1]`` units (ones without ``Normalize``)."""
         return self.normalize.std if self.normalize else (1.0, 1.0, 1.0)
 
+    def size_before(self, i: int) -> Optional[HW]:
+        """``(h, w)`` of the images op ``i`` receives (``None``: varies)."""
+        return self.sizes[i - 1] if i > 0 else None
 
-def build_spec(ops: Sequence[Op], output: Optional[Output] = None) -> PipelineSpec:
+
+def build_spec(ops: Sequence[Op], output: Optional[Output] = None,
+               target: Optional[TargetKind] = TargetKind.LABEL, ignore_index: int = 255) -> PipelineSpec:
     """Checks an op list and returns the spec the backends compile.
 
     Args:
         ops: the pipeline; ``Decode`` first, then geometry and pixel ops, an
-            optional ``Normalize`` and an optional trailing ``Output``.
+            optional ``Normalize``, optional batch ops and an optional trailing ``Output``.
         output: the output step to use when ``ops`` has none.
+        target: the kind of target the source gives (``None``: check the structure only).
+        ignore_index: the source's mask value for "no class".
 
     Raises:
         ValueError: naming the offending op or position.
@@ -75,47 +83,57 @@ def build_spec(ops: Sequence[Op], output: Optional[Output] = None) -> PipelineSp
             raise ValueError(f"the pipeline's {ops[-1]!r} conflicts with the loader's {output!r}")
         output = ops.pop()
     output = output or Output()
+    for op in ops:
+        if target is not None and target not in op.carries:
+            raise ValueError(_cannot_carry(op, target))
     batch_ops = []
     while ops and isinstance(ops[-1], BatchOp):
         batch_ops.insert(0, ops.pop())
     if batch_ops and output.dtype == "uint8":
-        raise ValueError(f"{type(batch_ops[0]).__name__} mixes float images; it cannot give uint8 batches")
+        raise ValueError(f"{batch_ops[0].name} mixes float images; it cannot give uint8 batches")
 
-    image_ops, normalize, size = [], None, None
+    image_ops, sizes, normalize, sanitize, size = [], [], None, None, None
     for i, op in enumerate(ops):
-        if isinstance(op, BatchOp):
-            raise ValueError(f"pipeline[{i}]: {type(op).__name__} works on whole batches and must come last")
-        if isinstance(op, FIXED_SIZE_OPS) and size is None:
+        where = f"pipeline[{i}]: {op.name}"
+        if op.effect is Effect.BATCH:
+            raise ValueError(f"{where} works on whole batches and must come last")
+        if op.effect is Effect.OUTPUT:
+            raise ValueError(f"{where}() must be the last op")
+        if op.effect is Effect.DECODE and i > 0:
+            raise ValueError(f"{where}() may appear only first")
+        if op.needs_fixed_size and size is None:
             raise ValueError(
-                f"pipeline[{i}]: {type(op).__name__} needs images of one size: put it after "
-                "RandomResizedCrop, CenterCrop or Resize(size=(h, w))"
+                f"{where} needs images of one size: put it after RandomResizedCrop, CenterCrop, RandomCrop, "
+                "PadTo or Resize(size=(h, w))"
             )
-        if isinstance(op, (Decode,)) and i > 0:
-            raise ValueError(f"pipeline[{i}]: Decode() may appear only first")
-        if isinstance(op, Output):
-            raise ValueError(f"pipeline[{i}]: Output() must be the last op")
-        if normalize is not None:
-            raise ValueError(f"pipeline[{i}]: {type(op).__name__} comes after Normalize(); Normalize must be last")
+        if sanitize is not None and op.effect is Effect.GEOMETRIC:
+            raise ValueError(f"{where} comes after SanitizeBoxes(), which must follow every geometric op")
+        if normalize is not None and op.effect is not Effect.TARGET:
+            raise ValueError(f"{where} comes after Normalize(); Normalize must be last")
         if isinstance(op, Normalize):
             normalize = op
-            continue
-        if isinstance(op, GEOMETRY_OPS):
-            size = _geometry_output(op, size)
-        image_ops.append(op)
+        elif isinstance(op, SanitizeBoxes):
+            sanitize = op
+        else:
+            size = op.output_size(size)
+            image_ops.append(op)
+            sizes.append(size)
     if size is None:
         raise ValueError(
-            "the pipeline gives images of varying size, which cannot be batched: "
-            "end its geometry with RandomResizedCrop, CenterCrop or Resize(size=(h, w))"
+            "the pipeline gives images of varying size, which cannot be batched: end its geometry with "
+            "RandomResizedCrop, CenterCrop, RandomCrop, PadTo or Resize(size=(h, w))"
         )
-    return PipelineSpec(ops=tuple(image_ops), normalize=normalize, output=output, size=size, batch_ops=tuple(batch_ops))
+    return PipelineSpec(
+        ops=tuple(image_ops), sizes=tuple(sizes), normalize=normalize, output=output, size=size,
+        batch_ops=tuple(batch_ops), target=target or TargetKind.LABEL, sanitize=sanitize or SanitizeBoxes(), ignore_index=ignore_index,
+    )
 
 
-def _geometry_output(op: Op, size: Optional[Tuple[int, int]]) -> Optional[Tuple[int, int]]:
-    """Returns the fixed ``(h, w)`` after ``op``, or ``None`` when it varies per image."""
-    if isinstance(op, (RandomResizedCrop, CenterCrop)):
-        if isinstance(op, CenterCrop) and size is not None and (op.size[0] > size[0] or op.size[1] > size[1]):
-            raise ValueError(f"{op!r} is larger than the {size} images it receives")
-        return op.size
-    if isinstance(op, Resize):
-        return op.size if isinstance(op.size, tuple) else None
-    return size
+def _cannot_carry(op: Op, target: TargetKind) -> str:
+    if op.effect is Effect.BATCH:
+        why = f"it mixes whole images and class labels; mixing {target.title} is not supported"
+    elif TargetKind.BOXES in op.carries and len(op.carries) == 1:
+        why = "it needs boxes (a detection source)"
+    else:
+        why = f"it moves pixels without moving the {target.title}"
+    return f"{op.name} cannot carry {target.title}: {why}"

@@ -14,13 +14,9 @@ import torch.distributed as dist
 
 import gpupipe
 from gpupipe.ops import Decode, Output, Resize
+from helpers import sample_ids
 
 PIPELINE = [Decode(), Resize(size=(8, 8)), Output(dtype="uint8")]
-
-
-def sample_ids(images: torch.Tensor) -> list:
-    steps = ((images[:, :, 0, 0].to(torch.float32) - 8) / 16).round().to(torch.int64)
-    return (steps[:, 0] + 16 * steps[:, 1]).tolist()
 
 
 def make(args, source, drop_last, batch_size):
@@ -39,7 +35,7 @@ def run_epochs(loader, epochs, save_at=None, state_file=None):
             if save_at is not None and epoch == epochs - 1 and i + 1 == save_at:
                 torch.save(loader.state_dict(), state_file)
         record["epochs"][epoch] = batches
-        record[f"padded_{epoch}"] = loader.shard(epoch).padded
+        record[f"padded_{epoch}"] = loader.rank_share(epoch).padded
     return record
 
 

@@ -15,7 +15,7 @@ from typing import List, Optional
 import numpy as np
 from PIL import Image, ImageOps
 
-from conftest import textured_image
+from helpers import textured_image
 
 
 @dataclass
@@ -90,5 +90,27 @@ def broken_inside_png(path: Path, seed: int = 0) -> Path:
     start = data.find(b"IDAT") + 40
     for k in range(start, start + 160):
         data[k] ^= 0xA5
+    path.write_bytes(bytes(data))
+    return path
+
+
+def broken_inside_jpeg(path: Path, seed: int = 0, size=(40, 56)) -> Path:
+    """A JPEG whose header, frame and end marker are intact but whose Huffman tables are garbage:
+    it passes the scan and fails only when decoded (on every decoder)."""
+    import io
+
+    rgb = textured_image(np.random.default_rng(seed), *size)
+    buffer = io.BytesIO()
+    Image.fromarray(rgb).save(buffer, "JPEG", quality=90)
+    data = bytearray(buffer.getvalue())
+    pos = 2
+    while pos < len(data):
+        marker, length = data[pos + 1], int.from_bytes(data[pos + 2:pos + 4], "big")
+        if marker == 0xC4:  # DHT: claim 255 codes of length 1 (an impossible table)
+            for k in range(pos + 5, pos + 21):
+                data[k] = 0xFF
+        if marker == 0xDA:
+            break
+        pos += 2 + length
     path.write_bytes(bytes(data))
     return path

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import gpupipe
-from conftest import DALI_BACKEND_DEVICES, make_image_folder
+from helpers import DALI_BACKEND_DEVICES, make_image_folder
 from gpupipe import presets
 from gpupipe.batchaug import BatchMixer
 from gpupipe.ops import (

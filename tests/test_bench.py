@@ -9,8 +9,8 @@ import time
 import pytest
 import torch
 
-from conftest import make_image_folder
-from gpupipe.bench import demo, measure
+from helpers import make_image_folder
+from gpupipe.bench import demo, measure, report
 from gpupipe.bench.__main__ import parse_args
 
 
@@ -64,12 +64,45 @@ def test_loader_timing_counts_images_and_reports_medians():
     assert result.images_per_s == statistics.median(runs) and result.wait_share is None
 
 
-def test_forever_crosses_epochs_and_rejects_empty_loaders():
-    epochs = [[1, 2], [3]]
-    stream = measure.forever(epochs[0])
+def test_forever_crosses_epochs_notes_boundaries_and_rejects_empty_loaders():
+    ticks = iter(range(100))
+    stream = measure.Stream([1, 2], clock=lambda: next(ticks))
     assert [next(stream) for _ in range(5)] == [1, 2, 1, 2, 1]
+    assert stream.epochs == 3 and len(stream.boundaries) == 2
     with pytest.raises(ValueError, match="no batch"):
         next(measure.forever([]))
+
+
+def test_a_noisy_measurement_is_flagged_and_so_are_its_verdicts():
+    noisy = measure.Result.of([100.0, 160.0, 95.0, 150.0, 98.0])
+    assert noisy.spread == pytest.approx((160 - 95) / 100)
+    steady = measure.Result.of([100.0, 101.0, 99.0])
+    assert steady.spread < measure.SPREAD_WARNING
+    bench = {
+        "results": {"baseline": {"loader": {"images_per_s": 100.0, "min": 95.0, "max": 160.0, "spread": noisy.spread}},
+                    "dali-cpu": {"loader": {"images_per_s": 150.0, "min": 149.0, "max": 151.0, "spread": 0.013},
+                                 "train": {"images_per_s": 10.3, "min": 10.0, "max": 10.5, "spread": 0.05,
+                                           "fraction_of_ceiling": 1.03}}},
+        "ceiling": {"images_per_s": 10.0, "min": 9.5, "max": 10.6, "spread": 0.11},
+        "machine": {"cpu_cores_usable": 2},
+        "load_during": {"load_average": [3.4], "other_processes_cpu_percent": 70.0},
+    }
+    notes = report.reliability(bench)
+    assert any("baseline loader: repeats spread 65%" in n for n in notes)
+    assert any("103% of the ceiling" in n and "equal within the noise" in n for n in notes)
+    assert any("load average 3.4 on 2 cores" in n for n in notes)
+    assert any("other processes used 70% CPU" in n for n in notes)
+    quiet = {**bench, "results": {"dali-cpu": {"loader": bench["results"]["dali-cpu"]["loader"]}},
+             "load_during": {"load_average": [0.5], "other_processes_cpu_percent": 3.0}}
+    assert report.reliability(quiet) == []
+
+
+def test_the_table_shows_the_spread_and_the_warnings():
+    bench = {"results": {"dali-cpu": {"loader": {"images_per_s": 150.0, "min": 100.0, "max": 190.0, "spread": 0.6}}},
+             "machine": {"cpu_cores_usable": 2}, "settings": {"model": "m"}}
+    bench["reliability"] = report.reliability(bench)
+    text = report.table(bench)
+    assert "150 (100-190)" in text and "WARNING: these figures may not be reliable" in text
 
 
 def test_demo_images_look_like_photos(tmp_path):
@@ -94,6 +127,14 @@ def test_bad_flags_are_rejected():
         parse_args(["--batch-size", "0"])
 
 
+@pytest.mark.parametrize("make", [lambda p: p / "missing", lambda p: (p / "empty").mkdir() or p / "empty"])
+def test_bad_data_is_one_line(tmp_path, make):
+    proc = subprocess.run([sys.executable, "-m", "gpupipe.bench", "--data", str(make(tmp_path))],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: --data: ImageFolder: ")
+    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+
+
 def test_bench_end_to_end_on_tiny_data(tmp_path):
     data = tmp_path / "data"
     make_image_folder(data, {"a": 8, "b": 8}, sizes=(40, 80))
@@ -104,19 +145,21 @@ def test_bench_end_to_end_on_tiny_data(tmp_path):
            "--train-steps", "2", "--warmup", "1", "--train-warmup", "1", "--repeats", "1", "--threads", "1", "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    report = json.loads((out / "bench.json").read_text())
+    bench = json.loads((out / "bench.json").read_text())
     assert (out / "bench.png").stat().st_size > 10_000
-    assert list(report["results"]) == backends.split(",")
-    assert report["data"]["images"] == 16
-    assert report["machine"]["label"].startswith("cpu-") or report["machine"]["gpu"]
-    for name, entry in report["results"].items():
+    assert list(bench["results"]) == backends.split(",")
+    assert bench["data"]["images"] == 16
+    assert bench["machine"]["label"].startswith("cpu-") or bench["machine"]["gpu"]
+    for name, entry in bench["results"].items():
         assert entry["loader"]["images_per_s"] > 0
         assert 0 <= entry["train"]["wait_share"] <= 1
         assert entry["verdict"]["bound"] in ("input-bound", "compute-bound")
         assert entry["loader_resources"]["peak_rss_mib"] > 0
-    assert report["results"]["baseline"]["loader"]["x_baseline"] == 1.0
-    assert report["ceiling"]["images_per_s"] > 0
-    assert "| backend" in proc.stdout and "[training 1/1] ceiling" in proc.stderr
+    assert bench["results"]["baseline"]["loader"]["x_baseline"] == 1.0
+    assert bench["ceiling"]["images_per_s"] > 0
+    for entry in bench["results"].values():
+        assert entry["loader"]["min"] <= entry["loader"]["images_per_s"] <= entry["loader"]["max"]
+    assert "| backend" in proc.stdout and "this bench will take about" in proc.stderr and "bench: 100%" in proc.stderr
 
 
 def test_bench_heavy_augmentation_runs(tmp_path):
@@ -129,9 +172,9 @@ def test_bench_heavy_augmentation_runs(tmp_path):
            "--warmup", "1", "--train-warmup", "1", "--repeats", "1", "--threads", "1", "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    report = json.loads((out / "bench.json").read_text())
-    assert report["settings"]["augment"] == "heavy"
-    assert all(entry["train"]["images_per_s"] > 0 for entry in report["results"].values())
+    bench = json.loads((out / "bench.json").read_text())
+    assert bench["settings"]["augment"] == "heavy"
+    assert all(entry["train"]["images_per_s"] > 0 for entry in bench["results"].values())
 
 
 def _has_dali():

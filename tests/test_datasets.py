@@ -5,7 +5,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-from conftest import make_image_folder
+from helpers import make_image_folder
 
 SCRIPTS = Path(__file__).parents[1] / "datasets"
 

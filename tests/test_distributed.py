@@ -1,36 +1,22 @@
 """torchrun --nproc_per_node=2 (gloo, CPU): sharding, equal batches, epochs, reproducibility, resume."""
 
+
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
 
-from conftest import needs_dali
+from helpers import CPU_BACKENDS, flat_folder
 from gpupipe.pack import PackSettings, pack
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
+pytestmark = pytest.mark.slow
 
 
-def flat_folder(root: Path, count: int, classes: int = 3) -> Path:
-    """``count`` 20x24 PNGs whose colour encodes the sample index; sample i is in class i % classes.
-
-    The index is coded in steps of 16 levels (R: i % 16, G: i // 16), so it
-    survives the JPEG re-encoding of the packer.
-    """
-    for i in range(count):
-        folder = root / f"class_{i % classes}"
-        folder.mkdir(parents=True, exist_ok=True)
-        colour = ((i % 16) * 16 + 8, (i // 16) * 16 + 8, 77)
-        Image.fromarray(np.full((20, 24, 3), colour, np.uint8)).save(folder / f"s{i:04d}.png")
-    return root
-
-
-@pytest.fixture(scope="module", params=[pytest.param("dali-cpu", marks=needs_dali), "torchvision"])
+@pytest.fixture(scope="module", params=CPU_BACKENDS)
 def ddp_runs(request, tmp_path_factory):
     """Two torchrun launches per backend: a full run (saving state mid-epoch), then a resume in new processes."""
     backend = request.param
@@ -118,16 +104,27 @@ def test_resume_in_a_new_process_continues_exactly(ddp_runs):
         assert resume[rank]["resumed_shards"] == run[rank]["shards"]["epochs"]["1"][1:]
 
 
-def test_ddp_example_trains_and_resumes(tmp_path):
-    data = flat_folder(tmp_path / "data", 12)
+def test_ddp_example_checkpoints_and_resumes_with_its_defaults(tmp_path):
+    data = flat_folder(tmp_path / "data", 160)  # 80 per rank: 2 batches of 32 an epoch
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           str(Path(__file__).parents[1] / "examples" / "train_ddp.py"), str(data), "--size", "32",
-           "--batch-size", "2", "--epochs", "2", "--checkpoint", str(tmp_path / "ck"), "--save-every", "2",
-           "--backend", "torchvision"]
+           str(Path(__file__).parents[1] / "examples" / "train_ddp.py"), str(data), "--checkpoint", str(tmp_path / "ck")]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    first = subprocess.run(cmd + ["--max-steps", "4"], capture_output=True, text=True, timeout=600, env=env)
+    run = lambda *extra: subprocess.run(cmd + list(extra), capture_output=True, text=True, timeout=600, env=env)  # noqa: E731
+    first = run("--max-steps", "1")
     assert first.returncode == 0, first.stderr[-3000:]
-    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["rank0.pt", "rank1.pt"]
-    second = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert "gpupipe backend: " in first.stdout
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["rank0.pt", "rank1.pt"], "saved at --max-steps"
+    second = run()
     assert second.returncode == 0, second.stderr[-3000:]
-    assert "rank 0: resumed at epoch 1, step 4" in second.stdout
+    assert "rank 0: resumed at epoch 0, batch 1, step 1" in second.stdout
+    assert "epoch 0: validation accuracy" in second.stdout and "over 160 images" in second.stdout
+    third = run()
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert "rank 0: resumed at epoch 1, batch 0, step 2" in third.stdout, "the epoch end was saved"
+    assert "nothing to do" in third.stdout and "validation accuracy" not in third.stdout
+
+
+def test_ddp_example_help_shows_defaults():
+    out = subprocess.run([sys.executable, str(Path(__file__).parents[1] / "examples" / "train_ddp.py"), "--help"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "(default: 50)" in out and "(default: resnet18)" in out

@@ -5,6 +5,7 @@ import dataclasses
 import pytest
 import torch
 
+import gpupipe as gp
 from gpupipe import presets
 from gpupipe.ops import (
     CenterCrop,
@@ -41,14 +42,40 @@ def test_bad_arguments_name_the_op_and_value(make, fragment):
     assert fragment in str(info.value)
 
 
-def test_ops_are_frozen_and_keyword_only():
+def test_ops_are_frozen_with_torchvision_positional_arguments():
     crop = RandomResizedCrop(size=224)
     with pytest.raises(dataclasses.FrozenInstanceError):
         crop.size = (1, 1)
-    with pytest.raises(TypeError):
-        RandomResizedCrop(224)  # positional
-    assert crop == RandomResizedCrop(size=(224, 224))
+    assert crop == RandomResizedCrop(224) == RandomResizedCrop(size=(224, 224))
     assert hash(crop) == hash(RandomResizedCrop(size=(224, 224)))
+    with pytest.raises(TypeError):
+        RandomResizedCrop(224, (0.5, 1.0))  # scale is keyword-only, as the README says
+
+
+@pytest.mark.parametrize(
+    "positional, keywords",
+    [
+        (lambda: gp.RandomResizedCrop(224, scale=(0.2, 1.0)), lambda: gp.RandomResizedCrop(size=224, scale=(0.2, 1.0))),
+        (lambda: gp.Resize(256), lambda: gp.Resize(size=256)),
+        (lambda: gp.CenterCrop(224), lambda: gp.CenterCrop(size=224)),
+        (lambda: gp.HorizontalFlip(0.3), lambda: gp.HorizontalFlip(p=0.3)),
+        (lambda: gp.Normalize((0.5,) * 3, (0.2,) * 3), lambda: gp.Normalize(mean=(0.5,) * 3, std=(0.2,) * 3)),
+        (lambda: gp.GaussianBlur(5, (0.1, 2.0)), lambda: gp.GaussianBlur(kernel=5, sigma=(0.1, 2.0))),
+        (lambda: gp.ColorJitter(0.4, 0.3, 0.2, 0.1),
+         lambda: gp.ColorJitter(brightness=0.4, contrast=0.3, saturation=0.2, hue=0.1)),
+        (lambda: gp.RandomGrayscale(0.2), lambda: gp.RandomGrayscale(p=0.2)),
+        (lambda: gp.RandomRotation(15), lambda: gp.RandomRotation(degrees=15)),
+        (lambda: gp.RandAugment(2, 9), lambda: gp.RandAugment(num_ops=2, magnitude=9)),
+        (lambda: gp.RandomErasing(0.25), lambda: gp.RandomErasing(p=0.25)),
+        (lambda: gp.MixUp(0.2), lambda: gp.MixUp(alpha=0.2)),
+        (lambda: gp.CutMix(1.0), lambda: gp.CutMix(alpha=1.0)),
+        (lambda: gp.RandomCrop(128), lambda: gp.RandomCrop(size=128)),
+        (lambda: gp.RandomResize(100, 200), lambda: gp.RandomResize(min_size=100, max_size=200)),
+        (lambda: gp.Output("uint8", channels_last=True), lambda: gp.Output(dtype="uint8", channels_last=True)),
+    ],
+)
+def test_readme_notation_builds_the_same_op(positional, keywords):
+    assert positional() == keywords()
 
 
 def test_sizes_are_normalised_to_pairs():
@@ -63,8 +90,16 @@ def test_sizes_are_normalised_to_pairs():
     [((23, 37), (16, 26)), ((31, 50), (16, 26)), ((41, 29), (23, 16)), ((16, 16), (16, 16)), ((300, 400), (16, 21))],
 )
 def test_resize_shorter_side_rounds_the_longer_to_nearest(hw, expected):
-    assert Resize(size=16).output_size(*hw) == expected
-    assert Resize(size=(5, 7)).output_size(*hw) == (5, 7)
+    assert Resize(size=16).resized(*hw) == expected
+    assert Resize(size=(5, 7)).resized(*hw) == (5, 7)
+
+
+def test_resize_max_size_caps_the_longer_side_as_torchvision():
+    assert Resize(100, max_size=150).resized(100, 400) == (38, 150)
+    assert Resize(100, max_size=150).resized(120, 100) == (120, 100)
+    assert Resize(None, max_size=320).resized(480, 640) == (240, 320)
+    with pytest.raises(ValueError, match="size=None needs max_size"):
+        Resize(None)
 
 
 def test_center_crop_anchor_rounds_halves_away_from_zero():

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import gpupipe
-from conftest import DALI_BACKEND_DEVICES, make_image_folder
+from helpers import DALI_BACKEND_DEVICES, make_image_folder
 from gpupipe.ops import CenterCrop, Decode, HorizontalFlip
 
 MEAN_TOLERANCE = 0.02

@@ -1,19 +1,21 @@
-"""Epoch orders and rank shards: properties over many dataset and world sizes."""
+"""Epoch orders and rank shares: properties over many dataset and world sizes."""
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpupipe.sampling import epoch_order, per_rank, shard
+from gpupipe.sampling import RankShare, epoch_order, per_rank, split
 
 
 @settings(max_examples=300, deadline=None)
 @given(n=st.integers(1, 300), world=st.integers(1, 9), drop_last=st.booleans(), epoch=st.integers(0, 5))
-def test_shards_are_equal_and_cover_or_partition(n, world, drop_last, epoch):
+def test_even_shares_are_equal_and_cover_or_partition(n, world, drop_last, epoch):
     order = epoch_order(n, seed=1, epoch=epoch, shuffle=True)
-    parts = [shard(order, rank=r, world_size=world, drop_last=drop_last) for r in range(world)]
-    sizes = {len(p.indices) for p in parts}
-    assert sizes == {per_rank(n, world, drop_last)}, "every rank reads as many samples"
+    parts = [split(order, rank=r, world_size=world, drop_last=drop_last) for r in range(world)]
+    assert {len(p) for p in parts} == {per_rank(n, world, drop_last=drop_last)}, "every rank reads as many samples"
     every = [i for p in parts for i in p.indices]
+    positions = [i for p in parts for i in p.positions]
+    assert len(positions) == len(set(positions)), "each slot has its own position (it keys the augmentation)"
     if drop_last:
         assert len(every) == len(set(every)), "no sample twice"
         assert parts[0].dropped == n - len(every) and parts[0].padded == 0
@@ -22,13 +24,26 @@ def test_shards_are_equal_and_cover_or_partition(n, world, drop_last, epoch):
         assert parts[0].padded == len(every) - n and parts[0].dropped == 0
 
 
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(1, 300), world=st.integers(1, 9), epoch=st.integers(0, 5))
+def test_uneven_shares_read_each_sample_exactly_once(n, world, epoch):
+    order = epoch_order(n, seed=2, epoch=epoch, shuffle=True)
+    parts = [split(order, rank=r, world_size=world, drop_last=False, even_batches=False) for r in range(world)]
+    every = sorted(int(i) for p in parts for i in p.indices)
+    assert every == list(range(n)), "every sample once, none repeated, none cut"
+    sizes = [len(p) for p in parts]
+    assert max(sizes) - min(sizes) <= 1
+    assert sizes == [per_rank(n, world, drop_last=False, even_batches=False, rank=r) for r in range(world)]
+
+
 def test_order_depends_only_on_seed_and_epoch():
-    assert epoch_order(50, seed=3, epoch=2, shuffle=True) == epoch_order(50, seed=3, epoch=2, shuffle=True)
-    assert epoch_order(50, seed=3, epoch=2, shuffle=True) != epoch_order(50, seed=3, epoch=3, shuffle=True)
-    assert epoch_order(5, seed=3, epoch=2, shuffle=False) == [0, 1, 2, 3, 4]
+    assert np.array_equal(epoch_order(50, seed=3, epoch=2, shuffle=True), epoch_order(50, seed=3, epoch=2, shuffle=True))
+    assert not np.array_equal(epoch_order(50, seed=3, epoch=2, shuffle=True),
+                              epoch_order(50, seed=3, epoch=3, shuffle=True))
+    assert epoch_order(5, seed=3, epoch=2, shuffle=False).tolist() == [0, 1, 2, 3, 4]
 
 
-def test_shard_matches_distributed_sampler():
+def test_split_matches_distributed_sampler():
     from torch.utils.data import DistributedSampler
 
     class Sized:
@@ -38,5 +53,11 @@ def test_shard_matches_distributed_sampler():
     for drop_last in (False, True):
         for rank in range(3):
             theirs = DistributedSampler(Sized(), num_replicas=3, rank=rank, shuffle=False, drop_last=drop_last)
-            ours = shard(list(range(11)), rank=rank, world_size=3, drop_last=drop_last)
-            assert ours.indices == list(theirs)
+            ours = split(np.arange(11), rank=rank, world_size=3, drop_last=drop_last)
+            assert ours.indices.tolist() == list(theirs)
+
+
+def test_rank_share_repr_is_short():
+    share = split(np.arange(100_000), rank=0, world_size=3, drop_last=False)
+    assert repr(share) == "RankShare(33334 samples, padded=2, dropped=0)"
+    assert isinstance(share, RankShare)

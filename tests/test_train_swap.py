@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import needs_dali, textured_image, write_image
+from helpers import CPU_BACKENDS, textured_image, write_image
 
 spec = importlib.util.spec_from_file_location("train_example", Path(__file__).parents[1] / "examples" / "train_imagefolder.py")
 example = importlib.util.module_from_spec(spec)
@@ -23,7 +23,7 @@ def tinted_folder(tmp_path):
     return tmp_path / "data"
 
 
-@pytest.mark.parametrize("backend", [pytest.param("dali-cpu", marks=needs_dali), "torchvision"])
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_swapped_loader_trains(tinted_folder, backend):
     loader = example.gpupipe_version(str(tinted_folder), size=32, batch_size=8, backend=backend)
     assert loader.classes == ["blue", "red"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 from dataclasses import asdict
@@ -21,10 +22,17 @@ import torch
 
 from .. import backends as gp_backends
 from ..scan import default_cache_dir
+from ..sources import ImageFolder
 from . import demo, report
-from .runner import BASELINE, BenchConfig, run
+from .monitor import ResourceMonitor
+from .runner import BASELINE, BenchConfig, rounds, run
 
 logger = logging.getLogger("gpupipe.bench")
+
+#: Rough rates for the duration estimate printed before the run (images/s per CPU core, or on a GPU).
+ASSUMED_RATES = {"cpu": {"loader": 300.0, "train": 60.0}, "cuda": {"loader": 4000.0, "train": 2000.0}}
+#: Seconds to build, warm and shut down a loader, per timed round.
+ROUND_OVERHEAD_S = 2.0
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
@@ -33,8 +41,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
         prog="python -m gpupipe.bench",
         description=__doc__.split("\n\n")[0].split(": ", 1)[1],
         epilog=(
-            "Defaults depend on the machine: with a GPU, resnet50, batch 256, 50 loader / 30 train steps; "
-            "without, shufflenet_v2_x0_5, batch 32, 20 loader / 6 train steps."
+            "Defaults depend on the machine: with a GPU, resnet50, batch 256, 50 loader / 30 train steps and a demo "
+            "set of 50 batches; without, shufflenet_v2_x0_5, batch 32, 20 loader / 6 train steps, 1000 images."
         ),
     )
     parser.add_argument("--data", type=Path, help="image folder root/<class>/<image> (default: the demo data)")
@@ -53,7 +61,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--train-warmup", type=int, default=3,
                         help="training steps before each timed repeat (default: 3)")
     parser.add_argument("--repeats", type=int, default=5,
-                        help="timed repeats, interleaved across backends; medians are reported (default: 5)")
+                        help="timed repeats, interleaved across backends; medians and min-max are reported (default: 5)")
     parser.add_argument("--amp", choices=["bf16", "fp16", "off"], default="bf16",
                         help="autocast dtype; fp16 uses a GradScaler (default: bf16)")
     parser.add_argument("--threads", type=int,
@@ -65,8 +73,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                         help="train preset as it is, or heavy: + RandAugment m9 n2, random erasing 0.25, "
                              "MixUp 0.8 / CutMix 1.0 (default: standard)")
     parser.add_argument("--no-train", action="store_true", help="measure the loaders alone (no model)")
-    parser.add_argument("--demo-images", type=int, default=1000,
-                        help="size of the generated demo set, 10 classes (default: 1000)")
+    parser.add_argument("--demo-images", type=int,
+                        help="size of the generated demo set, 10 classes (default: 1000; on a GPU 50 batches, so "
+                             "that epoch boundaries are under 2%% of the time)")
     parser.add_argument("--cache-dir", type=Path, default=default_cache_dir(),
                         help="where the demo data is built once (default: ~/.cache/gpupipe)")
     parser.add_argument("--out", type=Path, default=Path("bench-out"),
@@ -82,6 +91,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     for name, value in defaults.items():
         if getattr(args, name) is None:
             setattr(args, name, value)
+    if args.demo_images is None:
+        args.demo_images = max(1000, 50 * args.batch_size) if on_gpu else 1000
     for name in ("batch_size", "image_size", "steps", "train_steps", "repeats", "threads", "demo_images"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -108,54 +119,66 @@ def choose_backends(spec: str, on_gpu: bool) -> List[str]:
     return names
 
 
+def estimate_seconds(config: BenchConfig, demo_images: int, need_demo: bool) -> float:
+    """A rough duration: demo generation (measured cost per image) plus every round at assumed rates."""
+    kind = config.device.type
+    per_core = 1.0 if kind == "cuda" else config.threads
+    rates = {k: v * per_core for k, v in ASSUMED_RATES[kind].items()}
+    loader = len(config.backends) * (config.warmup + config.steps) * config.batch_size / rates["loader"]
+    train = (len(config.backends) + 1) * (config.train_warmup + config.train_steps) * config.batch_size / rates["train"] \
+        if config.measure_training else 0.0
+    generate = demo.SECONDS_PER_IMAGE * demo_images / config.threads if need_demo else 0.0
+    return generate + config.repeats * (loader + train) + rounds(config) * ROUND_OVERHEAD_S
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S", stream=sys.stderr)
     args = parse_args(argv)
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     started = time.perf_counter()
-
+    spec = demo.DemoSpec(classes=10, per_class=max(1, args.demo_images // 10))
+    if args.data is not None:
+        try:
+            ImageFolder(args.data)
+        except ValueError as err:
+            print(f"error: --data: {err}", file=sys.stderr)
+            return 2
+    config = BenchConfig(
+        data=Path(args.data or demo.demo_root(args.cache_dir, spec)),
+        backends=tuple(choose_backends(args.backends, device.type == "cuda")), model=args.model,
+        batch_size=args.batch_size, image_size=args.image_size, steps=args.steps, train_steps=args.train_steps,
+        warmup=args.warmup, train_warmup=args.train_warmup, repeats=args.repeats, amp=args.amp, threads=args.threads,
+        device=device, dtype=args.dtype, measure_training=not args.no_train, augment=args.augment,
+    )
+    need_demo = args.data is None and not demo.is_built(config.data)
+    logger.info("this bench will take about %.0f minutes (%d timed rounds%s); the progress bar gives the real ETA",
+                estimate_seconds(config, spec.classes * spec.per_class, need_demo) / 60, rounds(config),
+                f", after generating {spec.classes * spec.per_class} demo images" if need_demo else "")
     if args.data is None:
-        per_class = max(1, args.demo_images // 10)
-        data = demo.ensure_demo(args.cache_dir, demo.DemoSpec(classes=10, per_class=per_class), workers=args.threads)
-    else:
-        data = args.data
-    stats = demo.folder_stats(data)
+        demo.ensure_demo(args.cache_dir, spec, workers=args.threads)
+    stats = demo.folder_stats(config.data)
     logger.info(
         "data: %s: %d images in %d classes, mean %.1f KiB (median %.1f), mean %dx%d px, sides %d-%d px",
-        data, stats["images"], stats["classes"], stats["mean_kib"], stats["median_kib"],
+        config.data, stats["images"], stats["classes"], stats["mean_kib"], stats["median_kib"],
         stats["mean_width"], stats["mean_height"], stats["min_side"], stats["max_side"],
     )
+    logger.info("device %s; backends %s; model %s; batch %d", device, ", ".join(config.backends), config.model,
+                config.batch_size)
 
-    config = BenchConfig(
-        data=Path(data),
-        backends=tuple(choose_backends(args.backends, device.type == "cuda")),
-        model=args.model,
-        batch_size=args.batch_size,
-        image_size=args.image_size,
-        steps=args.steps,
-        train_steps=args.train_steps,
-        warmup=args.warmup,
-        train_warmup=args.train_warmup,
-        repeats=args.repeats,
-        amp=args.amp,
-        threads=args.threads,
-        device=device,
-        dtype=args.dtype,
-        measure_training=not args.no_train,
-        augment=args.augment,
-    )
-    logger.info("device %s; backends %s; model %s; batch %d", device, ", ".join(config.backends), config.model, config.batch_size)
-    figures = run(config)
+    from tqdm import tqdm
 
+    load = ResourceMonitor(interval=1.0)
+    loads = []
+    with load, tqdm(total=rounds(config), unit="round", desc="bench", file=sys.stderr) as progress:
+        figures = run(config, progress)
+        loads.append(os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0)
     settings = {k: (str(v) if isinstance(v, (Path, torch.device)) else v) for k, v in asdict(config).items()}
-    full = {
-        "machine": report.machine_info(device),
-        "settings": settings,
-        "data": stats,
-        **figures,
-        "elapsed_s": round(time.perf_counter() - started, 1),
-    }
+    full = {"machine": report.machine_info(device), "settings": settings, "data": stats, **figures,
+            "load_during": {"load_average": loads, "other_processes_cpu_percent":
+                            load.summary()["other_processes_cpu_percent"] or 0.0},
+            "elapsed_s": round(time.perf_counter() - started, 1)}
     full["machine"]["label"] = report.hardware_label(full["machine"])
+    full["reliability"] = report.reliability(full)
     args.out.mkdir(parents=True, exist_ok=True)
     report.write_json(full, args.out / "bench.json")
     report.write_chart(full, args.out / "bench.png")

@@ -24,6 +24,8 @@ logger = logging.getLogger(__name__)
 
 #: Bump when the generator changes, so cached folders are rebuilt.
 DEMO_VERSION = 1
+#: Core-seconds to generate one image (measured on the 2-core EPYC VM: ~0.1 s), for the bench's estimate.
+SECONDS_PER_IMAGE = 0.1
 
 
 @dataclass(frozen=True)
@@ -132,13 +134,20 @@ def generate(root: Path, spec: DemoSpec = DemoSpec(), workers: Optional[int] = N
     return root
 
 
-def ensure_demo(cache_dir: Path, spec: DemoSpec = DemoSpec(), workers: Optional[int] = None) -> Path:
-    """Returns the demo folder under ``cache_dir``, generating it once.
+def demo_root(cache_dir: Path, spec: DemoSpec) -> Path:
+    """Where the demo set of ``spec`` lives under ``cache_dir``."""
+    return Path(cache_dir) / f"demo-v{DEMO_VERSION}-{spec.classes}x{spec.per_class}-q{spec.quality}-s{spec.seed}"
 
-    A finished folder holds ``demo.json`` (written last); an interrupted one is rebuilt.
-    """
-    root = Path(cache_dir) / f"demo-v{DEMO_VERSION}-{spec.classes}x{spec.per_class}-q{spec.quality}-s{spec.seed}"
-    if (root / "demo.json").is_file():
+
+def is_built(root: Path) -> bool:
+    """A finished folder holds ``demo.json`` (written last)."""
+    return (Path(root) / "demo.json").is_file()
+
+
+def ensure_demo(cache_dir: Path, spec: DemoSpec = DemoSpec(), workers: Optional[int] = None) -> Path:
+    """Returns the demo folder under ``cache_dir``, generating it once (an interrupted one is rebuilt)."""
+    root = demo_root(cache_dir, spec)
+    if is_built(root):
         return root
     logger.info("generating %d demo images in %s (once; reused afterwards)", spec.classes * spec.per_class, root)
     return generate(root, spec, workers)

@@ -1,4 +1,4 @@
-"""Timing: loader alone, the training loop (with its data-wait share), and the ceiling.
+"""Timing: loader alone, the training loop (with its data-wait share), the ceiling, and the spread.
 
 Everything here takes plain iterators and callables, so the same code
 measures every backend (and the ceiling, fed by :func:`repeat_batch`) and
@@ -15,28 +15,66 @@ from typing import Callable, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 
+from ..stats import WAIT_SHARE_INPUT_BOUND
+
 Batch = Tuple[torch.Tensor, torch.Tensor]
 
-#: A training step is input-bound when it waits this share of its time for data...
-WAIT_SHARE_INPUT_BOUND = 0.10
-#: ...or reaches less than this fraction of the ceiling.
+#: ...or when it reaches less than this fraction of the ceiling.
 CEILING_FRACTION_COMPUTE_BOUND = 0.90
+#: A figure whose repeats spread more than this (max - min over the median) is unreliable.
+SPREAD_WARNING = 0.20
 
 
-def forever(loader: Iterable[Batch]) -> Iterator[Batch]:
-    """Yields batches across epoch boundaries, as a training run sees them."""
-    while True:
-        empty = True
-        for batch in loader:
-            empty = False
-            yield batch
-        if empty:
-            raise ValueError("the loader yielded no batch")
+class Stream:
+    """Batches across epoch boundaries, as a training run sees them, noting each boundary's cost.
+
+    Attributes:
+        boundaries: seconds ``next()`` took for the first batch of each epoch after the first.
+        epochs: epochs started.
+    """
+
+    def __init__(self, loader: Iterable[Batch], clock=time.perf_counter) -> None:
+        self.loader = loader
+        self.clock = clock
+        self.boundaries: List[float] = []
+        self.epochs = 0
+        self._iterator: Optional[Iterator[Batch]] = None
+
+    def __iter__(self) -> "Stream":
+        return self
+
+    def __next__(self) -> Batch:
+        if self._iterator is not None:
+            try:
+                return next(self._iterator)
+            except StopIteration:
+                self._iterator = None
+        started = self.clock()
+        self._iterator = iter(self.loader)
+        self.epochs += 1
+        try:
+            batch = next(self._iterator)
+        except StopIteration:
+            raise ValueError("the loader yielded no batch") from None
+        if self.epochs > 1:
+            self.boundaries.append(self.clock() - started)
+        return batch
+
+    def close(self) -> None:
+        close = getattr(self._iterator, "close", None)
+        if close is not None:
+            close()
+        self._iterator = None
+
+
+def forever(loader: Iterable[Batch]) -> Stream:
+    """Yields batches across epoch boundaries (see :class:`Stream`)."""
+    return Stream(loader)
 
 
 @dataclass
 class Result:
-    """Medians over repeats.
+    """Medians over repeats, with the spread.
 
     Attributes:
         images_per_s: median images per second.
@@ -53,12 +91,21 @@ class Result:
     @classmethod
     def of(cls, runs: List[float], wait_shares: Optional[List[float]] = None) -> "Result":
         shares = list(wait_shares or [])
-        return cls(
-            images_per_s=statistics.median(runs),
-            wait_share=statistics.median(shares) if shares else None,
-            runs=list(runs),
-            wait_shares=shares,
-        )
+        return cls(images_per_s=statistics.median(runs), wait_share=statistics.median(shares) if shares else None,
+                   runs=list(runs), wait_shares=shares)
+
+    @property
+    def low(self) -> float:
+        return min(self.runs)
+
+    @property
+    def high(self) -> float:
+        return max(self.runs)
+
+    @property
+    def spread(self) -> float:
+        """``(max - min) / median`` of the repeats."""
+        return (self.high - self.low) / self.images_per_s if self.images_per_s else 0.0
 
 
 def warm_up(batches: Iterator[Batch], count: int, train_step: Optional[Callable] = None, sync=lambda: None) -> None:

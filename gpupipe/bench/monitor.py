@@ -1,4 +1,12 @@
-"""Samples CPU use and memory of this process and its workers, and the GPU through NVML."""
+"""Samples CPU use and memory of this process and its workers, the rest of the machine, and the GPU.
+
+GPU figures come from NVML for the device torch uses, found by its UUID (or
+PCI bus id): torch's device index is renumbered by ``CUDA_VISIBLE_DEVICES``
+and need not be NVML's. "GPU util" is NVML's utilisation: the share of each
+sampling period (1/6 s to 1 s, set by the driver) in which at least one
+kernel was running on the GPU. It does not say how much of the GPU those
+kernels used; 100 % with tiny kernels is possible.
+"""
 
 from __future__ import annotations
 
@@ -32,11 +40,14 @@ class ResourceMonitor:
         self._rss: List[float] = []
         self._gpu_util: List[float] = []
         self._gpu_mem: List[float] = []
+        self._others: List[float] = []  # CPU % (of one core) used by processes outside the tree
+        self._cores = psutil.cpu_count() or 1
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._nvml_handle = _nvml_handle(gpu_index) if gpu_index is not None else None
 
     def __enter__(self) -> "ResourceMonitor":
+        self._psutil.cpu_percent(None)  # primes the system-wide counter
         self._sample(record=False)  # primes per-process CPU counters
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="gpupipe-monitor", daemon=True)
@@ -70,6 +81,7 @@ class ResourceMonitor:
         if record:
             self._cpu.append(cpu)
             self._rss.append(rss / 2**20)
+            self._others.append(max(0.0, psutil.cpu_percent(None) * self._cores - cpu))
             if self._nvml_handle is not None:
                 import pynvml
 
@@ -92,12 +104,14 @@ class ResourceMonitor:
         return {
             "cpu_percent": mean(self._cpu),
             "peak_rss_mib": peak(self._rss),
+            "other_processes_cpu_percent": mean(self._others),
             "gpu_util_percent": mean(self._gpu_util),
             "peak_gpu_mem_mib": peak(self._gpu_mem),
         }
 
 
 def _nvml_handle(index: int):
+    """NVML's handle of torch's CUDA device ``index``: by UUID, else PCI bus id, else (last) by index."""
     try:
         import pynvml
     except ImportError as err:
@@ -105,6 +119,26 @@ def _nvml_handle(index: int):
         return None
     try:
         pynvml.nvmlInit()
+    except pynvml.NVMLError as err:
+        logger.warning("no GPU sampling, NVML failed: %s", err)
+        return None
+    import torch
+
+    props = torch.cuda.get_device_properties(index)
+    uuid = getattr(props, "uuid", None)
+    lookups = []
+    if uuid is not None:
+        lookups.append(lambda: pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}"))
+    if hasattr(props, "pci_bus_id"):
+        bus = f"{getattr(props, 'pci_domain_id', 0):08x}:{props.pci_bus_id:02x}:{getattr(props, 'pci_device_id', 0):02x}.0"
+        lookups.append(lambda: pynvml.nvmlDeviceGetHandleByPciBusId(bus))
+    for lookup in lookups:
+        try:
+            return lookup()
+        except pynvml.NVMLError:
+            continue
+    logger.warning("NVML could not find torch's device %d by UUID or PCI bus id; sampling NVML's device %d", index, index)
+    try:
         return pynvml.nvmlDeviceGetHandleByIndex(index)
     except pynvml.NVMLError as err:
         logger.warning("no GPU sampling, NVML failed: %s", err)

@@ -1,4 +1,4 @@
-"""The bench's output: machine description, terminal table, JSON and PNG chart."""
+"""The bench's output: machine description, reliability warnings, terminal table, JSON and PNG chart."""
 
 from __future__ import annotations
 
@@ -11,9 +11,15 @@ from typing import Dict, List, Optional
 
 import torch
 
+from .measure import SPREAD_WARNING
+
+#: Other processes using more than this share of the machine's CPU make the figures unreliable.
+BUSY_SHARE = 0.10
+PACKAGES = ("torch", "torchvision", "nvidia-dali-cuda120", "nvidia-dali-cuda130", "pillow", "numpy", "nvidia-ml-py")
+
 
 def machine_info(device: torch.device) -> Dict:
-    """CPU, memory, GPU and library versions of this machine."""
+    """CPU, memory, load, GPU and library versions of this machine."""
     import psutil
 
     cpu_model = platform.processor()
@@ -28,18 +34,33 @@ def machine_info(device: torch.device) -> Dict:
         "cpu_cores": os.cpu_count(),
         "cpu_cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "load_average": [round(v, 2) for v in os.getloadavg()] if hasattr(os, "getloadavg") else None,
         "gpu": None,
         "versions": {"python": platform.python_version()},
     }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        info["gpu"] = {"name": props.name, "memory_gib": round(props.total_memory / 2**30, 1), "cuda": torch.version.cuda}
-    for package in ("torch", "torchvision", "nvidia-dali-cuda120", "pillow", "numpy", "nvidia-ml-py"):
+        info["gpu"] = {"name": props.name, "memory_gib": round(props.total_memory / 2**30, 1), "cuda": torch.version.cuda,
+                       "driver": _driver_version()}
+    for package in PACKAGES:
         try:
             info["versions"][package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
             info["versions"][package] = None
     return info
+
+
+def _driver_version() -> Optional[str]:
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+        version = pynvml.nvmlSystemGetDriverVersion()
+    except pynvml.NVMLError:
+        return None
+    return version.decode() if isinstance(version, bytes) else version
 
 
 def hardware_label(machine: Dict) -> str:
@@ -50,27 +71,64 @@ def hardware_label(machine: Dict) -> str:
     return f"cpu-{cores}core"
 
 
+def reliability(report: Dict) -> List[str]:
+    """Why the figures (and so the verdicts) may not be trusted: a wide spread, a busy machine,
+    a loop reported above its ceiling. Empty when nothing stands out."""
+    notes = []
+    for name, entry in report["results"].items():
+        for phase in ("loader", "train"):
+            figure = entry.get(phase)
+            if figure and figure.get("spread", 0) > SPREAD_WARNING:
+                notes.append(f"{name} {phase}: repeats spread {100 * figure['spread']:.0f}% "
+                             f"({figure['min']:.0f}-{figure['max']:.0f} img/s around a median of {figure['images_per_s']:.0f})")
+        fraction = entry.get("train", {}).get("fraction_of_ceiling")
+        if fraction is not None and fraction > 1.0:
+            ceiling = report["ceiling"]
+            notes.append(f"{name} reached {100 * fraction:.0f}% of the ceiling: the ceiling's own repeats ranged "
+                         f"{ceiling['min']:.0f}-{ceiling['max']:.0f} img/s, so the two are equal within the noise")
+    ceiling = report.get("ceiling")
+    if ceiling and ceiling.get("spread", 0) > SPREAD_WARNING:
+        notes.append(f"the ceiling's repeats spread {100 * ceiling['spread']:.0f}%")
+    machine = report["machine"]
+    cores = machine["cpu_cores_usable"] or 1
+    load = report.get("load_during", {})
+    if load.get("load_average") and max(load["load_average"]) > cores + 0.5:
+        notes.append(f"the machine was busy: load average {max(load['load_average']):.1f} on {cores} cores")
+    if load.get("other_processes_cpu_percent", 0) > BUSY_SHARE * 100 * cores:
+        notes.append(f"other processes used {load['other_processes_cpu_percent']:.0f}% CPU (of {100 * cores}%) "
+                     "during the run")
+    return notes
+
+
 def _fmt(value: Optional[float], spec: str = ".0f", suffix: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{suffix}"
 
 
+def _with_range(figure: Dict, spec: str) -> str:
+    if not figure:
+        return "-"
+    return f"{figure['images_per_s']:{spec}} ({figure['min']:{spec}}-{figure['max']:{spec}})"
+
+
 def table(report: Dict) -> str:
-    """A Markdown table of every backend's figures."""
+    """A Markdown table of every backend's figures (medians, with the min-max of the repeats)."""
     rows: List[List[str]] = [[
-        "backend", "loader img/s", "x baseline", "train img/s", "x baseline", "data wait", "of ceiling",
-        "CPU %", "peak RSS MiB", "GPU util", "verdict",
+        "backend", "loader img/s (min-max)", "x baseline", "train img/s (min-max)", "x baseline", "data wait",
+        "of ceiling", "epoch boundary", "CPU %", "peak RSS MiB", "GPU util", "verdict",
     ]]
     for name, entry in report["results"].items():
         train = entry.get("train", {})
         res = entry.get("train_resources") or entry.get("loader_resources", {})
+        boundary = entry["loader"].get("epoch_boundary_s")
         rows.append([
             name,
-            _fmt(entry["loader"]["images_per_s"]),
+            _with_range(entry["loader"], ".0f"),
             _fmt(entry["loader"].get("x_baseline"), ".2f", "x"),
-            _fmt(train.get("images_per_s"), ".1f"),
+            _with_range(train, ".1f"),
             _fmt(train.get("x_baseline"), ".2f", "x"),
             _fmt(None if train.get("wait_share") is None else 100 * train["wait_share"], ".0f", "%"),
             _fmt(None if train.get("fraction_of_ceiling") is None else 100 * train["fraction_of_ceiling"], ".0f", "%"),
+            _fmt(None if boundary is None else 1000 * boundary, ".0f", " ms"),
             _fmt(res.get("cpu_percent")),
             _fmt(res.get("peak_rss_mib")),
             _fmt(res.get("gpu_util_percent"), ".0f", "%"),
@@ -81,11 +139,17 @@ def table(report: Dict) -> str:
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     text = "\n".join(lines)
     if "ceiling" in report:
-        text += f"\n\nceiling ({report['settings']['model']}, one batch kept on the device): {report['ceiling']['images_per_s']:.1f} img/s"
+        c = report["ceiling"]
+        text += (f"\n\nceiling ({report['settings']['model']}, one batch kept on the device): {c['images_per_s']:.1f} "
+                 f"img/s ({c['min']:.1f}-{c['max']:.1f})")
     suggestions = [f"- {name}: {e['verdict']['suggestion']}" for name, e in report["results"].items()
                    if e.get("verdict", {}).get("suggestion")]
     if suggestions:
         text += "\n\nsuggestions:\n" + "\n".join(suggestions)
+    notes = report.get("reliability") or []
+    if notes:
+        text += "\n\nWARNING: these figures may not be reliable, and the verdicts with them:\n" + \
+            "\n".join(f"- {n}" for n in notes)
     return text
 
 
@@ -94,40 +158,49 @@ def write_json(report: Dict, path: Path) -> None:
 
 
 def write_chart(report: Dict, path: Path) -> None:
-    """Two panels: throughput (loader alone, training, ceiling) and data-wait share, per backend."""
+    """Two panels: throughput (loader alone, training, ceiling; error bars min-max, values on the bars)
+    and the data-wait share, per backend."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     names = list(report["results"])
-    loader = [report["results"][n]["loader"]["images_per_s"] for n in names]
-    train = [report["results"][n].get("train", {}).get("images_per_s", 0.0) for n in names]
-    wait = [100 * (report["results"][n].get("train", {}).get("wait_share") or 0.0) for n in names]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [2, 1]})
-    x = range(len(names))
-    ax1.bar([i - 0.2 for i in x], loader, width=0.4, label="loader alone", color="#4c72b0")
-    ax1.bar([i + 0.2 for i in x], train, width=0.4, label=f"training ({report['settings']['model']})", color="#dd8452")
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [2, 1]})
+    x = list(range(len(names)))
+    series = [("loader", "loader alone", "#4c72b0", -0.2),
+              ("train", f"training ({report['settings']['model']})", "#dd8452", 0.2)]
+    for key, label, colour, offset in series:
+        figures = [report["results"][n].get(key) for n in names]
+        if not any(figures):
+            continue
+        values = [f["images_per_s"] if f else 0.0 for f in figures]
+        errors = [[v - f["min"] if f else 0 for v, f in zip(values, figures)],
+                  [f["max"] - v if f else 0 for v, f in zip(values, figures)]]
+        bars = ax1.bar([i + offset for i in x], values, width=0.4, label=label, color=colour, yerr=errors, capsize=3)
+        ax1.bar_label(bars, labels=[f"{v:.0f}" for v in values], padding=2, fontsize=7)
     if "ceiling" in report:
         ax1.axhline(report["ceiling"]["images_per_s"], color="#55a868", linestyle="--", label="ceiling (no loading)")
-    ax1.set_xticks(list(x), names)
-    ax1.set_ylabel("images / s")
+    ax1.set_xticks(x, names)
+    ax1.set_ylabel("images / s (median; bars: min-max of the repeats)")
     ax1.set_yscale("log")
-    ax1.legend(fontsize=8)
+    ax1.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3, frameon=False)
     ax1.set_title("throughput (log scale)")
-    ax2.bar(list(x), wait, color="#c44e52")
-    ax2.set_xticks(list(x), names)
+    wait = [100 * (report["results"][n].get("train", {}).get("wait_share") or 0.0) for n in names]
+    bars = ax2.bar(x, wait, color="#c44e52")
+    ax2.bar_label(bars, labels=[f"{w:.0f}%" for w in wait], padding=2, fontsize=7)
+    ax2.set_xticks(x, names)
     ax2.set_ylabel("% of step time")
-    ax2.set_ylim(0, 100)
+    ax2.set_ylim(0, max(5.0, 1.3 * max(wait, default=0.0)))
     ax2.set_title("waiting for data")
     machine = report["machine"]
     gpu = machine["gpu"]["name"] if machine.get("gpu") else "no GPU"
-    fig.suptitle(
-        f"gpupipe.bench: {machine['cpu_cores_usable']} CPU cores, {gpu}; batch {report['settings']['batch_size']}, "
-        f"{report['settings']['image_size']} px, AMP {report['settings']['amp']}, "
-        f"{report['settings'].get('augment', 'standard')} augmentation",
-        fontsize=10,
-    )
+    title = (f"gpupipe.bench: {machine['cpu_cores_usable']} CPU cores, {gpu}; batch {report['settings']['batch_size']}, "
+             f"{report['settings']['image_size']} px, AMP {report['settings']['amp']}, "
+             f"{report['settings'].get('augment', 'standard')} augmentation")
+    if report.get("reliability"):
+        title += "\n(figures may not be reliable: see the warnings)"
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -1,4 +1,10 @@
-"""Runs the bench: every backend feeds the same AMP training loop, measured side by side."""
+"""Runs the bench: every backend feeds the same AMP training loop, measured side by side.
+
+One loop measures everything (:func:`interleaved`): for each repeat, each
+phase (loader alone, then training, whose ceiling runs in the same rounds)
+and each backend, it builds a fresh loader, warms it up, times it under
+the resource monitor, and shuts it down.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,7 @@ import gc
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -22,6 +28,7 @@ logger = logging.getLogger(__name__)
 
 #: The tutorial loader every backend is compared with.
 BASELINE = "baseline"
+CEILING = "ceiling"
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "off": None}
 
@@ -107,17 +114,9 @@ def make_loader(backend: str, config: BenchConfig, source: gpupipe.sources.Sourc
     """
     if backend == BASELINE:
         return tutorial_loader(config)
-    return gpupipe.loader(
-        source,
-        pipeline_of(config),
-        batch_size=config.batch_size,
-        backend=backend,
-        device=config.device,
-        num_threads=config.threads,
-        dtype=config.dtype,
-        channels_last=True,
-        drop_last=True,
-    )
+    return gpupipe.loader(source, pipeline_of(config), batch_size=config.batch_size, backend=backend,
+                          device=config.device, num_threads=config.threads, dtype=config.dtype, channels_last=True,
+                          drop_last=True)
 
 
 def make_train_step(config: BenchConfig, num_classes: int) -> Callable[[torch.Tensor, torch.Tensor], None]:
@@ -125,6 +124,8 @@ def make_train_step(config: BenchConfig, num_classes: int) -> Callable[[torch.Te
     import torchvision
 
     device = config.device
+    if device.type == "cuda":
+        torch.backends.cudnn.benchmark = True  # fixed shapes: pick the fastest kernels once
     model = torchvision.models.get_model(config.model, num_classes=num_classes)
     model = model.to(device, memory_format=torch.channels_last).train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
@@ -154,110 +155,147 @@ def _sync_for(device: torch.device) -> Callable[[], None]:
     return lambda: None
 
 
-def _monitor(config: BenchConfig) -> ResourceMonitor:
-    return ResourceMonitor(gpu_index=config.device.index if config.device.type == "cuda" else None)
-
-
-CEILING = "ceiling"
+def release_memory(device: torch.device) -> None:
+    """Frees what the last loader left: Python garbage, torch's cached GPU blocks and DALI's pools."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        try:
+            from nvidia.dali.backend import ReleaseUnusedMemory
+        except ImportError:
+            return
+        ReleaseUnusedMemory()
 
 
 @contextlib.contextmanager
-def _fresh_stream(name: str, config: BenchConfig, kept_batch, source: gpupipe.sources.Source) -> Iterator:
-    """An endless batch stream from a new loader (or the kept batch), closed afterwards.
+def fresh_stream(name: str, config: BenchConfig, source, kept_batch=None) -> Iterator[measure.Stream]:
+    """An endless batch stream from a new loader (or the kept batch), shut down afterwards.
 
-    Every repeat gets a fresh loader, warmed up inside the repeat and shut
-    down after it: a loader left alive would refill its prefetch queue in the
-    background, taking CPU from the next backend's measurement and starting
-    its own next repeat with free batches.
+    A loader left alive would refill its prefetch queue in the background,
+    taking CPU from the next backend's measurement and starting its own next
+    repeat with free batches.
     """
-    if name == CEILING:
-        stream = measure.repeat_batch(kept_batch)
-    else:
-        stream = measure.forever(make_loader(name, config, source))
+    loader = measure.repeat_batch(kept_batch) if name == CEILING else make_loader(name, config, source)
+    stream = measure.forever(loader)
     try:
         yield stream
     finally:
         stream.close()
-        del stream
-        gc.collect()
+        close = getattr(loader, "close", None)
+        if close is not None:
+            close()
+        del stream, loader
+        release_memory(config.device)
 
 
-def run(config: BenchConfig) -> Dict:
-    """Measures every backend; returns the figures (see :mod:`gpupipe.bench.report`).
+@dataclass
+class Phase:
+    """One kind of measurement: its label, the loops measured, and how one repeat is timed."""
 
-    Repeats are interleaved (repeat 1 of every backend, then repeat 2, ...)
-    so that a noisy machine's drift hits every backend alike; medians are
-    reported.
+    label: str
+    names: List[str]
+    timed: Callable[[measure.Stream], Tuple[float, Optional[float]]]
+    warm: Callable[[measure.Stream], None]
+
+
+def interleaved(phases: List[Phase], config: BenchConfig, source, kept_batch, progress=None) -> Dict:
+    """Times every loop of every phase ``config.repeats`` times, interleaving loops within each repeat.
+
+    Returns:
+        ``{phase label: {name: {"runs", "waits", "boundaries", "resources"}}}``.
     """
+    out: Dict = {p.label: {n: {"runs": [], "waits": [], "boundaries": []} for n in p.names} for p in phases}
+    monitors = {p.label: {n: _monitor(config) for n in p.names} for p in phases}
+    for r in range(config.repeats):
+        for phase in phases:
+            for name in phase.names:
+                with fresh_stream(name, config, source, kept_batch) as stream:
+                    phase.warm(stream)
+                    with monitors[phase.label][name]:
+                        rate, wait = phase.timed(stream)
+                    entry = out[phase.label][name]
+                    entry["runs"].append(rate)
+                    entry["waits"].append(wait)
+                    entry["boundaries"].extend(stream.boundaries)
+                logger.debug("[%s %d/%d] %-12s %8.1f images/s", phase.label, r + 1, config.repeats, name, rate)
+                if progress is not None:
+                    progress.update(1)
+    for phase in phases:
+        for name in phase.names:
+            out[phase.label][name]["resources"] = monitors[phase.label][name].summary()
+    return out
+
+
+def _monitor(config: BenchConfig) -> ResourceMonitor:
+    return ResourceMonitor(gpu_index=config.device.index if config.device.type == "cuda" else None)
+
+
+def phases_of(config: BenchConfig, train_step=None) -> List[Phase]:
+    """The loader-alone phase and, when measured, the training phase (the ceiling included)."""
     sync = _sync_for(config.device)
+    names = list(config.backends)
+    phases = [Phase("loader", names, lambda s: (measure.time_loader(s, config.steps, sync), None),
+                    lambda s: measure.warm_up(s, config.warmup, sync=sync))]
+    if train_step is not None:
+        phases.append(Phase("train", [CEILING] + names,
+                            lambda s: measure.time_training(s, train_step, config.train_steps, sync),
+                            lambda s: measure.warm_up(s, config.train_warmup, train_step, sync)))
+    return phases
+
+
+def run(config: BenchConfig, progress=None) -> Dict:
+    """Measures every backend; returns the figures (see :mod:`gpupipe.bench.report`)."""
     source = gpupipe.ImageFolder(config.data)
     num_classes = len(source.classes)
-    names = list(config.backends)
-    figures: Dict = {"results": {name: {} for name in names}}
-    results = figures["results"]
+    train_step, kept = None, None
+    if config.measure_training:
+        train_step = make_train_step(config, num_classes)
+        shape = (config.batch_size, 3, config.image_size, config.image_size)
+        kept = (torch.randn(shape, device=config.device).contiguous(memory_format=torch.channels_last),
+                torch.randint(0, num_classes, (config.batch_size,), device=config.device))
+    measured = interleaved(phases_of(config, train_step), config, source, kept, progress)
+    return summarise(measured, config)
 
-    loader_runs: Dict[str, list] = {name: [] for name in names}
-    loader_monitors = {name: _monitor(config) for name in names}
-    for r in range(config.repeats):
-        for name in names:
-            with _fresh_stream(name, config, None, source) as stream:
-                measure.warm_up(stream, config.warmup, sync=sync)
-                with loader_monitors[name]:
-                    loader_runs[name].append(measure.time_loader(stream, config.steps, sync))
-            logger.info("[loader alone %d/%d] %-12s %8.1f images/s", r + 1, config.repeats, name, loader_runs[name][-1])
-    for name in names:
-        alone = measure.Result.of(loader_runs[name])
-        results[name]["loader"] = {"images_per_s": round(alone.images_per_s, 1), "runs": _rounded(alone.runs)}
-        results[name]["loader_resources"] = loader_monitors[name].summary()
-    if not config.measure_training:
-        _add_speedups(results)
-        return figures
 
-    train_step = make_train_step(config, num_classes)
-    shape = (config.batch_size, 3, config.image_size, config.image_size)
-    kept = (
-        torch.randn(shape, device=config.device).contiguous(memory_format=torch.channels_last),
-        torch.randint(0, num_classes, (config.batch_size,), device=config.device),
-    )
-    loops = [CEILING] + names
-    train_runs: Dict[str, list] = {name: [] for name in loops}
-    train_shares: Dict[str, list] = {name: [] for name in loops}
-    train_monitors = {name: _monitor(config) for name in loops}
-    for r in range(config.repeats):
-        for name in loops:
-            with _fresh_stream(name, config, kept, source) as stream:
-                measure.warm_up(stream, config.train_warmup, train_step, sync)
-                with train_monitors[name]:
-                    ips, share = measure.time_training(stream, train_step, config.train_steps, sync)
-            train_runs[name].append(ips)
-            train_shares[name].append(share)
-            logger.info(
-                "[training %d/%d] %-12s %8.1f images/s, waiting %3.0f%%", r + 1, config.repeats, name, ips, 100 * share
-            )
-    top = measure.Result.of(train_runs[CEILING])
-    figures["ceiling"] = {
-        "images_per_s": round(top.images_per_s, 1),
-        "runs": _rounded(top.runs),
-        "resources": train_monitors[CEILING].summary(),
-    }
-    for name in names:
-        train = measure.Result.of(train_runs[name], train_shares[name])
-        v = measure.verdict(train, top, backend=name, on_gpu=config.device.type == "cuda", threads=config.threads)
-        results[name]["train"] = {
-            "images_per_s": round(train.images_per_s, 1),
-            "wait_share": round(train.wait_share, 3),
-            "runs": _rounded(train.runs),
-            "wait_shares": [round(x, 3) for x in train.wait_shares],
-            "fraction_of_ceiling": round(v.fraction_of_ceiling, 3),
-        }
-        results[name]["train_resources"] = train_monitors[name].summary()
-        results[name]["verdict"] = {"bound": v.bound, "suggestion": v.suggestion}
+def rounds(config: BenchConfig) -> int:
+    """Timed rounds the bench runs (one per loop, phase and repeat)."""
+    loops = len(config.backends) + ((1 + len(config.backends)) if config.measure_training else 0)
+    return loops * config.repeats
+
+
+def summarise(measured: Dict, config: BenchConfig) -> Dict:
+    """Medians, spreads, ratios to the baseline, fractions of the ceiling and verdicts."""
+    results: Dict = {name: {} for name in config.backends}
+    for name in config.backends:
+        loader = measured["loader"][name]
+        results[name]["loader"] = _figures(measure.Result.of(loader["runs"]), loader["boundaries"])
+        results[name]["loader_resources"] = loader["resources"]
+    figures: Dict = {"results": results}
+    if "train" in measured:
+        top = measure.Result.of(measured["train"][CEILING]["runs"])
+        figures["ceiling"] = {**_figures(top), "resources": measured["train"][CEILING]["resources"]}
+        for name in config.backends:
+            entry = measured["train"][name]
+            train = measure.Result.of(entry["runs"], entry["waits"])
+            v = measure.verdict(train, top, backend=name, on_gpu=config.device.type == "cuda", threads=config.threads)
+            results[name]["train"] = {
+                **_figures(train),
+                "wait_share": round(train.wait_share, 3),
+                "wait_shares": [round(x, 3) for x in train.wait_shares],
+                "fraction_of_ceiling": round(v.fraction_of_ceiling, 3),
+            }
+            results[name]["train_resources"] = entry["resources"]
+            results[name]["verdict"] = {"bound": v.bound, "suggestion": v.suggestion}
     _add_speedups(results)
     return figures
 
 
-def _rounded(values) -> list:
-    return [round(v, 1) for v in values]
+def _figures(result: measure.Result, boundaries: Optional[List[float]] = None) -> Dict:
+    out = {"images_per_s": round(result.images_per_s, 1), "min": round(result.low, 1),
+           "max": round(result.high, 1), "spread": round(result.spread, 3), "runs": [round(v, 1) for v in result.runs]}
+    if boundaries:
+        out["epoch_boundary_s"] = round(sorted(boundaries)[len(boundaries) // 2], 4)
+    return out
 
 
 def _add_speedups(results: Dict[str, Dict]) -> None:

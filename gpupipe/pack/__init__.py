@@ -1,42 +1,41 @@
 """``python -m gpupipe.pack``: image folders into validated, DALI-friendly shards.
 
-The flow: list the inputs (an image folder or a file list), put them in a
-fixed shuffled order (so every shard mixes the classes), check and
-normalise each one in worker processes (:mod:`.convert`), and append them
-in that order to shards that roll over by size (:mod:`.writer`). A journal
-records every finished shard, so a rerun on the same folder continues
-after the last one and gives the same bytes as an uninterrupted run. The
-manifest is written last. :func:`verify` checks a packed folder.
+The flow: list the inputs (an image folder, a file list, a segmentation
+folder or COCO annotations), put them in a fixed shuffled order (so every
+shard mixes the classes), check and normalise each one in worker processes
+(:mod:`.convert`), and append them in that order to shards that roll over
+by size (:mod:`.writer`). A journal records every finished shard, so a
+rerun continues after the last one and gives the same bytes as an
+uninterrupted run; a lock keeps a second packer out (:mod:`.journal`). The
+manifest is written last (:mod:`.manifest`). Under ``torchrun`` every rank
+packs its own contiguous part of the inputs into its own shards, and rank
+0 writes the manifest once every part is done. :func:`verify` checks a
+packed folder.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import multiprocessing
 import os
 import time
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Iterator, Optional, Tuple
 
-import numpy as np
-
-from .. import __version__, shardfmt
-from ..sources import Shards, Source, as_source
-from .convert import ConvertSettings, Converted, convert
+from .. import shardfmt
+from ..errors import OnError
+from ..seeding import pack_order
+from ..sources import FileSource, Source, as_source
+from ..targets import TargetKind
+from . import manifest as mf
+from .convert import ConvertSettings, Converted, Task, convert
+from .journal import DstLock, Journal, PackError, fingerprint
 from .verify import verify
 from .writer import ShardWriter
 
-logger = logging.getLogger(__name__)
-
-JOURNAL = ".pack-journal.json"
-SOURCES = "sources.tsv"
-
-
-class PackError(RuntimeError):
-    """Packing stopped: a bad input with ``on_error="raise"``, or a folder packed with other settings."""
+logger = logging.getLogger("gpupipe.pack")
 
 
 @dataclass(frozen=True)
@@ -44,7 +43,7 @@ class PackSettings:
     """Everything that decides the packed bytes (a rerun must use the same).
 
     Attributes:
-        convert: how each image is normalised.
+        convert: how each input is normalised.
         shard_size: a shard is closed before it would exceed this many bytes.
         seed: seeds the order samples are written in.
     """
@@ -60,7 +59,7 @@ class PackSummary:
 
     Attributes:
         inputs, packed, skipped, shards, bytes_out: the whole packed folder
-            (shards of an earlier, resumed run included).
+            (shards of an earlier, resumed run included; this part's under torchrun).
         processed, copied, bytes_in, seconds: this run: inputs handled,
             JPEGs copied byte for byte, bytes read, wall time.
         resumed_shards: finished shards taken over from an earlier run.
@@ -102,208 +101,201 @@ def parse_size(text: str) -> int:
     return size
 
 
-def _convert_task(task: Tuple[int, str, ConvertSettings]) -> Tuple[int, Converted]:
-    position, path, settings = task
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as err:
-        return position, Converted(None, f"cannot read: {err.strerror or err}", 0)
-    return position, convert(data, settings)
+def packable(src, dst: Path) -> FileSource:
+    """The source to pack.
+
+    Raises:
+        ValueError: ``src`` is already packed, is not made of files, or holds ``dst``.
+    """
+    source = as_source(src)
+    if not isinstance(source, FileSource):
+        raise ValueError(f"{src} is already packed" if isinstance(source, Source) and not source.needs_scan
+                         else f"cannot pack a {type(source).__name__}")
+    root = Path(getattr(source, "root", None) or os.path.commonpath(source.names)).resolve()
+    target = Path(dst).resolve()
+    if target == root or root in target.parents:
+        raise ValueError(f"the output folder {dst} lies inside the input {root}: the packer would read its own "
+                         "shards as inputs on a rerun; pack into a folder outside it")
+    return source
 
 
-def input_order(source: Source, seed: int) -> List[int]:
-    """The fixed order inputs are written in: a permutation of ``seed``."""
-    return np.random.default_rng(seed).permutation(len(source)).tolist()
+def _target(source: Source, index: int):
+    kind = source.kind
+    if kind is TargetKind.MULTI_LABEL:
+        return source.label_sets([index])[0].tolist()
+    if kind is TargetKind.MASK:
+        return source.mask_names[index]
+    if kind is TargetKind.BOXES:
+        return source.boxes[index], source.box_labels[index]
+    return int(source.labels[index])
 
 
-def _fingerprint(source: Source, settings: PackSettings, order: Sequence[int]) -> str:
-    digest = hashlib.sha256(json.dumps(asdict(settings), sort_keys=True).encode())
-    for i in order:
-        sample = source.samples[i]
-        digest.update(f"{sample.path}\t{sample.label}\n".encode())
-    return digest.hexdigest()
+def _describe(target) -> str:
+    if isinstance(target, tuple):
+        return f"{len(target[1])} boxes"
+    return ",".join(map(str, target)) if isinstance(target, list) else str(target)
 
 
-class _Journal:
-    """The finished shards and skipped inputs, saved after every shard."""
-
-    def __init__(self, dst: Path, fingerprint: str) -> None:
-        self.path = dst / JOURNAL
-        self.fingerprint = fingerprint
-        self.shards: List[Dict] = []
-        self.skipped: List[Dict] = []
-        self.next_input = 0
-
-    def load(self) -> None:
-        """Takes up an earlier run's journal, if it packed the same inputs with the same settings."""
-        if not self.path.is_file():
-            return
-        saved = json.loads(self.path.read_text())
-        if saved.get("fingerprint") != self.fingerprint:
-            raise PackError(
-                f"{self.path.parent} was packed from other inputs or with other settings; "
-                "pack into a new folder (or delete it first)"
-            )
-        for shard in saved["shards"]:
-            on_disk = self.path.parent / shard["name"]
-            if not on_disk.is_file() or on_disk.stat().st_size != shard["bytes"]:
-                logger.warning("shard %s of the earlier run is missing or changed: packing from before it", shard["name"])
-                break
-            self.shards.append(shard)
-        if self.shards:
-            self.next_input = self.shards[-1]["next_input"]
-            self.skipped = [s for s in saved["skipped"] if s["position"] < self.next_input]
-
-    def save(self) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps({
-            "fingerprint": self.fingerprint, "shards": self.shards, "skipped": self.skipped,
-        }))
-        os.replace(tmp, self.path)
-
-
-def pack(
-    src,
-    dst,
-    settings: PackSettings = PackSettings(),
-    *,
-    workers: Optional[int] = None,
-    on_error: str = "skip",
-    progress: bool = True,
-) -> PackSummary:
-    """Packs an image folder or file list into shards in ``dst``.
+def pack(src, dst, settings: PackSettings = PackSettings(), *, workers: Optional[int] = None, on_error="skip",
+         progress: bool = True, rank: int = 0, world_size: int = 1) -> PackSummary:
+    """Packs an image folder, file list, segmentation folder or COCO source into shards in ``dst``.
 
     Args:
-        src: an image folder (``class/file``), a list file, or a source.
+        src: the inputs, as a path or a source.
         dst: the output folder (created; a rerun resumes after its last finished shard).
         settings: conversion, shard size and order seed.
-        workers: processes converting images (default: all cores).
+        workers: processes converting inputs (default: all cores).
         on_error: ``"skip"`` leaves a bad input out and lists it with its
             reason in the manifest; ``"raise"`` stops with a :class:`PackError`
             naming the file and the reason.
         progress: show a progress bar on stderr.
+        rank, world_size: this process's part of the inputs (``torchrun``); rank 0 writes the manifest.
 
     Returns:
-        The summary of the whole packed folder.
+        The summary of the packed folder (of this part, under torchrun).
+
+    Raises:
+        PackError: a bad input with ``on_error="raise"``, other settings on an
+            earlier pack of ``dst``, another packer on ``dst``, or a failed write.
+        ValueError: a bad argument or source.
     """
-    if on_error not in ("skip", "raise"):
-        raise ValueError(f"on_error must be 'skip' or 'raise', got {on_error!r}")
-    source = as_source(src)
-    if isinstance(source, Shards):
-        raise ValueError(f"{src} is already packed")
+    on_error = OnError.parse(on_error, name="on_error")
     dst = Path(dst)
+    source = packable(src, dst)
     dst.mkdir(parents=True, exist_ok=True)
-    order = input_order(source, settings.seed)
-    journal = _Journal(dst, _fingerprint(source, settings, order))
-    journal.load()
-    for stale in dst.glob("shard-*.tmp"):
-        stale.unlink()  # an interrupted shard; it is written again
-    resumed = len(journal.shards)
-    if resumed:
-        logger.info("resuming: %d shards done, continuing at input %d of %d", resumed, journal.next_input, len(order))
-
-    started = time.perf_counter()
-    first_input = journal.next_input
-    bytes_in = copied = 0
-    writer: Optional[ShardWriter] = None
-    packed = sum(s["samples"] for s in journal.shards)
-    tasks = ((pos, source.samples[order[pos]].path, settings.convert) for pos in range(journal.next_input, len(order)))
-    workers = workers or os.cpu_count() or 1
-    bar = _progress(len(order) - journal.next_input, progress)
-    try:
-        for position, result in _run(tasks, workers):
-            sample = source.samples[order[position]]
-            bytes_in += result.bytes_in
-            bar.update(1)
-            if result.jpeg is None:
-                if on_error == "raise":
-                    raise PackError(f"{sample.path}: {result.reason}")
-                logger.info("skipped %s: %s", sample.path, result.reason)
-                journal.skipped.append({"position": position, "path": sample.path, "reason": result.reason})
-                continue
-            copied += result.copied
-            if writer is not None and writer.entries and writer.size + len(result.jpeg) + 3 * 512 > settings.shard_size:
-                journal.shards.append({**writer.close(), "next_input": position})
-                journal.save()
-                writer = None
-            if writer is None:
-                writer = ShardWriter(dst, len(journal.shards))
-            writer.add(f"{packed:08d}", result.jpeg, sample.label)
-            packed += 1
-        if writer is not None:
-            journal.shards.append({**writer.close(), "next_input": len(order)})
-            writer = None
-            journal.save()
-    finally:
-        bar.close()
-        if writer is not None:
-            writer.abort()
-
-    _write_sources(dst, source, order, journal)
-    manifest = _manifest(source, settings, journal, len(order))
-    tmp = dst / (shardfmt.MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=1))
-    os.replace(tmp, dst / shardfmt.MANIFEST)
+    order = pack_order(settings.seed, len(source))
+    start, end = rank * len(order) // world_size, (rank + 1) * len(order) // world_size
+    with DstLock(dst, part=rank):
+        journal = _journal(dst, source, order, settings, rank, world_size, start, end)
+        resumed = len(journal.shards)
+        started, first = time.perf_counter(), journal.next_input
+        counts = _write_part(dst, source, order, journal, end, settings, workers, on_error, progress,
+                             prefix="shard" if world_size == 1 else f"shard-r{rank:04d}")
+        if world_size > 1:
+            _barrier()
+        if rank == 0:
+            journals = [journal] + [_journal(dst, source, order, settings, r, world_size,
+                                             r * len(order) // world_size, (r + 1) * len(order) // world_size,
+                                             wait=True) for r in range(1, world_size)]
+            skipped = {s["position"] for j in journals for s in j.skipped}
+            mf.write_sources(dst, ((f"{p:08d}", source.names[order[p]], _describe(_target(source, order[p])))
+                                   for p in range(len(order)) if p not in skipped))
+            mf.write(dst, mf.build(source, settings, journals, len(order)))
+        if world_size > 1:
+            _barrier()  # no rank returns before the manifest is there
+    shards = journal.shards
     return PackSummary(
-        inputs=len(order),
-        packed=packed,
-        skipped=len(journal.skipped),
-        shards=len(journal.shards),
-        bytes_out=manifest["totals"]["bytes"],
-        processed=len(order) - first_input,
-        copied=copied,
-        bytes_in=bytes_in,
-        seconds=time.perf_counter() - started,
-        resumed_shards=resumed,
+        inputs=end - start, packed=sum(s["samples"] for s in shards), skipped=len(journal.skipped),
+        shards=len(shards), bytes_out=sum(s["bytes"] for s in shards), processed=end - first, copied=counts[0],
+        bytes_in=counts[1], seconds=time.perf_counter() - started, resumed_shards=resumed,
     )
 
 
-def _run(tasks: Iterator, workers: int) -> Iterator[Tuple[int, Converted]]:
+def _barrier() -> None:
+    """Waits for every rank (``torch.distributed`` must be initialised under torchrun)."""
+    import torch.distributed as dist
+
+    dist.barrier()
+
+
+def _journal(dst: Path, source: Source, order, settings: PackSettings, rank: int, world_size: int, start: int,
+             end: int, wait: bool = False) -> Journal:
+    name = ".pack-journal.json" if world_size == 1 else f".pack-journal-r{rank:04d}.json"
+    inputs = [f"{source.names[order[p]]}\t{_describe(_target(source, order[p]))}" for p in range(start, end)]
+    key = fingerprint({**asdict(settings), "kind": source.kind.value, "part": [rank, world_size]}, inputs)
+    journal = Journal(dst / name, key, start)
+    if wait:  # another rank's part: every rank has finished (torchrun's barrier) before rank 0 reads it
+        journal.load()
+        if journal.next_input < end:
+            raise PackError(f"part {rank} of {dst} is not finished ({journal.path})")
+        return journal
+    journal.load()
+    for stale in dst.glob(f"{'shard' if world_size == 1 else f'shard-r{rank:04d}'}-*.tmp"):
+        stale.unlink()  # an interrupted shard; it is written again
+    if journal.shards:
+        logger.info("resuming: %d shards done, continuing at input %d of %d", len(journal.shards),
+                    journal.next_input, end)
+    return journal
+
+
+def _convert_task(task: Task, settings: ConvertSettings) -> Tuple[int, Converted]:
+    return task.position, convert(task, settings)
+
+
+def _converted(tasks: Iterator[Task], settings: ConvertSettings, workers: int) -> Iterator[Tuple[int, Converted]]:
     """Converts in ``workers`` processes, results in input order."""
+    work = partial(_convert_task, settings=settings)
     if workers == 1:
-        yield from map(_convert_task, tasks)
+        yield from map(work, tasks)
         return
     with multiprocessing.get_context("fork").Pool(workers) as pool:
-        yield from pool.imap(_convert_task, tasks, chunksize=4)
+        yield from pool.imap(work, tasks, chunksize=4)
 
 
-def _progress(total: int, enabled: bool):
+class _Shard:
+    """The shard being written and the manifest rows of its samples."""
+
+    def __init__(self, dst: Path, name: str, kind: TargetKind) -> None:
+        self.writer = ShardWriter(dst, name)
+        self.fields = mf.TARGET_FIELDS[kind]
+        self.rows = {name: [] for name in ("sizes",) + self.fields}
+
+    def add(self, key: str, result: Converted) -> None:
+        self.writer.add(key, result.members)
+        self.rows["sizes"].append(list(result.size))
+        if self.fields == ("boxes", "box_labels"):
+            self.rows["boxes"].append(result.target[0])
+            self.rows["box_labels"].append(result.target[1])
+        elif self.fields:
+            self.rows[self.fields[0]].append(result.target)
+
+    def close(self, next_input: int) -> dict:
+        return {**self.writer.close(), **self.rows, "next_input": next_input}
+
+
+def _write_part(dst: Path, source: Source, order, journal: Journal, end: int, settings: PackSettings,
+                workers: Optional[int], on_error: OnError, progress: bool, prefix: str) -> Tuple[int, int]:
+    """Converts and writes this part's inputs from the journal's position on; returns ``(copied, bytes_in)``."""
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="img", desc="packing", disable=not enabled, smoothing=0.1)
+    tasks = (Task(p, source.names[order[p]], source.kind, _target(source, order[p]))
+             for p in range(journal.next_input, end))
+    shard: Optional[_Shard] = None
+    copied = bytes_in = 0
+    bar = tqdm(total=end - journal.next_input, unit="img", desc="packing", disable=not progress, smoothing=0.1)
+    try:
+        for position, result in _converted(tasks, settings.convert, workers or os.cpu_count() or 1):
+            bar.update(1)
+            bytes_in += result.bytes_in
+            path = source.names[order[position]]
+            if result.members is None:
+                if on_error is OnError.RAISE:
+                    raise PackError(f"{path}: {result.reason}")
+                logger.info("skipped %s: %s", path, result.reason)
+                journal.skipped.append({"position": position, "path": path, "reason": result.reason})
+                continue
+            copied += result.copied
+            if shard is not None and shard.writer.entries and \
+                    shard.writer.size_with(result.members) > settings.shard_size:
+                journal.shards.append(shard.close(position))
+                journal.next_input = position
+                journal.save()
+                shard = None
+            if shard is None:
+                shard = _Shard(dst, shardfmt.shard_name(len(journal.shards), prefix), source.kind)
+            shard.add(f"{position:08d}", result)
+        if shard is not None:
+            journal.shards.append(shard.close(end))
+            shard = None
+        journal.next_input = end
+        journal.save()
+    except OSError as err:
+        raise PackError(f"cannot write into {dst}: {err.strerror or err}") from None
+    finally:
+        bar.close()
+        if shard is not None:
+            shard.writer.abort()
+    return copied, bytes_in
 
 
-def _write_sources(dst: Path, source: Source, order: Sequence[int], journal: _Journal) -> None:
-    """``sources.tsv``: each key, its input file and label (which input became which sample)."""
-    skipped = {s["position"] for s in journal.skipped}
-    lines, key = [], 0
-    for position, i in enumerate(order):
-        if position not in skipped:
-            lines.append(f"{key:08d}\t{source.samples[i].path}\t{source.samples[i].label}")
-            key += 1
-    (dst / SOURCES).write_text("key\tpath\tlabel\n" + "\n".join(lines) + "\n")
-
-
-def _manifest(source: Source, settings: PackSettings, journal: _Journal, inputs: int) -> Dict:
-    shards = [{k: v for k, v in s.items() if k != "next_input"} for s in journal.shards]
-    return {
-        "format": shardfmt.FORMAT,
-        "version": shardfmt.VERSION,
-        "written_by": f"gpupipe {__version__}",
-        "settings": asdict(settings),
-        "classes": source.classes,
-        "class_to_idx": source.class_to_idx,
-        "shards": shards,
-        "totals": {
-            "inputs": inputs,
-            "samples": sum(s["samples"] for s in shards),
-            "skipped": len(journal.skipped),
-            "shards": len(shards),
-            "bytes": sum(s["bytes"] for s in shards),
-        },
-        "skipped": [{"path": s["path"], "reason": s["reason"]} for s in journal.skipped],
-    }
-
-
-__all__ = ["pack", "verify", "PackSettings", "ConvertSettings", "PackSummary", "PackError", "parse_size"]
+__all__ = ["pack", "verify", "PackSettings", "ConvertSettings", "PackSummary", "PackError", "parse_size", "packable"]

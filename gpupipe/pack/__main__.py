@@ -12,6 +12,7 @@ import logging
 import sys
 from typing import List, Optional
 
+from ..errors import plural
 from . import ConvertSettings, PackError, PackSettings, pack, parse_size, verify
 
 
@@ -32,6 +33,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                         help="skip (and list in the manifest) or stop at a bad input (default: skip)")
     parser.add_argument("--max-pixels", type=int, default=100_000_000,
                         help="refuse images with more pixels, as decompression bombs (default: 100000000)")
+    parser.add_argument("--max-file-size", default="1GB",
+                        help="refuse larger input files (default: 1GB; K/M/G are powers of 1024)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the order samples are written in (default: 0)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
@@ -50,6 +53,10 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
         args.shard_bytes = parse_size(args.shard_size)
     except ValueError as err:
         parser.error(f"--shard-size: {err}")
+    try:
+        args.max_file_bytes = parse_size(args.max_file_size)
+    except ValueError as err:
+        parser.error(f"--max-file-size: {str(err).replace('shard size', 'size')}")
     return args
 
 
@@ -60,10 +67,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         problems = verify(args.dst)
         for problem in problems:
             print(f"FAIL {problem}")
-        print(f"{args.dst}: {'OK' if not problems else f'{len(problems)} problems'}")
+        print(f"{args.dst}: {'OK' if not problems else plural(len(problems), 'problem')}")
         return 1 if problems else 0
     settings = PackSettings(
-        convert=ConvertSettings(max_size=args.max_size, quality=args.quality, max_pixels=args.max_pixels),
+        convert=ConvertSettings(max_size=args.max_size, quality=args.quality, max_pixels=args.max_pixels,
+                                max_file_size=args.max_file_bytes),
         shard_size=args.shard_bytes,
         seed=args.seed,
     )
@@ -75,8 +83,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 1
     mib = 2**20
     print(
-        f"packed {summary.packed} images into {summary.shards} shards ({summary.bytes_out / mib:.1f} MiB), "
-        f"skipped {summary.skipped} (reasons in {args.dst}/manifest.json)"
+        f"packed {plural(summary.packed, 'image')} into {plural(summary.shards, 'shard')} "
+        f"({summary.bytes_out / mib:.1f} MiB), skipped {summary.skipped} (reasons in {args.dst}/manifest.json)"
         + (f"; resumed after {summary.resumed_shards} finished shards" if summary.resumed_shards else "")
     )
     print(

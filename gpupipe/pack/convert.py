@@ -1,21 +1,28 @@
-"""Checking and normalising one input image into a clean RGB JPEG.
+"""Checking and normalising one input (image and target) into the members of one packed sample.
 
-Every input is decoded fully once (which finds truncated files), EXIF
+Every image is decoded fully once (which finds truncated files), EXIF
 orientation is applied, any mode (grayscale, palette, RGBA, CMYK/YCCK,
 16-bit) becomes 8-bit RGB, other formats are re-encoded as JPEG, and
 ``max_size`` shrinks the shorter side (never enlarges). A JPEG that is
-already clean RGB, upright and small enough is copied byte for byte.
+already clean RGB, upright and small enough is copied byte for byte. The
+target follows the image's geometry: a mask is checked (single channel,
+the image's size) and shrunk with nearest-neighbour sampling, boxes are scaled.
 """
 
 from __future__ import annotations
 
 import io
+import json
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
+import numpy as np
 from PIL import Image, ImageOps
 
-from ..images import ImageRefused, open_checked, to_rgb8
+from .. import shardfmt
+from ..fileio import DEFAULT_MAX_FILE_SIZE, UnreadableFile, read_file
+from ..images import ImageRefused, decode_mask, open_checked, to_rgb8
+from ..targets import TargetKind
 
 #: EXIF tag of the orientation.
 ORIENTATION = 0x0112
@@ -29,21 +36,44 @@ class ConvertSettings:
         max_size: shorter side at most this many pixels (``None``: keep the size).
         quality: JPEG quality of re-encoded images.
         max_pixels: refuse images with more pixels (decompression bombs).
+        max_file_size: refuse larger files.
     """
 
     max_size: Optional[int] = None
     quality: int = 90
     max_pixels: int = 100_000_000
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE
+
+
+@dataclass(frozen=True)
+class Task:
+    """One input: its position in the write order, its file, and its target as the source gives it."""
+
+    position: int
+    path: str
+    kind: TargetKind
+    target: Any
 
 
 @dataclass(frozen=True)
 class Converted:
-    """The outcome for one input: JPEG bytes, or the reason it was skipped."""
+    """The outcome for one input.
 
-    jpeg: Optional[bytes]
+    Attributes:
+        members: extension -> payload (``jpg`` and the target's member), or ``None`` when skipped.
+        reason: why the input was skipped.
+        bytes_in: bytes read.
+        copied: the JPEG was copied byte for byte.
+        size: ``(h, w)`` of the packed image.
+        target: the target as the manifest records it (label, labels, or boxes and labels).
+    """
+
+    members: Optional[Dict[str, bytes]]
     reason: Optional[str]
     bytes_in: int
     copied: bool = False
+    size: Tuple[int, int] = (0, 0)
+    target: Any = None
 
 
 def target_size(width: int, height: int, max_size: Optional[int]) -> Tuple[int, int]:
@@ -55,14 +85,18 @@ def target_size(width: int, height: int, max_size: Optional[int]) -> Tuple[int, 
     return max(1, round(width * scale)), max(1, round(height * scale))
 
 
-def convert(data: bytes, settings: ConvertSettings) -> Converted:
-    """Checks one encoded image and returns it as a clean RGB JPEG, or why not."""
+def convert_image(data: bytes, settings: ConvertSettings) -> Tuple[bytes, Tuple[int, int], Tuple[int, int], bool]:
+    """One encoded image as a clean RGB JPEG.
+
+    Returns:
+        ``(jpeg, (w, h) decoded, (w, h) written, copied)``; sizes with EXIF orientation applied.
+
+    Raises:
+        ImageRefused: not an image, too many pixels, or it fails to decode.
+    """
     if not data:
-        return Converted(None, "empty file (0 bytes)", 0)
-    try:
-        img = open_checked(io.BytesIO(data), settings.max_pixels)
-    except ImageRefused as refused:
-        return Converted(None, refused.reason, len(data))
+        raise ImageRefused("empty file (0 bytes)")
+    img = open_checked(io.BytesIO(data), settings.max_pixels)
     width, height = img.size
     orientation = img.getexif().get(ORIENTATION, 1)
     size = target_size(width, height, settings.max_size)
@@ -73,13 +107,61 @@ def convert(data: bytes, settings: ConvertSettings) -> Converted:
     try:
         img.load()  # the full decode, once: finds truncated and corrupt files
     except (OSError, SyntaxError, ValueError) as err:
-        return Converted(None, f"cannot decode: {err}", len(data))
+        raise ImageRefused(f"cannot decode: {err}") from None
+    upright = (height, width) if orientation in (5, 6, 7, 8) else (width, height)
     if clean:
-        return Converted(data, None, len(data), copied=True)
+        return data, upright, upright, True
     img = to_rgb8(ImageOps.exif_transpose(img))
-    size = target_size(img.width, img.height, settings.max_size)
+    size = target_size(*upright, settings.max_size)
     if size != img.size:
         img = img.resize(size, Image.BICUBIC, reducing_gap=3.0)
     out = io.BytesIO()
     img.save(out, "JPEG", quality=settings.quality)
-    return Converted(out.getvalue(), None, len(data))
+    return out.getvalue(), upright, size, False
+
+
+def convert(task: Task, settings: ConvertSettings) -> Converted:
+    """Reads, checks and converts one input (image and target), or says why not."""
+    try:
+        data = read_file(task.path, settings.max_file_size)
+        jpeg, before, after, copied = convert_image(data, settings)
+        members, target = {shardfmt.IMAGE_EXT: jpeg}, task.target
+        if task.kind is TargetKind.LABEL:
+            members["cls"] = shardfmt.encode_class(int(task.target))
+            target = int(task.target)
+        elif task.kind is TargetKind.MULTI_LABEL:
+            target = [int(v) for v in task.target]
+            members["json"] = json.dumps({"labels": target}).encode()
+        elif task.kind is TargetKind.MASK:
+            members["png"], target = _mask(task.target, before, after, settings), None
+        elif task.kind is TargetKind.BOXES:
+            target = _boxes(*task.target, before, after)
+            members["json"] = json.dumps({"boxes": target[0], "labels": target[1]}).encode()
+    except UnreadableFile as err:
+        return Converted(None, err.reason, 0)
+    except ImageRefused as refused:
+        return Converted(None, refused.reason, len(data) if "data" in locals() else 0)
+    return Converted(members, None, len(data), copied=copied, size=(after[1], after[0]), target=target)
+
+
+def _mask(path: str, before, after, settings: ConvertSettings) -> bytes:
+    try:
+        mask = decode_mask(read_file(path, settings.max_file_size))
+    except UnreadableFile as err:
+        raise ImageRefused(f"mask {path}: {err.reason}") from None
+    except (OSError, ValueError, SyntaxError) as err:
+        raise ImageRefused(f"mask {path}: {err}") from None
+    if (mask.shape[1], mask.shape[0]) != tuple(before):
+        raise ImageRefused(f"mask {path} is {mask.shape[1]}x{mask.shape[0]}, the image {before[0]}x{before[1]}")
+    img = Image.fromarray(mask, "L")
+    if tuple(after) != tuple(before):
+        img = img.resize(after, Image.NEAREST)
+    out = io.BytesIO()
+    img.save(out, "PNG")
+    return out.getvalue()
+
+
+def _boxes(boxes: np.ndarray, labels: np.ndarray, before, after):
+    scale = np.array([after[0] / before[0], after[1] / before[1]] * 2, np.float64)
+    scaled = (np.asarray(boxes, np.float64).reshape(-1, 4) * scale).round(3)
+    return scaled.tolist(), [int(v) for v in labels]

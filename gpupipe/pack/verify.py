@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+import json
 import tarfile
 from pathlib import Path
-from typing import List
+from typing import BinaryIO, Dict, List
 
 from .. import shardfmt
-from .writer import sha256_of
+from ..fileio import UnreadableFile, regular_stat
+from .writer import BLOCK, sha256_of
+
+#: Problems listed per shard before the rest are summarised.
+MAX_PROBLEMS = 20
 
 
 def verify(dst) -> List[str]:
     """Checks a packed folder; returns the problems found (empty when it is sound).
 
-    Per shard: the file exists, its size and sha256 match the manifest, its
-    index parses and lists as many samples as the manifest, and every
-    indexed member lies in the file under a tar header with the same name
-    and size, with a ``.cls`` equal to the manifest's label. Totals must add up.
+    The manifest must have the expected shape and name nothing outside
+    ``dst``. Per shard: the file exists, its size and sha256 match the
+    manifest, its index parses and lists as many samples as the manifest,
+    and every indexed member lies in the file under a tar header with the
+    same name and size; the target members (``.cls``, ``.json``) say what
+    the manifest says. Totals must add up.
     """
     dst = Path(dst)
     try:
@@ -24,49 +31,70 @@ def verify(dst) -> List[str]:
     except ValueError as err:
         return [str(err)]
     problems: List[str] = []
-    for shard in manifest["shards"]:
-        problems.extend(_check_shard(dst, shard))
-    totals = manifest["totals"]
+    for number, shard in enumerate(manifest["shards"]):
+        try:
+            tar = shardfmt.confined(dst, shard["name"], f"shards[{number}].name")
+            index = shardfmt.confined(dst, shard["index"], f"shards[{number}].index")
+        except ValueError as err:
+            problems.append(str(err))
+            continue
+        problems.extend(_check_shard(tar, index, shard, manifest.get("kind", "label")))
+    totals = manifest.get("totals", {})
     listed = sum(s["samples"] for s in manifest["shards"])
-    if totals["samples"] != listed:
-        problems.append(f"manifest totals say {totals['samples']} samples, the shards list {listed}")
+    if totals.get("samples") != listed:
+        problems.append(f"manifest totals say {totals.get('samples')} samples, the shards list {listed}")
     return problems
 
 
-def _check_shard(dst: Path, shard: dict) -> List[str]:
-    tar = dst / shard["name"]
-    if not tar.is_file():
-        return [f"{shard['name']}: missing"]
-    size = tar.stat().st_size
+def _check_shard(tar: Path, index: Path, shard: Dict, kind: str) -> List[str]:
+    name = shard["name"]
+    try:
+        size = regular_stat(str(tar), None).st_size
+    except UnreadableFile as err:
+        return [f"{name}: missing" if "No such file" in err.reason else f"{name}: {err.reason}"]
     problems = []
     if size != shard["bytes"]:
-        problems.append(f"{shard['name']}: {size} bytes, the manifest says {shard['bytes']}")
+        problems.append(f"{name}: {size} bytes, the manifest says {shard['bytes']}")
     if sha256_of(tar) != shard["sha256"]:
-        problems.append(f"{shard['name']}: sha256 differs from the manifest (the file changed)")
+        problems.append(f"{name}: sha256 differs from the manifest (the file changed)")
     try:
-        entries = shardfmt.read_index(dst / shard["index"])
+        entries = shardfmt.read_index(index, shard.get("index_sha256", ""))
     except ValueError as err:
-        return problems + [f"{shard['name']}: {err}"]
-    if len(entries) != shard["samples"] or len(shard["labels"]) != shard["samples"]:
-        problems.append(f"{shard['name']}: index lists {len(entries)} samples, the manifest {shard['samples']}")
-        return problems
+        return problems + [f"{name}: {err}"]
+    if len(entries) != shard["samples"]:
+        return problems + [f"{name}: index lists {len(entries)} samples, the manifest {shard['samples']}"]
     with open(tar, "rb") as fh:
-        for number, (entry, label) in enumerate(zip(entries, shard["labels"])):
+        for number, entry in enumerate(entries):
             for ext, member in entry.items():
-                where = f"{shard['name']} sample {number} ({member.name})"
-                if member.offset < 512 or member.offset + member.size > size:
-                    problems.append(f"{where}: index points outside the file")
-                    continue
-                fh.seek(member.offset - 512)
-                try:
-                    header = tarfile.TarInfo.frombuf(fh.read(512), "utf-8", "surrogateescape")
-                except tarfile.HeaderError as err:
-                    problems.append(f"{where}: no tar header before the indexed data ({err})")
-                    continue
-                if header.name != member.name or header.size != member.size:
-                    problems.append(f"{where}: tar header says {header.name!r} ({header.size} bytes)")
-                elif ext == "cls" and fh.read(member.size) != shardfmt.encode_class(label):
-                    problems.append(f"{where}: class differs from the manifest's label {label}")
-            if len(problems) > 20:
-                return problems + [f"{shard['name']}: more problems not listed"]
+                problem = _check_member(fh, member, size, ext, shard, number, kind)
+                if problem:
+                    problems.append(f"{name} sample {number} ({member.name}): {problem}")
+            if len(problems) > MAX_PROBLEMS:
+                return problems + [f"{name}: more problems not listed"]
     return problems
+
+
+def _check_member(fh: BinaryIO, member: shardfmt.Member, size: int, ext: str, shard: Dict, number: int,
+                  kind: str) -> str:
+    if member.offset < BLOCK or member.offset + member.size > size:
+        return "index points outside the file"
+    fh.seek(member.offset - BLOCK)
+    try:
+        header = tarfile.TarInfo.frombuf(fh.read(BLOCK), "utf-8", "surrogateescape")
+    except tarfile.HeaderError as err:
+        return f"no tar header before the indexed data ({err})"
+    if header.name != member.name or header.size != member.size:
+        return f"tar header says {header.name!r} ({header.size} bytes)"
+    if ext == "cls" and kind == "label":
+        if fh.read(member.size) != shardfmt.encode_class(shard["labels"][number]):
+            return f"class differs from the manifest's label {shard['labels'][number]}"
+    elif ext == "json" and kind in ("multi_label", "boxes"):
+        try:
+            payload = json.loads(fh.read(member.size))
+        except (ValueError, UnicodeDecodeError) as err:
+            return f"unreadable target ({err})"
+        want = {"labels": shard["label_lists"][number]} if kind == "multi_label" else \
+            {"boxes": shard["boxes"][number], "labels": shard["box_labels"][number]}
+        if payload != want:
+            return "target differs from the manifest's"
+    return ""

@@ -2,7 +2,9 @@
 
 A shard is written to ``<name>.tmp`` and renamed when complete, so a
 ``shard-*.tar`` on disk is always whole. Headers carry no times or owners,
-so the same samples give the same bytes in every run.
+so the same samples give the same bytes in every run. This module is the
+one place that knows the tar layout (header blocks, padding, the closing
+record).
 """
 
 from __future__ import annotations
@@ -16,42 +18,47 @@ from typing import Dict, List
 
 from .. import shardfmt
 
-_BLOCK = 512
+BLOCK = 512
+#: ``tarfile`` ends an archive with two zero blocks, padded to a multiple of its record size.
+_END = 2 * BLOCK
+_RECORD = tarfile.RECORDSIZE
+
+
+def _padded(size: int) -> int:
+    return -(-size // BLOCK) * BLOCK
 
 
 class ShardWriter:
     """Appends samples to one shard.
 
     Args:
-        folder: the packed folder.
-        number: the shard's number (its name is ``shard-NNNNNN.tar``).
+        folder: where the shard is written.
+        name: the shard's file name (``shard-NNNNNN.tar``).
     """
 
-    def __init__(self, folder: Path, number: int) -> None:
-        self.name = shardfmt.shard_name(number)
-        self.path = folder / self.name
-        self.tmp = folder / (self.name + ".tmp")
+    def __init__(self, folder: Path, name: str) -> None:
+        self.name = name
+        self.path = folder / name
+        self.tmp = folder / (name + ".tmp")
         self._file = open(self.tmp, "wb")
         self._tar = tarfile.open(fileobj=self._file, mode="w", format=tarfile.USTAR_FORMAT)
         self.entries: List[shardfmt.IndexEntry] = []
-        self.labels: List[int] = []
 
-    @property
-    def size(self) -> int:
-        """Bytes written so far."""
-        return self._tar.offset
+    def size_with(self, members: Dict[str, bytes]) -> int:
+        """The shard's size once closed, if ``members`` were added now."""
+        size = self._tar.offset + sum(BLOCK + _padded(len(payload)) for payload in members.values()) + _END
+        return -(-size // _RECORD) * _RECORD
 
-    def add(self, key: str, jpeg: bytes, label: int) -> None:
-        """Adds ``<key>.jpg`` and ``<key>.cls``."""
+    def add(self, key: str, members: Dict[str, bytes]) -> None:
+        """Adds ``<key>.<ext>`` for each member."""
         entry = {}
-        for ext, payload in (("jpg", jpeg), ("cls", shardfmt.encode_class(label))):
+        for ext, payload in members.items():
             info = tarfile.TarInfo(f"{key}.{ext}")
             info.size, info.mtime, info.mode = len(payload), 0, 0o644
             header_at = self._tar.offset
             self._tar.addfile(info, io.BytesIO(payload))
-            entry[ext] = shardfmt.Member(info.name, header_at + _BLOCK, len(payload))
+            entry[ext] = shardfmt.Member(info.name, header_at + BLOCK, len(payload))
         self.entries.append(entry)
-        self.labels.append(label)
 
     def close(self) -> Dict:
         """Finishes the tar, writes the index, renames both into place; returns the shard's record."""
@@ -64,18 +71,15 @@ class ShardWriter:
         shardfmt.write_index(index_tmp, self.entries)
         os.replace(index_tmp, index)
         os.replace(self.tmp, self.path)
-        return {
-            "name": self.name,
-            "index": index.name,
-            "samples": len(self.entries),
-            "bytes": self.path.stat().st_size,
-            "sha256": sha256_of(self.path),
-            "labels": self.labels,
-        }
+        return {"name": self.name, "index": index.name, "samples": len(self.entries),
+                "bytes": self.path.stat().st_size, "sha256": sha256_of(self.path), "index_sha256": sha256_of(index)}
 
     def abort(self) -> None:
         """Drops the unfinished shard."""
-        self._file.close()
+        try:
+            self._file.close()
+        except OSError:
+            pass
         self.tmp.unlink(missing_ok=True)
 
 

@@ -1,0 +1,158 @@
+"""The torchvision backend: ``torchvision.io`` decoding and ``transforms.v2`` kernels in DataLoader workers.
+
+The main process plans each batch (every random parameter, from the
+samples' keys) and sends ``(index, parameters)`` keys to the workers, which
+decode and transform uint8 ``(3, H, W)`` tensors (and masks and boxes).
+For a CPU target the workers also normalise, so the main process only
+receives finished batches; for a CUDA target the uint8 batch is pinned,
+copied with ``non_blocking=True`` on a side stream and normalised on the
+GPU while the previous step computes (:class:`~gpupipe.batch.CudaPrefetcher`).
+A sample that fails in a worker is replaced in the main process by the
+rule of :class:`~gpupipe.backends.common.BadSamples`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections import deque
+from typing import Callable, Iterator, List, Optional
+
+import numpy as np
+from torch.utils.data import DataLoader, Sampler
+
+from ...batch import Batch, CudaPrefetcher, normalize_uint8
+from ...plan import Planner
+from ...sources import Source
+from ...spec import PipelineSpec
+from ...targets import TargetKind
+from .. import EpochRead, RunConfig
+from ..common import BadSamples, batch_slots, host_targets, pad_boxes, source_boxes
+from .dataset import DecodedSamples, collate, finish_one
+
+logger = logging.getLogger(__name__)
+
+
+class _BatchKeys(Sampler):
+    """The current pass's batches of keys; replaced before each pass."""
+
+    def __init__(self) -> None:
+        self.make: Callable[[], Iterator[List]] = lambda: iter(())
+
+    def __iter__(self):
+        return self.make()
+
+    def __len__(self) -> int:  # not used for batching: the generator decides
+        return 0
+
+
+class TorchvisionBackend:
+    """Runs a spec with ``torchvision.io`` + ``transforms.v2`` kernels in a DataLoader.
+
+    Args:
+        source: the samples.
+        spec: the checked pipeline.
+        config: batch size, device and ``num_threads`` worker processes
+            (0 decodes in the main process).
+    """
+
+    name = "torchvision"
+
+    def __init__(self, source: Source, spec: PipelineSpec, config: RunConfig) -> None:
+        self.source = source
+        self.spec = spec
+        self.config = config
+        self.planner = Planner(spec, config.seed)
+        self.sizes = source.sizes()
+        self.bad = BadSamples(source, config.on_error, config.skip_log)
+        self.on_cuda = config.device.type == "cuda"
+        self.dataset = DecodedSamples(source, spec)
+        self._keys = _BatchKeys()
+        workers = config.num_threads
+        self.dataloader = DataLoader(
+            self.dataset,
+            batch_sampler=self._keys,
+            num_workers=workers,
+            collate_fn=functools.partial(collate, spec=spec, kind=source.kind, finish=not self.on_cuda),
+            pin_memory=self.on_cuda,
+            persistent_workers=workers > 0,
+            prefetch_factor=config.prefetch if workers > 0 else None,
+        )
+
+    def _plan(self, read: EpochRead, batch: int):
+        bs = self.config.batch_size
+        indices, positions = batch_slots(read.share, batch, bs)
+        indices = self.bad.replace(indices, read.share, batch * bs)
+        plan = self.planner.plan(read.epoch, positions, self.sizes[indices], source_boxes(self.source, indices))
+        return indices, positions, [(int(i), plan.sample(k)) for k, i in enumerate(indices)]
+
+    def iter_epoch(self, read: EpochRead, start: int = 0, upcoming: Optional[Callable] = None) -> Iterator[Batch]:
+        """Yields batches ``start ..`` of ``read``, in order."""
+        pending: deque = deque()
+
+        def keys():
+            for b in range(start, read.batches):
+                indices, positions, batch_keys = self._plan(read, b)
+                pending.append((b, indices, positions))
+                yield batch_keys
+
+        self._keys.make = keys
+        batches = self._finish(iter(self.dataloader), pending, read)
+        if self.on_cuda:
+            return iter(CudaPrefetcher(batches, self.config.device, functools.partial(normalize_uint8, spec=self.spec)))
+        return batches
+
+    def _finish(self, loaded: Iterator, pending: deque, read: EpochRead) -> Iterator[Batch]:
+        for images, part, failures in loaded:
+            b, indices, positions = pending.popleft()
+            if failures:
+                indices = self._refill(images, part, failures, indices, positions, read, b)
+            yield images, self._targets(indices, part)
+
+    def _refill(self, images, part, failures, indices, positions, read: EpochRead, batch: int) -> np.ndarray:
+        """Replaces the samples that failed in a worker, decoding their replacements here."""
+        indices = np.array(indices)
+        self.bad.report((int(indices[k]), reason) for k, reason in failures)
+        start = batch * self.config.batch_size
+        for k, _ in failures:
+            while True:
+                replacement = int(self.bad.replace(indices[k:k + 1], read.share, start + k)[0])
+                plan = self.planner.plan(read.epoch, positions[k:k + 1], self.sizes[[replacement]],
+                                         source_boxes(self.source, [replacement]))
+                image, target, reason = self.dataset[(replacement, plan.sample(0))]
+                if reason is None:
+                    break
+                self.bad.report([(replacement, reason)])
+            indices[k] = replacement
+            images[k] = finish_one(image, self.spec, not self.on_cuda)
+            _replace_target(part, k, target, self.source.kind)
+        return indices
+
+    def _targets(self, indices, part):
+        kind = self.source.kind
+        if kind is TargetKind.MASK:
+            return part.long()
+        if kind is TargetKind.BOXES:
+            return part
+        return host_targets(self.source, indices)
+
+    def close(self) -> None:
+        iterator = getattr(self.dataloader, "_iterator", None)
+        if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+            iterator._shutdown_workers()
+        self.dataloader._iterator = None
+
+
+def _replace_target(part, k: int, target, kind: TargetKind) -> None:
+    if kind is TargetKind.MASK:
+        part[k] = target
+    elif kind is TargetKind.BOXES:
+        rows = [(part["boxes"][r][part["labels"][r] >= 0], part["labels"][r][part["labels"][r] >= 0])
+                for r in range(len(part["labels"]))]
+        rows[k] = target
+        padded = pad_boxes([b for b, _ in rows], [lbl for _, lbl in rows])
+        part.clear()
+        part.update(padded)
+
+
+__all__ = ["TorchvisionBackend"]

@@ -1,0 +1,100 @@
+"""Reading untrusted files: regular files only, never more than a cap, never blocking.
+
+A FIFO named ``x.jpg`` would block a plain ``open``; a link to
+``/dev/zero`` would be read forever. Every read of a sample, an index or a
+manifest goes through here.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import Optional, Tuple
+
+#: Default cap on one file's size (images, masks, annotation files): 1 GiB.
+DEFAULT_MAX_FILE_SIZE = 1 << 30
+
+
+class UnreadableFile(ValueError):
+    """A file that cannot be read as data; ``reason`` says why in one line."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def describe(err: OSError) -> str:
+    """``"cannot read: No such file or directory"``."""
+    return f"cannot read: {err.strerror or err}"
+
+
+def regular_stat(path: str, max_size: Optional[int] = DEFAULT_MAX_FILE_SIZE) -> os.stat_result:
+    """``os.stat`` of a regular file no larger than ``max_size``.
+
+    Raises:
+        UnreadableFile: missing, not a regular file (FIFO, device, folder), or too large.
+    """
+    try:
+        st = os.stat(path)
+    except OSError as err:
+        raise UnreadableFile(describe(err)) from None
+    _check(st, max_size)
+    return st
+
+
+def _check(st: os.stat_result, max_size: Optional[int]) -> None:
+    if not stat.S_ISREG(st.st_mode):
+        raise UnreadableFile("not a regular file")
+    if max_size is not None and st.st_size > max_size:
+        raise UnreadableFile(f"file too large: {st.st_size:,} bytes exceeds the {max_size:,}-byte limit")
+
+
+def read_file(path: str, max_size: Optional[int] = DEFAULT_MAX_FILE_SIZE) -> bytes:
+    """The whole content of a regular file of at most ``max_size`` bytes.
+
+    The file is opened without blocking and checked on the open descriptor,
+    so a FIFO or a device swapped in after a check is refused too.
+
+    Raises:
+        UnreadableFile: as :func:`regular_stat`, or an I/O error.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as err:
+        raise UnreadableFile(describe(err)) from None
+    try:
+        st = os.fstat(fd)
+        _check(st, max_size)
+        chunks, left = [], st.st_size
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 24))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    except OSError as err:
+        raise UnreadableFile(describe(err)) from None
+    finally:
+        os.close(fd)
+
+
+def read_range(fd: int, offset: int, size: int, what: str) -> bytes:
+    """Exactly ``size`` bytes at ``offset`` of an open file.
+
+    Raises:
+        UnreadableFile: the file ends before (``what`` names the data in the message).
+    """
+    data = os.pread(fd, size, offset)
+    if len(data) != size:
+        raise UnreadableFile(f"{what} is cut short: {len(data)} of {size} bytes at offset {offset}")
+    return data
+
+
+def stat_key(path: str) -> Tuple[int, int]:
+    """``(size, mtime_ns)`` of a file, ``(-1, -1)`` when it cannot be stat-ed."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return -1, -1
+    return st.st_size, st.st_mtime_ns

@@ -1,0 +1,101 @@
+"""The op base class, what an op declares about itself, and argument checks shared by ops."""
+
+from __future__ import annotations
+
+import enum
+import math
+from typing import ClassVar, FrozenSet, Optional, Sequence, Tuple, Union
+
+from ..targets import ALL_TARGETS, TargetKind
+
+SizeArg = Union[int, Sequence[int]]
+HW = Tuple[int, int]
+
+
+class Effect(str, enum.Enum):
+    """What an op does, which tells the spec and the backends how it treats targets."""
+
+    DECODE = "decode"        # bytes to an RGB image
+    GEOMETRIC = "geometric"  # moves pixels: masks follow (nearest), boxes follow (moved, clipped, dropped)
+    PIXEL = "pixel"          # changes pixel values only: targets are left alone
+    NORMALIZE = "normalize"  # the per-channel normalisation (last per-image op)
+    BATCH = "batch"          # works on whole batches after they arrive
+    TARGET = "target"        # works on targets only
+    OUTPUT = "output"        # dtype and memory format of the batch
+
+
+class Op:
+    """Base class of all ops: frozen dataclasses holding validated arguments.
+
+    Class attributes each op declares:
+        effect: what the op does (:class:`Effect`).
+        carries: the target kinds the op can carry along (others are refused
+            when the loader is built, naming op and target).
+        needs_fixed_size: the op needs images of one size (after the crop).
+    """
+
+    effect: ClassVar[Effect] = Effect.PIXEL
+    carries: ClassVar[FrozenSet[TargetKind]] = ALL_TARGETS
+    needs_fixed_size: ClassVar[bool] = False
+
+    def output_size(self, size: Optional[HW]) -> Optional[HW]:
+        """The ``(h, w)`` of every image after this op, given every input's (``None``: sizes vary)."""
+        return size
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+
+def hw(name: str, size: SizeArg) -> HW:
+    """Validates a size argument and returns it as ``(h, w)``."""
+    if isinstance(size, bool):
+        raise ValueError(f"{name}: size must be an int or (h, w), got {size!r}")
+    if isinstance(size, int):
+        size = (size, size)
+    try:
+        h, w = (int(v) for v in size)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: size must be an int or (h, w), got {size!r}") from None
+    if h < 1 or w < 1 or tuple(size) != (h, w):
+        raise ValueError(f"{name}: size must be positive integers, got {size!r}")
+    return h, w
+
+
+def positive_int(name: str, arg: str, value, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name}: {arg} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+def number_range(name: str, arg: str, value: Sequence[float], lo: float, hi: float) -> Tuple[float, float]:
+    """Validates a ``(min, max)`` pair within ``[lo, hi]``."""
+    try:
+        a, b = (float(v) for v in value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: {arg} must be a (min, max) pair, got {value!r}") from None
+    if not (lo <= a <= b <= hi) or math.isnan(a) or math.isnan(b):
+        raise ValueError(f"{name}: {arg} must satisfy {lo} <= min <= max <= {hi}, got {value!r}")
+    return a, b
+
+
+def probability(name: str, p: float, arg: str = "p") -> float:
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+        raise ValueError(f"{name}: {arg} must be a probability in [0, 1], got {p!r}")
+    return float(p)
+
+
+def round_half_away(x: float) -> int:
+    return int(math.copysign(math.floor(abs(x) + 0.5), x))
+
+
+def fill_value(name: str, value) -> Tuple[float, float, float]:
+    """A fill colour: one number or three, each in ``[0, 255]``."""
+    values = (value,) * 3 if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+    try:
+        triple = tuple(float(v) for v in values)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: fill must be a number or 3 numbers in [0, 255], got {value!r}") from None
+    if len(triple) != 3 or not all(0.0 <= v <= 255.0 for v in triple):
+        raise ValueError(f"{name}: fill must be a number or 3 numbers in [0, 255], got {value!r}")
+    return triple

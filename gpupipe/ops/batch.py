@@ -1,0 +1,104 @@
+"""Ops after the per-image work: batch mixing, box clean-up and the output step."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import KW_ONLY, dataclass
+from typing import TYPE_CHECKING, ClassVar, FrozenSet, Union
+
+from ..targets import IMAGE_LEVEL, TargetKind
+from .base import Effect, Op
+
+if TYPE_CHECKING:  # annotations only: ops import no heavy library
+    import torch
+
+#: Output dtypes a loader can deliver, by name (torch dtypes are mapped by name).
+OUTPUT_DTYPES = ("float32", "float16", "bfloat16", "uint8")
+
+
+class BatchOp(Op):
+    """An op on whole batches, applied on the device after the batch arrives; ``alpha`` > 0."""
+
+    alpha: float
+    effect: ClassVar = Effect.BATCH
+    carries: ClassVar[FrozenSet[TargetKind]] = IMAGE_LEVEL
+
+    def __post_init__(self) -> None:
+        if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or self.alpha <= 0:
+            raise ValueError(f"{type(self).__name__}: alpha must be > 0, got {self.alpha!r}")
+
+
+@dataclass(frozen=True)
+class MixUp(BatchOp):
+    """MixUp (Zhang et al.): each batch blended with itself rolled by one, ``lam ~ Beta(alpha, alpha)``;
+    labels become soft targets ``(B, num_classes)``."""
+
+    alpha: float = 0.2
+
+
+@dataclass(frozen=True)
+class CutMix(BatchOp):
+    """CutMix (Yun et al.): a box of the batch rolled by one pasted in, its area from ``Beta(alpha, alpha)``;
+    labels become soft targets ``(B, num_classes)`` weighted by the pasted area."""
+
+    alpha: float = 1.0
+
+
+@dataclass(frozen=True)
+class SanitizeBoxes(Op):
+    """Which boxes survive the geometry, as ``v2.SanitizeBoundingBoxes`` decides.
+
+    After every geometric op boxes are clipped to the image; at the end a box
+    is dropped (with its label) when its width or height is below
+    ``min_size`` pixels, or when less than ``min_visible`` of its area (moved
+    with the image but not clipped) is left inside the image. Without this
+    op the defaults apply.
+    """
+
+    _: KW_ONLY
+    min_size: float = 1.0
+    min_visible: float = 0.0
+    effect: ClassVar = Effect.TARGET
+    carries: ClassVar[FrozenSet[TargetKind]] = frozenset({TargetKind.BOXES})
+
+    def __post_init__(self) -> None:
+        for arg, hi in (("min_size", 1e6), ("min_visible", 1.0)):
+            value = getattr(self, arg)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) \
+                    or not 0 <= value <= hi:
+                raise ValueError(f"SanitizeBoxes: {arg} must be a number in [0, {hi:g}], got {value!r}")
+            object.__setattr__(self, arg, float(value))
+
+
+@dataclass(frozen=True)
+class Output(Op):
+    """The batch the loader hands out: dtype and memory format.
+
+    Args:
+        dtype: ``"float32"``, ``"float16"``, ``"bfloat16"`` (normalised with the
+            pipeline's :class:`Normalize`, or scaled to ``[0, 1]`` without one)
+            or ``"uint8"`` (``[0, 255]``, unnormalised: any :class:`Normalize`
+            is left for the caller, see ``Loader.mean`` / ``Loader.std``).
+            A ``torch.dtype`` is accepted too.
+        channels_last: give ``(B, 3, H, W)`` tensors in channels_last memory format.
+    """
+
+    dtype: Union[str, "torch.dtype"] = "float32"
+    _: KW_ONLY
+    channels_last: bool = False
+    effect: ClassVar = Effect.OUTPUT
+
+    def __post_init__(self) -> None:
+        dtype = str(self.dtype).removeprefix("torch.")
+        if dtype not in OUTPUT_DTYPES:
+            raise ValueError(f"Output: dtype must be one of {sorted(OUTPUT_DTYPES)}, got {self.dtype!r}")
+        object.__setattr__(self, "dtype", dtype)
+        if not isinstance(self.channels_last, bool):
+            raise ValueError(f"Output: channels_last must be a bool, got {self.channels_last!r}")
+
+    @property
+    def torch_dtype(self):
+        """The ``torch.dtype`` of the images."""
+        import torch
+
+        return getattr(torch, self.dtype)

@@ -1,0 +1,275 @@
+"""Ops that move pixels: decoding, crops, resizes, flips, rotations, padding.
+
+Masks follow them with nearest-neighbour sampling (uncovered pixels take
+the source's ``ignore_index``), boxes are moved, clipped to the image and
+dropped when too little is left (see :class:`~gpupipe.ops.SanitizeBoxes`).
+Sizes follow torchvision: an ``int`` or an ``(h, w)`` pair.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import KW_ONLY, dataclass
+from typing import ClassVar, FrozenSet, Optional, Sequence, Tuple, Union
+
+from ..targets import TargetKind
+from .base import HW, Effect, Op, SizeArg, fill_value, hw, number_range, positive_int, probability, round_half_away
+
+
+@dataclass(frozen=True)
+class Decode(Op):
+    """Decodes encoded bytes to an 8-bit RGB image, EXIF orientation applied; always first.
+
+    Output: ``(H, W, 3)`` uint8 (layout is the backend's business).
+    """
+
+    effect: ClassVar = Effect.DECODE
+
+
+@dataclass(frozen=True)
+class RandomResizedCrop(Op):
+    """Crops a random area and aspect ratio, then resizes to ``size`` (torchvision's sampling).
+
+    Args:
+        size: output ``(h, w)`` or an int for a square.
+        scale: range of the crop's area as a fraction of the image's.
+        ratio: range of the crop's aspect ratio (width / height).
+    """
+
+    size: SizeArg
+    _: KW_ONLY
+    scale: Tuple[float, float] = (0.08, 1.0)
+    ratio: Tuple[float, float] = (3 / 4, 4 / 3)
+    effect: ClassVar = Effect.GEOMETRIC
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "size", hw("RandomResizedCrop", self.size))
+        object.__setattr__(self, "scale", number_range("RandomResizedCrop", "scale", self.scale, 1e-6, 1.0))
+        object.__setattr__(self, "ratio", number_range("RandomResizedCrop", "ratio", self.ratio, 1e-6, 1e6))
+
+    def output_size(self, size: Optional[HW]) -> Optional[HW]:
+        return self.size
+
+
+@dataclass(frozen=True)
+class Resize(Op):
+    """Resizes with antialiasing (bilinear / triangle filter).
+
+    Args:
+        size: an int resizes the shorter side to ``size`` keeping the aspect
+            ratio (the longer side rounded to the nearest pixel); ``(h, w)``
+            resizes to exactly that; ``None`` (with ``max_size``) resizes the
+            longer side to ``max_size``.
+        max_size: the longer side is at most this (as in torchvision): an int
+            ``size`` that would make it longer gives way.
+    """
+
+    size: Union[None, SizeArg]
+    _: KW_ONLY
+    max_size: Optional[int] = None
+    effect: ClassVar = Effect.GEOMETRIC
+
+    def __post_init__(self) -> None:
+        if self.max_size is not None:
+            positive_int("Resize", "max_size", self.max_size)
+        if self.size is None:
+            if self.max_size is None:
+                raise ValueError("Resize: size=None needs max_size (the longer side)")
+        elif isinstance(self.size, int) and not isinstance(self.size, bool):
+            if self.size < 1:
+                raise ValueError(f"Resize: size must be positive, got {self.size!r}")
+            if self.max_size is not None and self.max_size < self.size:
+                raise ValueError(f"Resize: max_size {self.max_size} must be >= size {self.size}")
+        else:
+            if self.max_size is not None:
+                raise ValueError("Resize: max_size applies to an int size, not to (h, w)")
+            object.__setattr__(self, "size", hw("Resize", self.size))
+
+    def output_size(self, size: Optional[HW]) -> Optional[HW]:
+        return self.size if isinstance(self.size, tuple) else None
+
+    def resized(self, height: int, width: int) -> HW:
+        """The ``(h, w)`` this op gives an input of ``height x width``."""
+        if isinstance(self.size, tuple):
+            return self.size
+        short, long_ = min(height, width), max(height, width)
+        if self.size is None:
+            new_short, new_long = _scaled(short, self.max_size, long_), self.max_size
+        else:
+            new_short, new_long = self.size, _scaled(long_, self.size, short)
+            if self.max_size is not None and new_long > self.max_size:
+                new_short, new_long = _scaled(short, self.max_size, long_), self.max_size
+        return (new_short, new_long) if height <= width else (new_long, new_short)
+
+
+def _scaled(side: int, target: int, reference: int) -> int:
+    """``side * target / reference`` rounded to the nearest pixel, at least 1."""
+    return max(1, math.floor(side * target / reference + 0.5))
+
+
+@dataclass(frozen=True)
+class CenterCrop(Op):
+    """Crops the centre ``size`` region; smaller images are padded with zeros.
+
+    The top-left corner is ``((H - h) / 2, (W - w) / 2)`` with halves rounded
+    away from zero, as in DALI (torchvision rounds halves to even); a negative
+    corner means zero padding.
+    """
+
+    size: SizeArg
+    effect: ClassVar = Effect.GEOMETRIC
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "size", hw("CenterCrop", self.size))
+
+    def output_size(self, size: Optional[HW]) -> Optional[HW]:
+        if size is not None and (self.size[0] > size[0] or self.size[1] > size[1]):
+            raise ValueError(f"{self!r} is larger than the {size} images it receives")
+        return self.size
+
+    def anchor(self, height: int, width: int) -> HW:
+        """Returns the crop's ``(top, left)`` in a ``height x width`` image."""
+        h, w = self.size
+        return round_half_away((height - h) / 2), round_half_away((width - w) / 2)
+
+
+@dataclass(frozen=True)
+class RandomCrop(Op):
+    """Crops a ``size`` window at a random place; an image smaller than the window is first padded
+    at the bottom and right (image with 0, mask with the source's ``ignore_index``), as
+    torchvision's segmentation reference does."""
+
+    size: SizeArg
+    effect: ClassVar = Effect.GEOMETRIC
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "size", hw("RandomCrop", self.size))
+
+    def output_size(self, size: Optional[HW]) -> Optional[HW]:
+        return self.size
+
+
+@dataclass(frozen=True)
+class RandomResize(Op):
+    """Resizes the shorter side to a random whole number of pixels in ``[min_size, max_size]``
+    (the segmentation recipes' random scaling)."""
+
+    min_size: int
+    max_size: int
+    effect: ClassVar = Effect.GEOMETRIC
+
+    def __post_init__(self) -> None:
+        positive_int("RandomResize", "min_size", self.min_size)
+        positive_int("RandomResize", "max_size", self.max_size)
+        if self.max_size < self.min_size:
+            raise ValueError(f"RandomResize: max_size {self.max_size} must be >= min_size {self.min_size}")
+
+    def output_size(self, size: Optional[HW]) -> Optional[HW]:
+        return None
+
+
+@dataclass(frozen=True)
+class PadTo(Op):
+    """Pads (or cuts) at the bottom and right to exactly ``size``, keeping the top-left corner:
+    the usual way to batch images resized with ``Resize(None, max_size=...)``.
+
+    Args:
+        size: output ``(h, w)`` or an int for a square.
+        fill: the padding colour in ``[0, 255]`` (masks are padded with ``ignore_index``).
+    """
+
+    size: SizeArg
+    fill: Union[float, Sequence[float]] = 0
+    effect: ClassVar = Effect.GEOMETRIC
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "size", hw("PadTo", self.size))
+        object.__setattr__(self, "fill", fill_value("PadTo", self.fill))
+
+    def output_size(self, size: Optional[HW]) -> Optional[HW]:
+        return self.size
+
+
+@dataclass(frozen=True)
+class HorizontalFlip(Op):
+    """Mirrors the image left-right with probability ``p``."""
+
+    p: float = 0.5
+    effect: ClassVar = Effect.GEOMETRIC
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "p", probability("HorizontalFlip", self.p))
+
+
+@dataclass(frozen=True)
+class RandomRotation(Op):
+    """Rotates by an angle drawn from ``degrees`` (``d`` means ``[-d, d]``), counter-clockwise,
+    keeping the size; uncovered corners are black. Bilinear on every backend."""
+
+    degrees: Union[float, Tuple[float, float]]
+    effect: ClassVar = Effect.GEOMETRIC
+
+    def __post_init__(self) -> None:
+        degrees = self.degrees
+        if isinstance(degrees, (int, float)) and not isinstance(degrees, bool):
+            if degrees < 0:
+                raise ValueError(f"RandomRotation: degrees must be >= 0, got {degrees!r}")
+            degrees = (-float(degrees), float(degrees))
+        object.__setattr__(self, "degrees", number_range("RandomRotation", "degrees", degrees, -360.0, 360.0))
+
+
+@dataclass(frozen=True)
+class RandomIoUCrop(Op):
+    """The SSD crop: a random window whose IoU with some box reaches a randomly chosen minimum,
+    as ``v2.RandomIoUCrop`` (and DALI's ``random_bbox_crop``) draw it; boxes whose centre falls
+    outside the window are dropped. Needs boxes.
+
+    Args:
+        min_scale, max_scale: range of the window's sides as fractions of the image's.
+        min_aspect_ratio, max_aspect_ratio: range of the window's width / height.
+        sampler_options: the minimum IoUs to choose from; ``1.0`` or more means "no crop".
+        trials: windows tried per chosen minimum.
+    """
+
+    _: KW_ONLY
+    min_scale: float = 0.3
+    max_scale: float = 1.0
+    min_aspect_ratio: float = 0.5
+    max_aspect_ratio: float = 2.0
+    sampler_options: Tuple[float, ...] = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0)
+    trials: int = 40
+    effect: ClassVar = Effect.GEOMETRIC
+    carries: ClassVar[FrozenSet[TargetKind]] = frozenset({TargetKind.BOXES})
+
+    def __post_init__(self) -> None:
+        number_range("RandomIoUCrop", "(min_scale, max_scale)", (self.min_scale, self.max_scale), 1e-3, 1.0)
+        number_range("RandomIoUCrop", "(min_aspect_ratio, max_aspect_ratio)",
+                     (self.min_aspect_ratio, self.max_aspect_ratio), 1e-3, 1e3)
+        options = tuple(float(v) for v in self.sampler_options)
+        if not options or any(math.isnan(v) or v < 0 for v in options):
+            raise ValueError(f"RandomIoUCrop: sampler_options must be non-negative IoUs, got {self.sampler_options!r}")
+        object.__setattr__(self, "sampler_options", options)
+        positive_int("RandomIoUCrop", "trials", self.trials)
+
+    def output_size(self, size: Optional[HW]) -> Optional[HW]:
+        return None
+
+
+@dataclass(frozen=True)
+class RandomZoomOut(Op):
+    """Places the image at a random spot of a canvas ``r`` times larger (``r`` drawn from
+    ``side_range``), with probability ``p``: the SSD "expand" step, as ``v2.RandomZoomOut``."""
+
+    fill: Union[float, Sequence[float]] = 0
+    _: KW_ONLY
+    side_range: Tuple[float, float] = (1.0, 4.0)
+    p: float = 0.5
+    effect: ClassVar = Effect.GEOMETRIC
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fill", fill_value("RandomZoomOut", self.fill))
+        object.__setattr__(self, "side_range", number_range("RandomZoomOut", "side_range", self.side_range, 1.0, 100.0))
+        object.__setattr__(self, "p", probability("RandomZoomOut", self.p))
+
+    def output_size(self, size: Optional[HW]) -> Optional[HW]:
+        return None

@@ -1,0 +1,174 @@
+"""Ops that change pixel values only (colour, blur, erasing, auto-augment policies, normalisation).
+
+They leave masks and boxes as they are; ``RandAugment`` and
+``TrivialAugment`` also shear, translate and rotate, so they carry only
+image-level targets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import KW_ONLY, dataclass
+from typing import ClassVar, FrozenSet, Optional, Tuple, Union
+
+from ..targets import IMAGE_LEVEL, TargetKind
+from .base import Effect, Op, number_range, positive_int, probability
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+JitterArg = Union[None, float, Tuple[float, float]]
+
+
+def _jitter(arg: str, value, center: float, low: float, high: float) -> Optional[Tuple[float, float]]:
+    """torchvision's ColorJitter argument: ``x`` -> ``(max(low, center - x), center + x)``, or a range."""
+    if value is None or value == 0:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value < 0:
+            raise ValueError(f"ColorJitter: {arg} must be >= 0, got {value!r}")
+        return max(low, center - float(value)), min(high, center + float(value))
+    return number_range("ColorJitter", arg, value, low, high)
+
+
+@dataclass(frozen=True)
+class ColorJitter(Op):
+    """Random brightness, contrast, saturation and hue, as ``torchvision.transforms.v2.ColorJitter``.
+
+    Each of ``brightness``, ``contrast``, ``saturation`` is a number ``x``
+    (factor drawn from ``[max(0, 1 - x), 1 + x]``) or a ``(min, max)``
+    range; ``hue`` is ``x`` in ``[0, 0.5]`` (shift drawn from ``[-x, x]`` of
+    the colour circle) or a range in ``[-0.5, 0.5]``. 0 leaves that part out.
+    """
+
+    brightness: JitterArg = None
+    contrast: JitterArg = None
+    saturation: JitterArg = None
+    hue: JitterArg = None
+
+    def __post_init__(self) -> None:
+        for arg in ("brightness", "contrast", "saturation"):
+            object.__setattr__(self, arg, _jitter(arg, getattr(self, arg), 1.0, 0.0, 1e6))
+        if isinstance(self.hue, (int, float)) and not isinstance(self.hue, bool) and self.hue > 0.5:
+            raise ValueError(f"ColorJitter: hue must be in [0, 0.5], got {self.hue!r}")
+        object.__setattr__(self, "hue", _jitter("hue", self.hue, 0.0, -0.5, 0.5))
+
+
+@dataclass(frozen=True)
+class RandomGrayscale(Op):
+    """Turns the image gray (ITU-R 601 luma in all three channels) with probability ``p``."""
+
+    p: float = 0.1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "p", probability("RandomGrayscale", self.p))
+
+
+@dataclass(frozen=True)
+class GaussianBlur(Op):
+    """Gaussian blur with a ``kernel`` x ``kernel`` window and sigma drawn from ``sigma``."""
+
+    kernel: int
+    sigma: Union[float, Tuple[float, float]] = (0.1, 2.0)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.kernel, bool) or not isinstance(self.kernel, int) or self.kernel < 1 or self.kernel % 2 == 0:
+            raise ValueError(f"GaussianBlur: kernel must be an odd int >= 1, got {self.kernel!r}")
+        sigma = self.sigma if isinstance(self.sigma, (tuple, list)) else (self.sigma, self.sigma)
+        object.__setattr__(self, "sigma", number_range("GaussianBlur", "sigma", sigma, 1e-6, 1e3))
+
+
+#: The 14 operations of RandAugment and TrivialAugment Wide, by torchvision's names.
+AUGMENT_OPS = ("Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color",
+               "Contrast", "Sharpness", "Posterize", "Solarize", "AutoContrast", "Equalize")
+
+
+class AutoAugmentOp(Op):
+    """RandAugment and TrivialAugment: policies of the 14 ops of :data:`AUGMENT_OPS` on fixed-size images."""
+
+    num_magnitude_bins: int
+    needs_fixed_size: ClassVar = True
+    carries: ClassVar[FrozenSet[TargetKind]] = IMAGE_LEVEL
+
+    def __post_init__(self) -> None:
+        positive_int(self.name, "num_magnitude_bins", self.num_magnitude_bins, 2)
+
+
+@dataclass(frozen=True)
+class RandAugment(AutoAugmentOp):
+    """RandAugment (Cubuk et al.): ``num_ops`` ops drawn per image at ``magnitude`` of ``num_magnitude_bins``.
+
+    The op choices and signs are drawn once and applied by every backend
+    (DALI: the ``nvidia.dali.auto_aug`` suite; torchvision: ``transforms.v2``
+    kernels), so each sample gets the same ops everywhere.
+    """
+
+    num_ops: int = 2
+    magnitude: int = 9
+    _: KW_ONLY
+    num_magnitude_bins: int = 31
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        positive_int("RandAugment", "num_ops", self.num_ops, 0)
+        positive_int("RandAugment", "magnitude", self.magnitude, 0)
+        if self.magnitude >= self.num_magnitude_bins:
+            raise ValueError(
+                f"RandAugment: magnitude must be < num_magnitude_bins ({self.num_magnitude_bins}), got {self.magnitude!r}"
+            )
+
+
+@dataclass(frozen=True)
+class TrivialAugment(AutoAugmentOp):
+    """TrivialAugment Wide: one op per image at a random magnitude.
+
+    DALI: ``nvidia.dali.auto_aug`` suite; torchvision: ``transforms.v2`` kernels.
+    """
+
+    _: KW_ONLY
+    num_magnitude_bins: int = 31
+
+
+@dataclass(frozen=True)
+class RandomErasing(Op):
+    """Erases a random rectangle with probability ``p``, as ``v2.RandomErasing``.
+
+    The area is drawn from ``scale`` (fraction of the image), the aspect
+    ratio (height / width) log-uniformly from ``ratio``. Erased pixels take
+    the normalisation mean, i.e. 0 after ``Normalize``: torchvision's
+    default ``value=0`` placed after ``Normalize``. Masks and boxes are left alone.
+    """
+
+    p: float = 0.5
+    _: KW_ONLY
+    scale: Tuple[float, float] = (0.02, 0.33)
+    ratio: Tuple[float, float] = (0.3, 3.3)
+    needs_fixed_size: ClassVar = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "p", probability("RandomErasing", self.p))
+        object.__setattr__(self, "scale", number_range("RandomErasing", "scale", self.scale, 0.0, 1.0))
+        object.__setattr__(self, "ratio", number_range("RandomErasing", "ratio", self.ratio, 1e-6, 1e6))
+
+
+@dataclass(frozen=True)
+class Normalize(Op):
+    """Subtracts ``mean`` and divides by ``std`` per channel, in ``[0, 1]`` units."""
+
+    mean: Tuple[float, float, float] = IMAGENET_MEAN
+    std: Tuple[float, float, float] = IMAGENET_STD
+    effect: ClassVar = Effect.NORMALIZE
+
+    def __post_init__(self) -> None:
+        import math
+
+        for arg in ("mean", "std"):
+            value = getattr(self, arg)
+            try:
+                triple = tuple(float(v) for v in value)
+            except (TypeError, ValueError):
+                raise ValueError(f"Normalize: {arg} must be 3 numbers, got {value!r}") from None
+            if len(triple) != 3 or any(math.isnan(v) or math.isinf(v) for v in triple):
+                raise ValueError(f"Normalize: {arg} must be 3 finite numbers, got {value!r}")
+            object.__setattr__(self, arg, triple)
+        if any(s <= 0 for s in self.std):
+            raise ValueError(f"Normalize: std must be positive, got {self.std!r}")

@@ -1,0 +1,116 @@
+"""What makes packing safe to interrupt and impossible to run twice at once: the journal and the lock.
+
+The journal records every finished shard (with its targets and sizes) and
+every skipped input; a rerun on the same folder takes it up and continues
+after the last finished shard, giving the same bytes as an uninterrupted
+run. A lock file held for the whole run makes a second packer on the same
+folder fail at once with a clear message instead of both writing.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Dict, List
+
+logger = logging.getLogger("gpupipe.pack")
+
+LOCK = ".pack.lock"
+
+
+class PackError(RuntimeError):
+    """Packing stopped: a bad input with ``on_error="raise"``, a folder packed with other settings,
+    another packer on the same folder, or a write that failed (disk full)."""
+
+
+class DstLock:
+    """An exclusive lock on (one part of) the output folder for the time of a pack
+    (``flock`` on ``DST/.pack.lock``, or ``DST/.pack-rNNNN.lock`` for part N > 0 under torchrun)."""
+
+    def __init__(self, dst: Path, part: int = 0) -> None:
+        self.path = dst / (LOCK if part == 0 else f".pack-r{part:04d}.lock")
+        self._fd = None
+
+    def __enter__(self) -> "DstLock":
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            if err.errno in (errno.EWOULDBLOCK, errno.EACCES):
+                raise PackError(f"another pack is writing into {self.path.parent} (process {holder}); "
+                                "wait for it to finish, or pack into another folder") from None
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+def fingerprint(settings: Dict, inputs: List[str]) -> str:
+    """A digest of the settings and the inputs (path and target of each, in write order)."""
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
+    for line in inputs:
+        digest.update(line.encode("utf-8", "surrogateescape") + b"\n")
+    return digest.hexdigest()
+
+
+class Journal:
+    """The finished shards and skipped inputs of one part of a pack, saved after every shard.
+
+    Args:
+        path: the journal file.
+        fingerprint: what the part packs (a journal with another fingerprint is refused).
+        start: the first input position of the part.
+    """
+
+    def __init__(self, path: Path, fingerprint: str, start: int = 0) -> None:
+        self.path = path
+        self.fingerprint = fingerprint
+        self.shards: List[Dict] = []
+        self.skipped: List[Dict] = []
+        self.next_input = start
+
+    def load(self) -> None:
+        """Takes up an earlier run's journal, if it packed the same inputs with the same settings."""
+        if not self.path.is_file():
+            return
+        try:
+            saved = json.loads(self.path.read_text())
+            known = saved["fingerprint"], saved["shards"], saved["skipped"]
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise PackError(f"{self.path} is unreadable ({err}); delete it to pack again from the start") from None
+        if known[0] != self.fingerprint:
+            raise PackError(
+                f"{self.path.parent} was packed from other inputs or with other settings; "
+                "pack into a new folder (or delete it first)"
+            )
+        for shard in saved["shards"]:
+            on_disk = self.path.parent / shard["name"]
+            if not on_disk.is_file() or on_disk.stat().st_size != shard["bytes"]:
+                logger.warning("shard %s of the earlier run is missing or changed: packing from before it", shard["name"])
+                break
+            self.shards.append(shard)
+        if len(self.shards) == len(saved["shards"]) and isinstance(saved.get("next_input"), int):
+            self.next_input = saved["next_input"]  # every shard is there: up to where the run got
+        elif self.shards:
+            self.next_input = self.shards[-1]["next_input"]
+        self.skipped = [s for s in saved["skipped"] if s["position"] < self.next_input]
+
+    def save(self) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(json.dumps({"fingerprint": self.fingerprint, "shards": self.shards, "skipped": self.skipped,
+                                   "next_input": self.next_input}))
+        os.replace(tmp, self.path)

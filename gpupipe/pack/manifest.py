@@ -1,0 +1,94 @@
+"""The packed folder's manifest and ``sources.tsv`` (which input became which sample)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import Dict, Iterable, List, Tuple
+
+from .. import __version__, shardfmt
+from ..sources import Source
+from ..targets import TargetKind
+from .journal import Journal, PackError
+
+SOURCES = "sources.tsv"
+
+#: Manifest fields holding per-sample targets, per kind.
+TARGET_FIELDS = {TargetKind.LABEL: ("labels",), TargetKind.MULTI_LABEL: ("label_lists",),
+                 TargetKind.MASK: (), TargetKind.BOXES: ("boxes", "box_labels")}
+
+
+def build(source: Source, settings, journals: List[Journal], inputs: int) -> Dict:
+    """The manifest of the finished shards of every part, in part order."""
+    fields = ("name", "index", "samples", "bytes", "sha256", "index_sha256", "sizes") + TARGET_FIELDS[source.kind]
+    shards = [{k: s[k] for k in fields} for journal in journals for s in journal.shards]
+    skipped = sorted((s for journal in journals for s in journal.skipped), key=lambda s: s["position"])
+    manifest = {
+        "format": shardfmt.FORMAT,
+        "version": shardfmt.VERSION,
+        "written_by": f"gpupipe {__version__}",
+        "kind": source.kind.value,
+        "settings": asdict(settings),
+        "classes": source.classes,
+        "class_to_idx": source.class_to_idx,
+        "shards": shards,
+        "totals": {
+            "inputs": inputs,
+            "samples": sum(s["samples"] for s in shards),
+            "skipped": len(skipped),
+            "shards": len(shards),
+            "bytes": sum(s["bytes"] for s in shards),
+        },
+        "skipped": [{"path": s["path"], "reason": s["reason"]} for s in skipped],
+    }
+    if source.kind is TargetKind.MASK:
+        manifest["ignore_index"] = source.ignore_index
+    manifest["checksum"] = shardfmt.checksum(manifest)
+    return manifest
+
+
+def write(dst: Path, manifest: Dict) -> None:
+    """Writes the manifest atomically, after checking that every shard it lists is on disk as recorded.
+
+    Raises:
+        PackError: a listed shard is missing or of another size (never report success for those).
+    """
+    for shard in manifest["shards"]:
+        path = dst / shard["name"]
+        if not path.is_file() or path.stat().st_size != shard["bytes"]:
+            raise PackError(f"{path} does not match what was written ({shard['bytes']} bytes); "
+                            "was another process writing into the folder?")
+    tmp = dst / (shardfmt.MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=1))
+    os.replace(tmp, dst / shardfmt.MANIFEST)
+
+
+def escape(text: str) -> str:
+    """A file name as one TSV field: backslash, tab, newline and carriage return escaped; bytes that
+    are not UTF-8 (names from other systems) as ``\\xNN``."""
+    out = text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    return out.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace") \
+        if any("\udc80" <= c <= "\udcff" for c in out) else out
+
+
+def unescape(field: str) -> str:
+    """The name :func:`escape` wrote."""
+    raw = field.encode("utf-8").decode("unicode_escape").encode("latin-1") \
+        if "\\" in field else field.encode("utf-8", "surrogateescape")
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def write_sources(dst: Path, rows: Iterable[Tuple[str, str, str]]) -> None:
+    """``sources.tsv``: each key, its input file and its target, one line each (fields escaped)."""
+    lines = ["key\tpath\ttarget"] + [f"{key}\t{escape(path)}\t{escape(target)}" for key, path, target in rows]
+    tmp = dst / (SOURCES + ".tmp")
+    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    os.replace(tmp, dst / SOURCES)
+
+
+def read_sources(dst: Path) -> Dict[str, Tuple[str, str]]:
+    """``{key: (path, target)}`` from ``sources.tsv``."""
+    rows = (line.split("\t") for line in (Path(dst) / SOURCES).read_text(encoding="utf-8").splitlines()[1:] if line)
+    return {key: (unescape(path), unescape(target)) for key, path, target in rows}

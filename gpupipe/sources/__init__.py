@@ -1,0 +1,42 @@
+"""Where images and targets come from; sources know nothing of decoding.
+
+* :class:`ImageFolder` and :class:`FileList`: image files and class labels
+  (one or several per image);
+* :class:`Shards`: folders packed by ``python -m gpupipe.pack``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Union
+
+from .. import shardfmt
+from .base import Sample, Source
+from .files import IMAGE_EXTENSIONS, FileList, FileSource, ImageFolder, walk_images
+from .shards import ShardSource, Shards
+
+PathLike = Union[str, os.PathLike]
+
+
+def as_source(source: Union[Source, PathLike]) -> Source:
+    """Turns a path into a source: a packed folder is ``Shards``, another folder an
+    ``ImageFolder``, a file a ``FileList``.
+
+    Raises:
+        ValueError: the path does not exist or is none of these.
+    """
+    if isinstance(source, Source):
+        return source
+    if not isinstance(source, (str, os.PathLike)):
+        raise ValueError(f"source must be a path or a gpupipe Source, got {type(source).__name__}: {source!r}")
+    path = Path(source).expanduser()
+    if path.is_dir():
+        return Shards(path) if shardfmt.is_packed(path) else ImageFolder(path)
+    if path.is_file():
+        return FileList(path)
+    raise ValueError(f"source path {str(path)!r} does not exist")
+
+
+__all__ = ["Source", "Sample", "FileSource", "ImageFolder", "FileList", "ShardSource", "Shards", "as_source",
+           "IMAGE_EXTENSIONS", "walk_images"]

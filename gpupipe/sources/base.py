@@ -1,0 +1,178 @@
+"""The source base class: samples as columns, their targets, sizes, bytes and epoch order.
+
+A source is a fixed list of samples: a name per sample (a file, or
+``shard.tar#key.jpg``, used in messages and skip lists), a target, the
+size of each image (known before decoding: from the header scan or the
+manifest) and the class names. It reads one sample's encoded bytes and
+orders an epoch; it knows nothing of decoding. Per-sample data is held in
+columns (lists and arrays, one entry per sample) so that a source of a
+million images is built and subset quickly.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..fileio import DEFAULT_MAX_FILE_SIZE, read_file
+from ..sampling import epoch_order
+from ..scan import ScanResult, default_cache_dir, scan
+from ..targets import TargetKind
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One image and its class index; ``path`` names it (a file, or ``shard.tar#key.jpg``)."""
+
+    path: str
+    label: int
+
+
+class Source:
+    """A fixed list of samples with class names and targets.
+
+    Attributes:
+        kind: the target each sample carries (:class:`~gpupipe.targets.TargetKind`).
+        classes: class names; ``classes[label]`` names a class.
+        names: per sample, the file (or member) it is read from.
+        labels: ``(N,)`` int64 class index per sample (``LABEL``), or -1.
+        ignore_index: the mask value of pixels with no class (``MASK``).
+    """
+
+    kind: TargetKind = TargetKind.LABEL
+    classes: List[str]
+    names: List[str]
+    labels: np.ndarray
+    ignore_index: int = 255
+    #: Per-sample attributes, sliced together by :meth:`subset`.
+    columns: Tuple[str, ...] = ("names", "labels")
+    #: Whether the loader must scan the files (packed shards were checked when packed).
+    needs_scan: bool = True
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    @property
+    def class_to_idx(self) -> Dict[str, int]:
+        """Class name to label, as in ``torchvision.datasets.ImageFolder``."""
+        return {name: i for i, name in enumerate(self.classes)}
+
+    @property
+    def paths(self) -> List[str]:
+        """Each sample's name (a file path for file sources)."""
+        return self.names
+
+    @property
+    def samples(self) -> Sequence[Sample]:
+        """``Sample(path, label)`` per sample (a view, built on access)."""
+        return _SampleView(self)
+
+    # -- sizes and the scan ---------------------------------------------------------
+
+    def sizes(self) -> np.ndarray:
+        """``(N, 2)`` int64 ``(h, w)`` of every decoded image (EXIF orientation applied), from the
+        latest scan (scanning with the defaults if there was none)."""
+        scans = self.__dict__.get("_scans", {})
+        last = self.__dict__.get("_last_scan")
+        return scans[last].sizes if last in scans else self.scan().sizes
+
+    def scan(self, max_pixels: int = 100_000_000, max_file_size: Optional[int] = None) -> ScanResult:
+        """The header scan of every file (:func:`gpupipe.scan.scan`), done once per source and settings."""
+        max_file_size = max_file_size or self.max_file_size
+        memo = self.__dict__.setdefault("_scans", {})
+        key = (max_pixels, max_file_size)
+        if key not in memo:
+            memo[key] = self._scan(max_pixels, max_file_size)
+        self.__dict__["_last_scan"] = key
+        return memo[key]
+
+    def _scan(self, max_pixels: int, max_file_size: int) -> ScanResult:
+        return scan(self.names, max_pixels=max_pixels, max_file_size=max_file_size, cache_dir=default_cache_dir())
+
+    def bad_files(self, max_pixels: int = 100_000_000) -> Dict[int, str]:
+        """``{index: reason}`` of the samples the scan refuses."""
+        return self.scan(max_pixels).bad
+
+    # -- reading ------------------------------------------------------------------
+
+    def read_bytes(self, index: int) -> np.ndarray:
+        """The encoded image of sample ``index`` as a writable 1-D uint8 array.
+
+        Raises:
+            gpupipe.fileio.UnreadableFile: the file cannot be read (missing, not regular, too large).
+        """
+        return np.frombuffer(bytearray(read_file(self.names[index], self.max_file_size)), np.uint8)
+
+    def epoch_order(self, *, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
+        """The order of one epoch (all ranks): a permutation of ``(seed, epoch)``, or the stored order."""
+        return epoch_order(len(self), seed=seed, epoch=epoch, shuffle=shuffle)
+
+    # -- targets ------------------------------------------------------------------
+
+    def label_sets(self, indices: Sequence[int]) -> List[np.ndarray]:
+        """Per sample, its class indices (multi-label sources override this)."""
+        return [self.labels[i:i + 1] for i in indices]
+
+    # -- subsets ------------------------------------------------------------------
+
+    def subset(self, keep: Sequence[int]) -> "Source":
+        """The same source with only the samples at ``keep`` (classes unchanged).
+
+        Every per-sample column (a list, an array, or a dict keyed by sample)
+        is sliced, cached per-sample results are sliced too, and nothing that belongs to this object (open files) is shared.
+        """
+        keep = np.asarray(keep, np.int64)
+        position = {int(old): new for new, old in enumerate(keep)}
+        part = copy.copy(self)
+        for name in self.columns:
+            column = getattr(self, name)
+            if isinstance(column, dict):  # {index: value} of some samples
+                setattr(part, name, {position[i]: v for i, v in column.items() if i in position})
+            elif isinstance(column, np.ndarray):
+                setattr(part, name, column[keep])
+            else:
+                setattr(part, name, [column[i] for i in keep])
+        part.__dict__["_scans"] = {
+            k: ScanResult(bad={position[i]: r for i, r in v.bad.items() if i in position}, sizes=v.sizes[keep])
+            for k, v in self.__dict__.get("_scans", {}).items()
+        }
+        part._after_subset()
+        return part
+
+    def _after_subset(self) -> None:
+        """Rebuilds lookup tables that depend on the sample order (sources override)."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({len(self)} samples, {len(self.classes)} classes)"
+
+
+class _SampleView(Sequence):
+    def __init__(self, source: Source) -> None:
+        self.source = source
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        return Sample(self.source.names[i], int(self.source.labels[i]))
+
+
+def check_labels(labels: np.ndarray, num_classes: int, what: str, name_of: Callable[[int], str]) -> None:
+    """Every label must index a class.
+
+    Raises:
+        ValueError: naming the first sample (``name_of(i)``) whose label is out of range.
+    """
+    bad = np.flatnonzero((labels < 0) | (labels >= num_classes))
+    if len(bad):
+        i = int(bad[0])
+        raise ValueError(
+            f"{what}: label {int(labels[i])} of {name_of(i)!r} is outside the class range 0..{num_classes - 1}"
+            + (f" ({len(bad)} such labels)" if len(bad) > 1 else "")
+        )

@@ -1,0 +1,263 @@
+"""Sources of image files on a file system: ``ImageFolder`` and ``FileList`` (single- or multi-label)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import os
+from pathlib import Path
+from typing import Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
+
+import numpy as np
+
+from ..fileio import UnreadableFile, read_file
+from ..targets import TargetKind
+from .base import Source, check_labels
+
+logger = logging.getLogger("gpupipe.sources")
+
+#: File name endings (lower case) an ``ImageFolder`` treats as images.
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
+
+PathLike = Union[str, os.PathLike]
+LabelArg = Union[int, str, Sequence[Union[int, str]]]
+
+
+class FileSource(Source):
+    """A source whose samples are image files (``names`` are their paths)."""
+
+
+def folder_id(path: str) -> Tuple[int, int]:
+    """``(device, inode)`` of a folder (what a link to it leads to)."""
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
+
+
+def walk_images(folder: str, extensions: Tuple[str, ...], visited: Optional[Set[Tuple[int, int]]] = None) -> List[str]:
+    """Image files under ``folder``, in ``torchvision.datasets.ImageFolder``'s order.
+
+    Hidden files and folders are skipped. Links to folders are followed, but
+    no real folder (device and inode) in ``visited`` is entered again, so a
+    link back to an ancestor neither repeats images nor loops forever.
+
+    Args:
+        folder: where to start (entered even if it is in ``visited``).
+        extensions: file endings to accept (lower case).
+        visited: folders not to enter (updated with the ones entered).
+    """
+    visited = set() if visited is None else visited
+    found: List[Tuple[str, List[str]]] = []
+
+    def visit(path: str, top: bool = False) -> None:
+        try:
+            key = folder_id(path)
+        except OSError as err:
+            logger.warning("ImageFolder: cannot read folder %r: %s", path, err.strerror or err)
+            return
+        if key in visited and not top:
+            logger.warning("ImageFolder: %r leads to a folder already visited (a link loop?); not read again", path)
+            return
+        visited.add(key)
+        files, folders = [], []
+        try:
+            with os.scandir(path) as entries:
+                for entry in entries:
+                    name = entry.name
+                    if name.startswith("."):
+                        continue
+                    try:
+                        is_dir = entry.is_dir()
+                    except OSError:
+                        continue
+                    if is_dir:
+                        folders.append(entry.path)
+                    elif name.lower().endswith(extensions):
+                        files.append(name)
+        except OSError as err:
+            logger.warning("ImageFolder: cannot list %r: %s", path, err.strerror or err)
+            return
+        found.append((path, sorted(files)))
+        for sub in folders:
+            visit(sub)
+
+    visit(folder, top=True)
+    found.sort(key=lambda item: item[0])
+    return [os.path.join(dirpath, name) for dirpath, names in found for name in names]
+
+
+class ImageFolder(FileSource):
+    """Images in ``root/<class>/**/<file>``, labelled by class folder.
+
+    Classes are the sorted names of the non-hidden folders in ``root``, so
+    labels match ``torchvision.datasets.ImageFolder``. Files are matched by
+    extension case-insensitively (``.jpg .jpeg .png .bmp .webp``); hidden
+    files and folders and other files are ignored; links to folders are
+    followed, but never into a folder already listed, the root or another
+    class folder (see :func:`walk_images`).
+
+    Args:
+        root: the folder holding one folder per class.
+        extensions: file endings to accept (lower case, with the dot).
+
+    Raises:
+        ValueError: ``root`` is missing, not a folder, has no class folders, or no images.
+    """
+
+    def __init__(self, root: PathLike, *, extensions: Sequence[str] = IMAGE_EXTENSIONS) -> None:
+        self.root = Path(root).expanduser().absolute()
+        if not self.root.exists():
+            raise ValueError(f"ImageFolder: root {str(self.root)!r} does not exist")
+        if not self.root.is_dir():
+            raise ValueError(f"ImageFolder: root {str(self.root)!r} is not a folder")
+        extensions = tuple(e.lower() for e in extensions)
+        with os.scandir(self.root) as entries:
+            self.classes = sorted(e.name for e in entries if not e.name.startswith(".") and _is_dir(e))
+        if not self.classes:
+            raise ValueError(f"ImageFolder: {str(self.root)!r} has no class folders (expected root/<class>/<image>)")
+        names: List[str] = []
+        labels: List[int] = []
+        class_dirs = [os.path.join(str(self.root), name) for name in self.classes]
+        visited = {folder_id(str(self.root))} | {folder_id(d) for d in class_dirs}
+        for label, (name, class_dir) in enumerate(zip(self.classes, class_dirs)):
+            found = walk_images(class_dir, extensions, visited)
+            if not found:
+                logger.warning("ImageFolder: class folder %r holds no images", str(self.root / name))
+            names.extend(found)
+            labels.extend([label] * len(found))
+        if not names:
+            raise ValueError(f"ImageFolder: no images under {str(self.root)!r} (extensions {', '.join(extensions)})")
+        self.names = names
+        self.labels = np.asarray(labels, np.int64)
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
+class FileList(FileSource):
+    """Images named by ``(path, label)`` pairs or by a list file; one label or several per image.
+
+    A list file is either text, one ``path label`` per line (the path may
+    contain spaces; the label is the last field), or CSV (``.csv``) with
+    ``path,label`` rows and an optional header. Labels are class indices,
+    or class names that are then numbered in sorted order. Several labels
+    per image (``path cat,dog``; in CSV ``"cat,dog"`` or ``cat;dog``) make a
+    multi-label source: batches then carry ``(B, num_classes)`` float32
+    multi-hot targets. Relative paths are taken from ``root``, by default
+    the list file's folder. Missing files are reported by the loader's scan.
+
+    Args:
+        entries: ``(path, label)`` pairs (a label, or a list of labels), or the path of a list file.
+        root: folder that relative paths start from.
+        classes: class names; by default the sorted label names, or
+            ``"0" .. str(max label)`` for integer labels.
+
+    Raises:
+        ValueError: a missing list file, a malformed line or a label outside
+            ``classes``; the message names the file and line.
+    """
+
+    def __init__(
+        self,
+        entries: Union[PathLike, Iterable[Tuple[PathLike, LabelArg]]],
+        *,
+        root: Optional[PathLike] = None,
+        classes: Optional[Sequence[str]] = None,
+    ) -> None:
+        if isinstance(entries, (str, os.PathLike)):
+            list_file = Path(entries).expanduser().absolute()
+            if not list_file.is_file():
+                raise ValueError(f"FileList: list file {str(list_file)!r} does not exist")
+            pairs = list(_read_list_file(list_file))
+            root = list_file.parent if root is None else root
+        else:
+            pairs = [(os.fspath(p), lbl) for p, lbl in entries]
+        if not pairs:
+            raise ValueError("FileList: no entries")
+        base = str(Path(root).expanduser().absolute() if root is not None else Path.cwd())
+        self.names = [p if os.path.isabs(p) else os.path.join(base, p) for p, _ in pairs]
+        raw = [lbl for _, lbl in pairs]
+        if not any(isinstance(v, _SETS) for v in raw):
+            self.classes, index = _numbering(raw, classes)
+            self.labels = np.fromiter(map(index, raw), np.int64, len(raw))
+            check_labels(self.labels, len(self.classes), "FileList", self.names.__getitem__)
+            return
+        sets = [list(v) if isinstance(v, _SETS) else [v] for v in raw]
+        self.classes, index = _numbering([v for s in sets for v in s], classes)
+        self.label_lists = [np.fromiter(map(index, s), np.int64, len(s)) for s in sets]
+        for i, values in enumerate(self.label_lists):
+            check_labels(values, len(self.classes), "FileList", lambda _, i=i: self.names[i])
+        self.kind = TargetKind.MULTI_LABEL
+        self.columns = ("names", "labels", "label_lists")
+        self.labels = np.full(len(sets), -1, np.int64)
+
+    def label_sets(self, indices: Sequence[int]) -> List[np.ndarray]:
+        return [self.label_lists[i] for i in indices]
+
+
+_SETS = (list, tuple, set, frozenset, np.ndarray)
+
+
+def _numbering(labels: List, classes: Optional[Sequence[str]]):
+    """Class names and a function from a raw label (index or name) to its index."""
+    if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in labels):
+        if classes is None:
+            classes = [str(i) for i in range(int(max(labels, default=-1)) + 1)]
+        return list(classes), int
+    if all(isinstance(v, str) for v in labels):
+        if classes is None:
+            classes = sorted(set(labels))
+        table = {c: i for i, c in enumerate(classes)}
+        unknown = sorted(set(labels) - set(table))
+        if unknown:
+            raise ValueError(f"FileList: labels {unknown[:5]} are not among classes {list(classes)[:10]}")
+        return list(classes), table.__getitem__
+    raise ValueError("FileList: labels must be all ints or all class names")
+
+
+def _read_list_file(list_file: Path) -> Iterator[Tuple[str, LabelArg]]:
+    """Parses a text (``path label``) or CSV (``path,label``) list file."""
+    try:
+        text = read_file(str(list_file)).decode("utf-8", "surrogateescape")
+    except UnreadableFile as err:
+        raise ValueError(f"FileList: {list_file}: {err.reason}") from None
+    if list_file.suffix.lower() == ".csv":
+        rows = [(i, row) for i, row in enumerate(csv.reader(io.StringIO(text, newline="")), 1) if any(c.strip() for c in row)]
+        if rows and len(rows[0][1]) == 2 and rows[0][1][1].strip().lower() in _CSV_HEADER_LABELS:
+            rows = rows[1:]
+        for lineno, row in rows:
+            if len(row) != 2 or not row[0].strip():
+                raise ValueError(f"FileList: {list_file}:{lineno}: expected 'path,label', got {row!r}")
+            yield row[0].strip(), _labels(row[1].strip(), list_file, lineno)
+        return
+    for lineno, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line[0] == "#":
+            continue
+        parts = line.rsplit(None, 1)
+        if len(parts) != 2:
+            raise ValueError(f"FileList: {list_file}:{lineno}: expected 'path label', got {line!r}")
+        yield parts[0], _labels(parts[1], list_file, lineno)
+
+
+_CSV_HEADER_LABELS = ("label", "labels", "class", "target")
+
+
+def _labels(text: str, list_file: Path, lineno: int) -> LabelArg:
+    if "," not in text and ";" not in text:
+        return _label(text)
+    parts = [p.strip() for p in text.replace(";", ",").split(",")]
+    if not all(parts):
+        raise ValueError(f"FileList: {list_file}:{lineno}: empty label in {text!r}")
+    return [_label(p) for p in parts]
+
+
+def _label(text: str) -> Union[int, str]:
+    try:
+        return int(text)
+    except ValueError:
+        return text

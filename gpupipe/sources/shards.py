@@ -1,0 +1,227 @@
+"""Samples inside WebDataset tars, read by offset: packed shards (``Shards``) and their base class."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .. import shardfmt
+from ..fileio import DEFAULT_MAX_FILE_SIZE, UnreadableFile, read_range, regular_stat
+from ..images import ImageRefused, read_header
+from ..scan import ScanResult
+from ..seeding import order_generator
+from ..targets import TargetKind
+from .base import Source, check_labels
+
+logger = logging.getLogger("gpupipe.sources")
+
+PathLike = str
+
+
+class ShardSource(Source):
+    """A source whose samples are members of tar files, located by an index.
+
+    Attributes:
+        tar_paths: the tars (local files).
+        entries: per sample, its members by extension (offset and size in its tar).
+        shard_of: ``(N,)`` the tar of each sample.
+        image_ext, mask_ext: the members holding the image and the mask.
+        damaged: ``{index: reason}`` of members that cannot be read (found when the source was built).
+    """
+
+    needs_scan = False
+    image_ext = shardfmt.IMAGE_EXT
+    mask_ext: Optional[str] = None
+    columns = ("names", "labels", "entries", "shard_of", "image_sizes", "damaged")
+
+    def _init_tables(self) -> None:
+        self.shard_of = np.asarray(self.shard_of, np.int64)
+        self._after_subset()
+
+    def _after_subset(self) -> None:
+        self._starts = np.searchsorted(self.shard_of, np.arange(len(self.tar_paths) + 1)).tolist()
+        self._files: Dict[int, int] = {}  # open descriptors of this object only
+
+    def _scan(self, max_pixels: int, max_file_size: int) -> ScanResult:
+        bad = dict(self.__dict__.get("damaged", {}))
+        pixels = self.image_sizes[:, 0] * self.image_sizes[:, 1]
+        for i in np.flatnonzero(pixels > max_pixels):
+            h, w = self.image_sizes[i]
+            bad.setdefault(int(i), f"too many pixels: {w}x{h} = {w * h / 1e6:.0f} MP exceeds the "
+                                   f"{max_pixels / 1e6:.0f} MP limit (decompression bomb?)")
+        return ScanResult(bad=bad, sizes=self.image_sizes)
+
+    def members(self, indices: Sequence[int]) -> List[Tuple[str, List[shardfmt.IndexEntry]]]:
+        """``(tar path, entries)`` per run of consecutive samples from one tar (what DALI's reader takes)."""
+        shard_of = self.shard_of[np.asarray(indices, np.int64)]
+        return [(self.tar_paths[shard], [self.entries[i] for i in indices[start:end]])
+                for shard, start, end in shardfmt.runs(shard_of)]
+
+    def read_member(self, index: int, ext: str) -> np.ndarray:
+        """One member of sample ``index`` as a writable 1-D uint8 array.
+
+        Raises:
+            UnreadableFile: the tar is shorter than the index says.
+        """
+        member = self.entries[index][ext]
+        shard = int(self.shard_of[index])
+        fd = self._files.get(shard)
+        if fd is None:
+            fd = self._files[shard] = os.open(self.tar_paths[shard], os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        data = read_range(fd, member.offset, member.size, f"{self.tar_paths[shard]}#{member.name}")
+        return np.frombuffer(bytearray(data), np.uint8)
+
+    def read_bytes(self, index: int) -> np.ndarray:
+        return self.read_member(index, self.image_ext)
+
+    def read_mask_bytes(self, index: int) -> np.ndarray:
+        return self.read_member(index, self.mask_ext)
+
+    def epoch_order(self, *, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
+        """Shuffled epochs permute the tars, then the samples inside each: reads stay within one tar at a time."""
+        if not shuffle:
+            return np.arange(len(self), dtype=np.int64)
+        import torch
+
+        generator = order_generator(seed, epoch)
+        parts = []
+        for shard in torch.randperm(len(self.tar_paths), generator=generator).tolist():
+            start, end = self._starts[shard], self._starts[shard + 1]
+            parts.append(start + torch.randperm(end - start, generator=generator).numpy())
+        return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+
+    def validate_members(self, tar_sizes: Sequence[int], required: Sequence[str]) -> None:
+        """Records in :attr:`damaged` every sample with a missing member or one that lies outside its tar."""
+        damaged: Dict[int, str] = {}
+        for i, entry in enumerate(self.entries):
+            tar_size = tar_sizes[int(self.shard_of[i])]
+            for ext in required:
+                member = entry.get(ext)
+                problem = f"no .{ext} member" if member is None else shardfmt.member_problem(
+                    member, tar_size, self.max_file_size)
+                if problem:
+                    damaged[i] = problem
+                    break
+        self.damaged = damaged
+
+    def header_sizes(self) -> np.ndarray:
+        """``(N, 2)`` oriented image sizes read from each image member's header (-1 where unreadable)."""
+        sizes = np.full((len(self), 2), -1, np.int64)
+        for i in range(len(self)):
+            if i in self.damaged:
+                continue
+            try:
+                data = self.read_member(i, self.image_ext).tobytes()
+                sizes[i] = read_header(io.BytesIO(data), max_pixels=1 << 62).oriented
+            except (UnreadableFile, ImageRefused) as err:
+                self.damaged[i] = err.reason
+        return sizes
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_files"] = {}  # descriptors do not travel to other processes
+        return state
+
+    def __del__(self) -> None:
+        for fd in getattr(self, "_files", {}).values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+class Shards(ShardSource):
+    """Samples packed by ``python -m gpupipe.pack`` (WebDataset tars with DALI indexes).
+
+    Reads ``root/manifest.json`` and each shard's index, and checks them
+    against the tars, without reading any image: every name must stay
+    inside ``root``, every indexed member must lie inside its tar (a shard
+    cut short by an interrupted copy has members past its end; they are
+    reported as bad samples, which the loader refuses or skips by
+    ``on_error``), and every label must index a class. Targets (labels,
+    label sets, boxes) come from the manifest, on every backend. A shuffled
+    epoch permutes the shards, then the samples inside each shard.
+
+    Args:
+        root: the packed folder.
+        max_file_size: members larger than this are bad samples.
+
+    Raises:
+        ValueError: no manifest, a malformed one (the field is named), a name
+            leaving ``root``, a missing shard or index, an index that does not
+            match the manifest, or a label out of range.
+    """
+
+    def __init__(self, root, *, max_file_size: int = DEFAULT_MAX_FILE_SIZE) -> None:
+        self.root = Path(root).expanduser().absolute()
+        self.max_file_size = max_file_size
+        manifest = shardfmt.read_manifest(self.root)
+        self.manifest = manifest
+        self.kind = TargetKind(manifest.get("kind", "label"))
+        self.classes = list(manifest["classes"])
+        self.ignore_index = int(manifest.get("ignore_index", 255))
+        if self.kind is TargetKind.MASK:
+            self.mask_ext = shardfmt.TARGET_EXT["mask"]
+        self.tar_paths, self.entries, self.names = [], [], []
+        shard_of, labels, tar_sizes, sizes = [], [], [], []
+        self.label_lists: List[np.ndarray] = []
+        self.boxes: List[np.ndarray] = []
+        self.box_labels: List[np.ndarray] = []
+        for number, shard in enumerate(manifest["shards"]):
+            tar = shardfmt.confined(self.root, shard["name"], f"shards[{number}].name")
+            index = shardfmt.confined(self.root, shard["index"], f"shards[{number}].index")
+            try:
+                tar_sizes.append(regular_stat(str(tar), None).st_size)
+            except UnreadableFile as err:
+                raise ValueError(f"Shards: {tar} is listed in the manifest but {err.reason}") from None
+            entries = shardfmt.read_index(index, shard.get("index_sha256", ""))
+            if len(entries) != shard["samples"]:
+                raise ValueError(f"Shards: {index} lists {len(entries)} samples, the manifest {shard['samples']}")
+            self.tar_paths.append(str(tar))
+            self.entries.extend(entries)
+            shard_of.extend([number] * len(entries))
+            self.names.extend(f"{tar}#{e[self.image_ext].name if self.image_ext in e else '?'}" for e in entries)
+            self._take_targets(shard)
+            labels.extend(shard.get("labels") or [-1] * len(entries))
+            sizes.extend(shard.get("sizes") or [[-1, -1]] * len(entries))
+        if not self.names:
+            raise ValueError(f"Shards: {self.root} holds no samples")
+        self.shard_of = shard_of
+        self._init_tables()
+        self.labels = np.asarray(labels, np.int64)
+        if self.kind is TargetKind.LABEL:
+            check_labels(self.labels, len(self.classes), f"Shards {self.root}", self.names.__getitem__)
+        self._set_columns()
+        required = [self.image_ext] + ([self.mask_ext] if self.mask_ext else [])
+        self.validate_members(tar_sizes, required)
+        self.image_sizes = np.asarray(sizes, np.int64).reshape(-1, 2)
+        if manifest["version"] < 2:
+            logger.info("Shards: %s has no image sizes (format version 1); reading them from the headers", self.root)
+            self.image_sizes = self.header_sizes()
+
+    def _take_targets(self, shard: Dict) -> None:
+        if self.kind is TargetKind.MULTI_LABEL:
+            rows = [np.asarray(r, np.int64) for r in shard["label_lists"]]
+            for r in rows:
+                check_labels(r, len(self.classes), f"Shards {self.root}", lambda _: shard["name"])
+            self.label_lists.extend(rows)
+        elif self.kind is TargetKind.BOXES:
+            for boxes, labels in zip(shard["boxes"], shard["box_labels"]):
+                labels = np.asarray(labels, np.int64)
+                check_labels(labels, len(self.classes), f"Shards {self.root}", lambda _: shard["name"])
+                self.boxes.append(np.asarray(boxes, np.float32).reshape(-1, 4))
+                self.box_labels.append(labels)
+
+    def _set_columns(self) -> None:
+        extra = {TargetKind.MULTI_LABEL: ("label_lists",), TargetKind.BOXES: ("boxes", "box_labels")}
+        self.columns = ShardSource.columns + extra.get(self.kind, ())
+
+    def label_sets(self, indices: Sequence[int]) -> List[np.ndarray]:
+        if self.kind is TargetKind.MULTI_LABEL:
+            return [self.label_lists[i] for i in indices]
+        return super().label_sets(indices)

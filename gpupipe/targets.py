@@ -1,0 +1,61 @@
+"""What a sample carries besides its image, and how a batch of it looks.
+
+| kind | per sample | in a batch |
+|---|---|---|
+| ``LABEL`` | a class index | ``(B,)`` int64 |
+| ``MULTI_LABEL`` | a set of class indices | ``(B, num_classes)`` float32 multi-hot |
+| ``MASK`` | a class-id image | ``(B, H, W)`` int64, aligned with the images |
+| ``BOXES`` | ``(N, 4)`` xyxy boxes and ``(N,)`` labels | ``{"boxes": (B, Nmax, 4) float32, "labels": (B, Nmax) int64}``, padded with label ``-1`` |
+
+Ops declare which kinds they can carry (:attr:`gpupipe.ops.Op.carries`); a
+backend may refuse more (see its lowering table).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING, Dict, FrozenSet, List
+
+if TYPE_CHECKING:
+    import torch
+
+
+class TargetKind(str, enum.Enum):
+    """The kind of target a source gives."""
+
+    LABEL = "label"
+    MULTI_LABEL = "multi_label"
+    MASK = "mask"
+    BOXES = "boxes"
+
+    @property
+    def title(self) -> str:
+        return {"label": "class labels", "multi_label": "multi-label targets", "mask": "masks",
+                "boxes": "boxes"}[self.value]
+
+
+ALL_TARGETS: FrozenSet[TargetKind] = frozenset(TargetKind)
+#: Targets that do not move with the pixels (a class per image).
+IMAGE_LEVEL: FrozenSet[TargetKind] = frozenset({TargetKind.LABEL, TargetKind.MULTI_LABEL})
+
+#: The box value of padding rows in a detection batch (their label is ``-1``).
+BOX_PADDING = 0.0
+
+
+def to_detection_targets(targets: Dict[str, "torch.Tensor"]) -> List[Dict[str, "torch.Tensor"]]:
+    """Turns a padded detection batch into what torchvision's detection models take.
+
+    Args:
+        targets: ``{"boxes": (B, N, 4), "labels": (B, N)}`` as a gpupipe
+            detection loader gives it (padding rows have label ``-1``).
+
+    Returns:
+        A list of ``B`` dicts ``{"boxes": (n_i, 4) float32, "labels": (n_i,) int64}``
+        on the same device, padding removed.
+    """
+    boxes, labels = targets["boxes"], targets["labels"]
+    out = []
+    for b in range(labels.shape[0]):
+        keep = labels[b] >= 0
+        out.append({"boxes": boxes[b][keep], "labels": labels[b][keep]})
+    return out

@@ -1,0 +1,122 @@
+"""What the tests share: backend/device parameter lists, tolerances, and tiny generated images.
+
+Tests import from here, never from ``conftest.py`` (which holds fixtures only).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+HAS_CUDA = torch.cuda.is_available()
+HAS_DALI = importlib.util.find_spec("nvidia") is not None and importlib.util.find_spec("nvidia.dali") is not None
+
+needs_cuda = pytest.mark.cuda
+needs_dali = pytest.mark.skipif(not HAS_DALI, reason="DALI is not installed")
+
+
+def backend_param(backend: str, device: str = "cpu"):
+    """A ``(backend, device)`` parameter with the marks it needs (``cuda``, DALI installed)."""
+    marks = ([needs_cuda] if device == "cuda" else []) + ([needs_dali] if backend.startswith("dali") else [])
+    return pytest.param(backend, device, marks=marks, id=f"{backend}-{device}")
+
+
+#: Every (backend, device) pair; the CUDA ones are skipped without a GPU.
+BACKEND_DEVICES = [backend_param(b, d) for b, d in
+                   (("dali-cpu", "cpu"), ("torchvision", "cpu"), ("dali", "cuda"), ("torchvision", "cuda"),
+                    ("dali-cpu", "cuda"))]
+#: The DALI ones (held to torchvision in the parity tests).
+DALI_BACKEND_DEVICES = [p for p in BACKEND_DEVICES if p.values[0].startswith("dali")]
+#: The DALI ones that run on the CPU.
+CPU_DALI = [p for p in DALI_BACKEND_DEVICES if p.values[1] == "cpu"]
+#: The backends that run without a GPU, one parameter each (for tests that take no device).
+CPU_BACKENDS = [pytest.param("dali-cpu", marks=needs_dali, id="dali-cpu"), pytest.param("torchvision", id="torchvision")]
+
+#: Mean absolute difference (uint8 levels) allowed between a decode and PIL's reference, per device.
+#: CPU: both backends decode with libjpeg-turbo and agree exactly (0.5 allows rounding in colour
+#: conversions). CUDA: nvJPEG and the hardware decoder use their own IDCT and chroma upsampling;
+#: DALI's documentation does not bound the difference, and 6 levels is PROVISIONAL until measured
+#: on a GPU (the GPU proof reports the measured value).
+DECODE_TOLERANCE = {"cpu": 0.5, "cuda": 6.0}
+
+
+def textured_image(rng: np.random.Generator, height: int, width: int, tint: Sequence[float] = (1, 1, 1)) -> np.ndarray:
+    """A smooth random image (blurred noise plus a gradient): ``(H, W, 3)`` uint8."""
+    coarse = rng.random((max(2, height // 8), max(2, width // 8), 3))
+    img = np.asarray(Image.fromarray((coarse * 255).astype(np.uint8)).resize((width, height), Image.BICUBIC), np.float32)
+    y, x = np.mgrid[0:height, 0:width]
+    img += (x / width * 60)[..., None] - 30
+    img *= np.asarray(tint, np.float32)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def write_image(path: Path, array: np.ndarray, quality: int = 92) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix.lower() in (".jpg", ".jpeg"):
+        Image.fromarray(array).save(path, quality=quality)
+    else:
+        Image.fromarray(array).save(path)
+    return path
+
+
+def make_image_folder(
+    root: Path,
+    counts: Dict[str, int],
+    *,
+    sizes: Tuple[int, int] = (48, 96),
+    seed: int = 0,
+    ext: str = ".jpg",
+) -> List[Tuple[Path, int]]:
+    """Writes ``root/<class>/<i>.jpg`` for each class; returns ``(path, label)`` sorted like ImageFolder."""
+    rng = np.random.default_rng(seed)
+    written = []
+    for label, name in enumerate(sorted(counts)):
+        for i in range(counts[name]):
+            h, w = (int(v) for v in rng.integers(sizes[0], sizes[1], 2))
+            written.append((write_image(root / name / f"img_{i:03d}{ext}", textured_image(rng, h, w)), label))
+    return written
+
+
+def flat_folder(root: Path, count: int, classes: int = 3, size: Tuple[int, int] = (20, 24)) -> Path:
+    """``count`` PNGs whose colour encodes the sample index; sample i is in class ``i % classes``.
+
+    The index is coded in steps of 16 levels (R: i % 16, G: i // 16), so it
+    survives JPEG re-encoding; :func:`sample_ids` reads it back.
+    """
+    for i in range(count):
+        folder = root / f"class_{i % classes}"
+        folder.mkdir(parents=True, exist_ok=True)
+        colour = ((i % 16) * 16 + 8, (i // 16) * 16 + 8, 77)
+        Image.fromarray(np.full((*size, 3), colour, np.uint8)).save(folder / f"s{i:04d}.png")
+    return root
+
+
+def sample_ids(images: torch.Tensor) -> list:
+    """The sample indices :func:`flat_folder` coded into uint8 ``(B, 3, H, W)`` images."""
+    steps = ((images[:, :, 0, 0].to(torch.float32) - 8) / 16).round().to(torch.int64)
+    return (steps[:, 0] + 16 * steps[:, 1]).tolist()
+
+
+def collect(loader) -> list:
+    return [(images, targets) for images, targets in loader]
+
+
+def rewrite_manifest(dst: Path, edit) -> dict:
+    """Edits a packed folder's manifest with ``edit(manifest)`` and re-signs it (its checksum), as
+    someone who edits it on purpose would: the readers must then catch what the edit did."""
+    import json
+
+    from gpupipe import shardfmt
+
+    path = Path(dst) / shardfmt.MANIFEST
+    manifest = json.loads(path.read_text())
+    edit(manifest)
+    manifest["checksum"] = shardfmt.checksum(manifest)
+    path.write_text(json.dumps(manifest))
+    return manifest

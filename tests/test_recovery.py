@@ -1,0 +1,138 @@
+"""Samples that fail only while loading: the right file is blamed, batches keep their size and
+count, and a resume after a recovery continues exactly."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import gpupipe
+from helpers import BACKEND_DEVICES, CPU_BACKENDS, flat_folder, sample_ids
+from imagecases import broken_inside_jpeg
+
+PIPELINE = [gpupipe.Decode(), gpupipe.Resize((8, 8)), gpupipe.Output("uint8")]
+
+
+def make(root, backend, device="cpu", **kwargs):
+    kwargs.setdefault("batch_size", 4)
+    return gpupipe.loader(root, PIPELINE, backend=backend, device=device, shuffle=False, num_threads=1,
+                          on_error="skip", **kwargs)
+
+
+def break_samples(root: Path, ids) -> set:
+    """Replaces samples ``ids`` of a :func:`flat_folder` with JPEGs that fail only when decoded."""
+    names = set()
+    for i in ids:
+        original = next(root.glob(f"class_*/s{i:04d}.png"))
+        original.unlink()
+        broken_inside_jpeg(original.with_suffix(".jpg"), seed=i)
+        names.add(original.with_suffix(".jpg").name)
+    return names
+
+
+def delivered(loader):
+    return [(sample_ids(x), y.tolist()) for x, y in loader]
+
+
+@pytest.mark.parametrize("backend, device", BACKEND_DEVICES)
+def test_a_batch_whose_every_file_fails_is_refilled(tmp_path, backend, device):
+    root = flat_folder(tmp_path / "data", 12, classes=1)
+    bad = break_samples(root, [4, 5, 6, 7])  # the whole second batch
+    loader = make(root, backend, device)
+    batches = delivered(loader)
+    assert [len(ids) for ids, _ in batches] == [4, 4, 4] and len(loader) == 3
+    assert {Path(s.path).name for s in loader.skipped} == bad
+    assert batches[0][0] == [0, 1, 2, 3] and batches[2][0] == [8, 9, 10, 11]
+    assert batches[1][0] == [8, 8, 8, 8], "each failed slot takes the next usable sample of the rank's share"
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_the_last_batch_all_corrupt_and_long_corrupt_runs(tmp_path, backend):
+    root = flat_folder(tmp_path / "data", 20, classes=1)
+    bad = break_samples(root, [16, 17, 18, 19] + list(range(2, 14)))  # the last batch, and 12 in a row
+    loader = make(root, backend)
+    batches = delivered(loader)
+    assert [len(ids) for ids, _ in batches] == [4] * 5
+    assert {Path(s.path).name for s in loader.skipped} == bad
+    good = {0, 1, 14, 15}
+    assert set(i for ids, _ in batches for i in ids) == good, "only usable samples are delivered"
+    assert batches[4][0] == [0, 0, 0, 0], "the last batch wraps around to the share's start"
+
+
+@pytest.mark.parametrize("change", ["deleted", "emptied", "truncated"])
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_a_file_changed_after_the_scan_is_the_only_one_blamed(tmp_path, backend, change):
+    root = flat_folder(tmp_path / "data", 12, classes=1)
+    loader = make(root, backend)  # scanned while every file is sound
+    victim = next(root.glob("class_*/s0005.png"))
+    if change == "deleted":
+        victim.unlink()
+    elif change == "emptied":
+        victim.write_bytes(b"")
+    else:
+        victim.write_bytes(victim.read_bytes()[:40])
+    batches = delivered(loader)
+    assert [Path(s.path).name for s in loader.skipped] == ["s0005.png"], "the intact neighbours are not blamed"
+    assert [ids for ids, _ in batches] == [[0, 1, 2, 3], [4, 6, 6, 7], [8, 9, 10, 11]]
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_raise_names_the_failing_file(tmp_path, backend):
+    root = flat_folder(tmp_path / "data", 8, classes=1)
+    break_samples(root, [5])
+    loader = gpupipe.loader(root, PIPELINE, batch_size=4, backend=backend, shuffle=False, num_threads=1)
+    with pytest.raises(gpupipe.SampleError, match=r"s0005\.jpg: cannot decode"):
+        list(loader)
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_a_resume_after_a_recovered_batch_continues_exactly(tmp_path, backend):
+    root = flat_folder(tmp_path / "data", 16, classes=1)
+    break_samples(root, [1, 2])
+    original = make(root, backend)
+    it = iter(original)
+    first = [sample_ids(next(it)[0]) for _ in range(2)]
+    state = original.state_dict()
+    rest = [sample_ids(x) for x, _ in it]
+    assert state["batches_done"] == 2 and first[0] == [0, 3, 3, 3]
+    resumed = make(root, backend)
+    resumed.load_state_dict(state)
+    assert [sample_ids(x) for x, _ in resumed] == rest, "no batch repeated, none lost"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_ranks_stay_in_step_when_one_ranks_batch_fails_entirely(tmp_path, backend):
+    root = flat_folder(tmp_path / "data", 16, classes=1)
+    break_samples(root, [0, 2])  # rank 0's first batch (it reads 0, 2, 4, ...)
+    script = tmp_path / "worker.py"
+    script.write_text(f"""
+import json, sys, torch, torch.distributed as dist
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+import gpupipe
+from helpers import sample_ids
+dist.init_process_group("gloo")
+loader = gpupipe.loader({str(root)!r}, [gpupipe.Decode(), gpupipe.Resize((8, 8)), gpupipe.Output("uint8")],
+                        batch_size=2, backend={backend!r}, shuffle=False, num_threads=1, on_error="skip")
+seen = []
+for images, labels in loader:
+    total = torch.tensor([len(labels)])
+    dist.all_reduce(total)  # what a DDP step does: every rank must take part
+    seen.append(sample_ids(images))
+with open({str(tmp_path)!r} + f"/rank{{dist.get_rank()}}.json", "w") as fh:
+    json.dump({{"rank": dist.get_rank(), "len": len(loader), "batches": seen}}, fh)
+dist.destroy_process_group()
+""")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(script)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [len(r["batches"]) for r in runs] == [r["len"] for r in runs] == [4, 4]
+    assert runs[0]["batches"][0] == [4, 4], "rank 0's failed batch is refilled from its own share"
