@@ -38,11 +38,12 @@ def regular_stat(path: str, max_size: Optional[int] = DEFAULT_MAX_FILE_SIZE) -> 
         st = os.stat(path)
     except OSError as err:
         raise UnreadableFile(describe(err)) from None
-    _check(st, max_size)
+    check_regular(st, max_size)
     return st
 
 
-def _check(st: os.stat_result, max_size: Optional[int]) -> None:
+def check_regular(st: os.stat_result, max_size: Optional[int]) -> None:
+    """Refuses a stat result that is not a regular file of at most ``max_size`` bytes (``UnreadableFile``)."""
     if not stat.S_ISREG(st.st_mode):
         raise UnreadableFile("not a regular file")
     if max_size is not None and st.st_size > max_size:
@@ -64,7 +65,7 @@ def read_file(path: str, max_size: Optional[int] = DEFAULT_MAX_FILE_SIZE) -> byt
         raise UnreadableFile(describe(err)) from None
     try:
         st = os.fstat(fd)
-        _check(st, max_size)
+        check_regular(st, max_size)
         chunks, left = [], st.st_size
         while left > 0:
             chunk = os.read(fd, min(left, 1 << 24))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import warnings
 from dataclasses import dataclass
-from typing import BinaryIO, Tuple
+from typing import BinaryIO, Callable, Tuple
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -97,7 +97,9 @@ class Header:
 
 _SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
 #: Bytes read at the start of a file; a JPEG whose frame header lies further is read on from there.
-HEAD_BYTES = 1 << 16
+HEAD_BYTES = 4096
+
+ReadAt = Callable[[int, int], bytes]
 
 
 def read_header(fh: BinaryIO, max_pixels: int) -> Header:
@@ -106,12 +108,22 @@ def read_header(fh: BinaryIO, max_pixels: int) -> Header:
     Raises:
         ImageRefused: not an image, an unreadable header, or more than ``max_pixels`` pixels.
     """
-    head = fh.read(HEAD_BYTES)
+    def read_at(offset: int, size: int) -> bytes:
+        fh.seek(offset)
+        return fh.read(size)
+
+    return header_at(read_at, lambda: fh, max_pixels)
+
+
+def header_at(read_at: ReadAt, open_file: Callable[[], BinaryIO], max_pixels: int) -> Header:
+    """:func:`read_header` over ``read_at(offset, size)``; ``open_file()`` gives PIL a file for other formats."""
+    head = read_at(0, HEAD_BYTES)
     if head[:3] == b"\xff\xd8\xff":
-        header = _jpeg_header(fh, head)
+        header = _jpeg_header(read_at, head)
     elif head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR" and len(head) >= 24:
         header = Header("PNG", int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big"))
     else:
+        fh = open_file()
         fh.seek(0)
         with open_checked(fh, max_pixels) as img:
             orientation = img.getexif().get(0x0112, 1) if img.format == "WEBP" else 1
@@ -127,13 +139,12 @@ def read_header(fh: BinaryIO, max_pixels: int) -> Header:
     return header
 
 
-def _jpeg_header(fh: BinaryIO, head: bytes) -> Header:
+def _jpeg_header(read_at: ReadAt, head: bytes) -> Header:
     """Walks the JPEG marker segments up to the frame header, noting the EXIF orientation."""
     def at(offset: int, size: int) -> bytes:
         if offset + size <= len(head):
             return head[offset:offset + size]
-        fh.seek(offset)
-        return fh.read(size)
+        return read_at(offset, size)
 
     pos, orientation = 2, 1
     for _ in range(10_000):

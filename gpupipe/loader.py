@@ -78,6 +78,9 @@ class Loader:
         self._cursor = EpochCursor()
         self._stats = LoadStats(self.backend, self.device.type == "cuda", log_every)
         self._live: Optional[weakref.ref] = None
+        prepare = getattr(self._backend, "prepare", None)
+        if prepare is not None and len(self):
+            prepare(self._read(self._cursor.epoch), self._read)
 
     # -- the DataLoader surface -------------------------------------------------
 
@@ -286,6 +289,7 @@ def loader(
     hw_decoder_load: float = 0.65,
     preallocate: Union[str, None, Tuple[int, int]] = "auto",
     log_every: Optional[int] = None,
+    reduced_decode: bool = True,
 ) -> Loader:
     """Builds a loader: the drop-in replacement for a ``DataLoader``.
 
@@ -326,6 +330,10 @@ def loader(
             ``"auto"`` takes the 99th percentile of the scanned image sizes,
             ``None`` grows buffers at run time.
         log_every: log the loader's statistics every this many batches (logger ``gpupipe.stats``).
+        reduced_decode: torchvision backend: when a ``RandomResizedCrop`` right after ``Decode``
+            has a window at least 2, 4 or 8 times its output size, decode the JPEG at 1/2, 1/4 or
+            1/8 scale in the DCT domain (faster, itself an area-averaging downscale; pixels differ
+            slightly from a full decode). ``False`` decodes every pixel.
 
     Returns:
         A :class:`Loader`.
@@ -337,7 +345,8 @@ def loader(
     args = options.check_arguments(
         batch_size=batch_size, shuffle=shuffle, drop_last=drop_last, even_batches=even_batches, seed=seed,
         num_threads=num_threads, prefetch=prefetch, on_error=on_error, max_pixels=max_pixels,
-        max_file_size=max_file_size, hw_decoder_load=hw_decoder_load, preallocate=preallocate, log_every=log_every)
+        max_file_size=max_file_size, hw_decoder_load=hw_decoder_load, preallocate=preallocate, log_every=log_every,
+        reduced_decode=reduced_decode)
     device, backend, why = options.choose_device_and_backend(device, backend, num_threads)
     rank, world_size = options.resolve_world(rank, world_size)
     ops = presets.get(pipeline) if isinstance(pipeline, str) else list(pipeline)
@@ -356,7 +365,7 @@ def loader(
         batch_size=args.batch_size, drop_last=args.drop_last, device=device,
         num_threads=backends.default_threads() if args.num_threads is None else args.num_threads, seed=args.seed,
         prefetch=args.prefetch, on_error=args.on_error, skip_log=skip_log,
-        decoder=options.decoder_settings(args, source),
+        decoder=options.decoder_settings(args, source), reduced_decode=args.reduced_decode,
     )
     return Loader(source, spec, config, backend=backend, shuffle=args.shuffle, rank=rank, world_size=world_size,
                   even_batches=args.even_batches, backend_reason=why, log_every=args.log_every)

@@ -44,6 +44,7 @@ class Arguments:
     hw_decoder_load: float
     preallocate: Union[str, None, Tuple[int, int]]
     log_every: Optional[int]
+    reduced_decode: bool = True
 
 
 def positive_int(name: str, value: Any, minimum: int = 1) -> int:
@@ -53,7 +54,7 @@ def positive_int(name: str, value: Any, minimum: int = 1) -> int:
 
 
 def check_arguments(*, batch_size, shuffle, drop_last, even_batches, seed, num_threads, prefetch, on_error,
-                    max_pixels, max_file_size, hw_decoder_load, preallocate, log_every) -> Arguments:
+                    max_pixels, max_file_size, hw_decoder_load, preallocate, log_every, reduced_decode=True) -> Arguments:
     """Checks every argument that needs no file and no library.
 
     Raises:
@@ -68,7 +69,8 @@ def check_arguments(*, batch_size, shuffle, drop_last, even_batches, seed, num_t
     positive_int("seed", seed, minimum=0)
     if log_every is not None:
         positive_int("log_every", log_every)
-    for name, flag in (("shuffle", shuffle), ("drop_last", drop_last), ("even_batches", even_batches)):
+    for name, flag in (("shuffle", shuffle), ("drop_last", drop_last), ("even_batches", even_batches),
+                       ("reduced_decode", reduced_decode)):
         if not isinstance(flag, bool):
             raise ValueError(f"{name} must be a bool, got {flag!r}")
     if isinstance(hw_decoder_load, bool) or not isinstance(hw_decoder_load, (int, float)) or \
@@ -83,6 +85,7 @@ def check_arguments(*, batch_size, shuffle, drop_last, even_batches, seed, num_t
         num_threads=num_threads, prefetch=int(prefetch), on_error=OnError.parse(on_error), max_pixels=int(max_pixels),
         max_file_size=int(max_file_size), hw_decoder_load=float(hw_decoder_load),
         preallocate=tuple(preallocate) if isinstance(preallocate, list) else preallocate, log_every=log_every,
+        reduced_decode=reduced_decode,
     )
 
 

@@ -32,16 +32,17 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .fileio import UnreadableFile, regular_stat
-from .images import ImageRefused, read_header
+from .fileio import UnreadableFile, check_regular, describe
+from .images import ImageRefused, header_at
 
 logger = logging.getLogger(__name__)
 
 CACHE_VERSION = 2
 #: How far from the end an end-of-image marker may sit (some writers pad files).
 _TAIL_BYTES = 4096
-#: Below this many files to check, a scan stays in this process.
+#: Below this many files to check (or to stat), a scan stays in this process.
 _PARALLEL_FROM = 2048
+_PARALLEL_STAT_FROM = 200_000
 
 
 @dataclass(frozen=True)
@@ -66,24 +67,29 @@ def default_cache_dir() -> Path:
 
 
 def check_file(path: str, *, max_pixels: int, max_file_size: int) -> Tuple[Optional[str], int, int]:
-    """Checks one file from its header and tail.
+    """Checks one file from its header and tail (a few ``pread`` calls; FIFOs and devices are not read).
 
     Returns:
         ``(reason, h, w)``: why it cannot be used (``None`` when it looks
         sound) and its oriented size (``-1`` when unknown).
     """
     try:
-        size = regular_stat(path, max_file_size).st_size
-        if size == 0:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as err:
+        return describe(err), -1, -1
+    try:
+        st = os.fstat(fd)
+        check_regular(st, max_file_size)
+        if st.st_size == 0:
             return "empty file (0 bytes)", -1, -1
-        with open(path, "rb") as fh:
-            header = read_header(fh, max_pixels)
-            fh.seek(max(0, size - _TAIL_BYTES))
-            tail = fh.read()
+        header = header_at(lambda offset, n: os.pread(fd, n, offset), lambda: os.fdopen(os.dup(fd), "rb"), max_pixels)
+        tail = os.pread(fd, _TAIL_BYTES, max(0, st.st_size - _TAIL_BYTES))
     except (UnreadableFile, ImageRefused) as refused:
         return refused.reason, -1, -1
     except OSError as err:
-        return f"cannot read: {err.strerror or err}", -1, -1
+        return describe(err), -1, -1
+    finally:
+        os.close(fd)
     if header.kind == "JPEG" and b"\xff\xd9" not in tail:
         return "truncated JPEG (no end-of-image marker)", -1, -1
     if header.kind == "PNG" and b"IEND" not in tail:
@@ -92,32 +98,37 @@ def check_file(path: str, *, max_pixels: int, max_file_size: int) -> Tuple[Optio
     return None, h, w
 
 
-def _stat_keys(paths: Sequence[str]) -> np.ndarray:
-    """``(N, 2)`` int64 ``(size, mtime_ns)`` per file, ``(-1, -1)`` when it cannot be stat-ed."""
-    keys = np.full((len(paths), 2), -1, np.int64)
+#: The paths of the scan under way, inherited by forked workers (cheaper than sending them).
+_PATHS: List[str] = []
+
+
+def _stat_part(bounds: Tuple[int, int]) -> np.ndarray:
+    """``(n, 2)`` int64 ``(size, mtime_ns)`` of ``_PATHS[start:end]``, ``(-1, -1)`` where stat fails."""
+    start, end = bounds
+    keys = np.full((end - start, 2), -1, np.int64)
     stat = os.stat
-    for i, path in enumerate(paths):
+    for k, path in enumerate(_PATHS[start:end]):
         try:
             st = stat(path)
         except OSError:
             continue
-        keys[i, 0], keys[i, 1] = st.st_size, st.st_mtime_ns
+        keys[k, 0], keys[k, 1] = st.st_size, st.st_mtime_ns
     return keys
 
 
-def _check_many(args: Tuple[List[str], int, int]) -> List[Tuple[Optional[str], int, int]]:
-    paths, max_pixels, max_file_size = args
-    return [check_file(p, max_pixels=max_pixels, max_file_size=max_file_size) for p in paths]
+def _check_part(args: Tuple[int, int, int, int]) -> List[Tuple[Optional[str], int, int]]:
+    start, end, max_pixels, max_file_size = args
+    return [check_file(p, max_pixels=max_pixels, max_file_size=max_file_size) for p in _PATHS[start:end]]
 
 
-def _check_all(paths: List[str], max_pixels: int, max_file_size: int, workers: int) -> List[Tuple[Optional[str], int, int]]:
-    """:func:`check_file` on each path, over ``workers`` processes when there are many."""
-    if workers <= 1 or len(paths) < _PARALLEL_FROM:
-        return _check_many((paths, max_pixels, max_file_size))
-    chunk = -(-len(paths) // (workers * 8))
-    parts = [(paths[i:i + chunk], max_pixels, max_file_size) for i in range(0, len(paths), chunk)]
+def _in_parts(fn, count: int, extra: tuple, workers: int, parallel_from: int) -> list:
+    """``fn((start, end) + extra)`` over ``_PATHS``, in forked processes when there are many."""
+    if workers <= 1 or count < parallel_from:
+        return [fn((0, count) + extra)]
+    step = -(-count // (workers * 4))
+    parts = [(i, min(i + step, count)) + extra for i in range(0, count, step)]
     with multiprocessing.get_context("fork").Pool(workers) as pool:
-        return [r for part in pool.imap(_check_many, parts) for r in part]
+        return pool.map(fn, parts)
 
 
 def scan(paths: Sequence[str], *, max_pixels: int, max_file_size: int, cache_dir: Optional[Path],
@@ -138,17 +149,25 @@ def scan(paths: Sequence[str], *, max_pixels: int, max_file_size: int, cache_dir
     cache = _Cache(cache_dir, paths, max_pixels, max_file_size) if cache_dir is not None else None
     cached = cache.load() if cache is not None else None
 
-    keys = _stat_keys([paths[i] for i in mine])
-    reasons: List[Optional[str]] = [None] * len(mine)
-    sizes = np.full((len(mine), 2), -1, np.int64)
-    fresh = np.ones(len(mine), bool)
-    if cached is not None:
-        fresh = ~np.all(cached.keys[mine] == keys, axis=1)
-        sizes[~fresh] = cached.sizes[mine[~fresh]]
-        for k in np.flatnonzero(~fresh):
-            reasons[k] = cached.reason(mine[k])
-    todo = np.flatnonzero(fresh)
-    results = _check_all([paths[mine[k]] for k in todo], max_pixels, max_file_size, workers or _cores())
+    global _PATHS
+    workers = workers or _cores()
+    try:
+        _PATHS = [paths[i] for i in mine] if world[1] > 1 else paths
+        keys = np.concatenate(_in_parts(_stat_part, len(mine), (), workers, _PARALLEL_STAT_FROM))
+        reasons: List[Optional[str]] = [None] * len(mine)
+        sizes = np.full((len(mine), 2), -1, np.int64)
+        fresh = np.ones(len(mine), bool)
+        if cached is not None:
+            fresh = ~np.all(cached.keys[mine] == keys, axis=1)
+            sizes[~fresh] = cached.sizes[mine[~fresh]]
+            for k in np.flatnonzero(~fresh & (cached.codes[mine] >= 0)):  # the cached bad files
+                reasons[k] = cached.reason(mine[k])
+        todo = np.flatnonzero(fresh)
+        _PATHS = [_PATHS[k] for k in todo]
+        results = [r for part in _in_parts(_check_part, len(todo), (max_pixels, max_file_size), workers,
+                                           _PARALLEL_FROM) for r in part]
+    finally:
+        _PATHS = []
     for k, (reason, h, w) in zip(todo, results):
         reasons[k], sizes[k] = reason, (h, w)
     part = (mine, keys, sizes, reasons, len(todo))
@@ -214,7 +233,7 @@ class _Cache:
     """
 
     def __init__(self, cache_dir: Path, paths: List[str], max_pixels: int, max_file_size: int) -> None:
-        root = os.path.commonpath(paths) if paths else ""
+        root = os.path.dirname(os.path.commonprefix([min(paths), max(paths)])) if paths else ""
         digest = hashlib.sha1(f"{CACHE_VERSION}|{root}|{max_pixels}|{max_file_size}".encode(
             "utf-8", "surrogateescape")).hexdigest()[:20]
         self.file = Path(cache_dir) / "scan" / f"{digest}.npz"

@@ -128,3 +128,24 @@ def test_ddp_example_help_shows_defaults():
     out = subprocess.run([sys.executable, str(Path(__file__).parents[1] / "examples" / "train_ddp.py"), "--help"],
                          capture_output=True, text=True, check=True).stdout
     assert "(default: 50)" in out and "(default: resnet18)" in out
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_uneven_batches_read_every_sample_exactly_once_over_the_ranks(tmp_path, backend):
+    """even_batches=False: no padding, no cut, for awkward sizes (fewer samples than ranks, world x batch + 1)."""
+    sizes = {"one": 1, "nine": 9, "eleven": 11}  # 2 ranks, batch 4: 1 < world, 9 = 2 x 4 + 1, 11 odd
+    folders = [flat_folder(tmp_path / name, n, classes=1) for name, n in sizes.items()]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           str(Path(__file__).with_name("ddp_eval_worker.py")), "--backend", backend, "--out", str(tmp_path),
+           "--folders", *map(str, folders)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"eval-rank{r}.json").read_text()) for r in range(2)]
+    for name, n in sizes.items():
+        for shuffle in (False, True):
+            key = f"{name}-{shuffle}"
+            ids = ranks[0][key]["ids"] + ranks[1][key]["ids"]
+            assert sorted(ids) == list(range(n)), f"{key}: every sample exactly once, none repeated"
+            lens = [r[key]["len"] for r in ranks]
+            assert lens == [-(-len(r[key]["ids"]) // 4) for r in ranks] and max(lens) - min(lens) <= 1
+            assert ranks[0][key]["totals"] == [n, n], "one all_reduce of per-rank sums counts each image once"

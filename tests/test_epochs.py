@@ -186,5 +186,58 @@ def test_resume_point_is_exact_on_every_backend_with_augmentations(image_folder)
     again = [x for x, _ in b]
     assert len(again) == len(rest)
     for x, y in zip(rest, again):
-        assert (x.float() - y.float()).abs().mean() < 2.0, "same crops and flips, antialiasing kernels aside"
+        # DALI's and torchvision's antialiased resizes differ by ~1-2 levels (more along the borders);
+        # another crop or flip would differ by 30 and more.
+        assert (x.float() - y.float()).abs().mean() < 3.0, "same crops and flips, antialiasing kernels aside"
     backends._auto_logged.clear()
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_stats_say_input_bound_when_the_consumer_waits_for_a_slow_loader(monkeypatch):
+    clock = Clock()
+    loader = make(samples=30, batch_size=3)
+    loader._stats.clock = clock
+    slow = FakeBackend.iter_epoch
+
+    def waiting(self, read, start=0, upcoming=None):
+        for batch in slow(self, read, start, upcoming):
+            clock.now += 0.09  # the loader takes 90 ms per batch
+            yield batch
+
+    monkeypatch.setattr(FakeBackend, "iter_epoch", waiting)
+    for _ in loader:
+        clock.now += 0.01  # the training step takes 10 ms
+    summary = loader.stats()
+    assert summary.batches == 10 and summary.images == 20  # the fake's "images" are 2 numbers each
+    assert summary.wait_share == pytest.approx(0.9, abs=0.01) and summary.verdict == "input-bound"
+    assert summary.images_per_s == pytest.approx(20 / 0.99, rel=0.02)
+    assert "pre-resize" in summary.suggestion
+
+
+def test_stats_say_compute_bound_when_the_step_dominates_and_reset_on_request():
+    clock = Clock()
+    loader = make(samples=30, batch_size=3)
+    loader._stats.clock = clock
+    for _ in loader:
+        clock.now += 0.05
+    summary = loader.stats(reset=True)
+    assert summary.verdict == "compute-bound" and summary.wait_share < 0.05
+    assert loader.stats().batches == 0
+    assert "batches" in str(summary)
+
+
+def test_stats_log_a_line_every_n_batches(caplog):
+    source = gpupipe.FileList([(f"/nowhere/{i}.jpg", 0) for i in range(12)])
+    spec = build_spec([gpupipe.Decode(), gpupipe.Resize((4, 4))])
+    config = RunConfig(batch_size=2, drop_last=False, device=torch.device("cpu"), num_threads=0)
+    loader = gpupipe.Loader(source, spec, config, backend="fake", shuffle=False, log_every=3)
+    with caplog.at_level("INFO", logger="gpupipe.stats"):
+        list(loader)
+    assert caplog.text.count("gpupipe: ") == 2

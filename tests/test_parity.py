@@ -12,8 +12,10 @@ under the 0.1 that would be visible, and far below what a wrong crop
 offset, a colour swap or a missing normalisation would give (0.3 and more).
 """
 
+import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 import gpupipe
 from helpers import DALI_BACKEND_DEVICES, make_image_folder
@@ -77,3 +79,36 @@ def test_train_preset_statistics_match(parity_folder, backend, device):
     assert torch.equal(dali_labels, tv_labels)
     channel_gap = (dali_images.mean(dim=(0, 2, 3)) - tv_images.mean(dim=(0, 2, 3))).abs()
     assert channel_gap.max() < 0.25
+
+
+@pytest.fixture(scope="module")
+def large_photos(tmp_path_factory):
+    root = tmp_path_factory.mktemp("large") / "data"
+    make_image_folder(root, {"a": 4, "b": 4}, sizes=(1200, 1800), seed=8)
+    return root
+
+
+#: Reduced (DCT-scaled) decoding against a full decode, uint8 levels. With the window on the reduced
+#: grid the two differ by ~0.4 levels (the decode's 8x8 box filter before the resize); in general the
+#: window's corners snap to the reduced grid (<= 4 px at 1/8 scale, a quarter of an output pixel
+#: here), which on these strongly textured test images moves every edge: measured 3.3 (1/4 scale) to
+#: 6.0 (1/8) levels, held to 8. A wrong window or a missed rotation gives 20 and more.
+REDUCED_DECODE_TOLERANCE = 8.0
+
+
+def test_reduced_decoding_of_large_jpegs_stays_close_to_a_full_decode(large_photos):
+    from gpupipe.backends.torchvision.dataset import decode_reduced, reduction
+
+    assert reduction((1200, 1700), (64, 64)) == 8 and reduction((300, 300), (224, 224)) == 1
+    pipeline = [Decode(), gpupipe.RandomResizedCrop(64, scale=(0.6, 1.0)), HorizontalFlip(0.5),
+                gpupipe.Output("uint8")]
+    reduced, _ = first_batch(large_photos, pipeline, "torchvision", "cpu", seed=3)
+    full, _ = first_batch(large_photos, pipeline, "torchvision", "cpu", seed=3, reduced_decode=False)
+    diff = (reduced - full).abs()
+    assert 0 < diff.mean() < REDUCED_DECODE_TOLERANCE, "different pixels, same picture"
+    assert diff.mean(dim=(1, 2, 3)).max() < 2 * REDUCED_DECODE_TOLERANCE
+    data = np.fromfile(next(large_photos.glob("a/*.jpg")), np.uint8)
+    params = {"top": np.int64(100), "left": np.int64(40), "height": np.int64(900), "width": np.int64(1000)}
+    image, moved = decode_reduced(data, "x.jpg", params, (64, 64))
+    assert image is not None and image.shape[1] < 250, "decoded at 1/8 scale"
+    assert int(moved["height"]) == round(900 * image.shape[1] / Image.open(next(large_photos.glob("a/*.jpg"))).height)

@@ -97,6 +97,8 @@ class RunConfig:
         on_error: ``raise`` or ``skip`` a sample that fails to decode.
         skip_log: records what was skipped.
         decoder: DALI decoder settings.
+        reduced_decode: torchvision backend: decode JPEGs at 1/2, 1/4 or 1/8 scale when a
+            RandomResizedCrop window is at least that many times its output size.
     """
 
     batch_size: int
@@ -108,6 +110,7 @@ class RunConfig:
     on_error: OnError = OnError.RAISE
     skip_log: SkipLog = field(default_factory=SkipLog)
     decoder: DecoderSettings = DecoderSettings()
+    reduced_decode: bool = True
 
 
 @dataclass(frozen=True)
@@ -139,7 +142,11 @@ class Backend(Protocol):
         """
 
     def close(self) -> None:
-        """Frees what the backend holds (pipelines, worker processes)."""
+        """Frees what the backend holds (pipelines, worker processes).
+
+        A backend may also offer ``prepare(read, upcoming)``: start preparing the
+        epoch a new loader is likely to read first.
+        """
 
 
 def default_threads() -> int:

@@ -22,7 +22,8 @@ import torch
 
 from .. import backends as gp_backends
 from ..scan import default_cache_dir
-from ..sources import ImageFolder
+from .. import shardfmt
+from ..sources import as_source
 from . import demo, report
 from .monitor import ResourceMonitor
 from .runner import BASELINE, BenchConfig, rounds, run
@@ -45,7 +46,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
             "set of 50 batches; without, shufflenet_v2_x0_5, batch 32, 20 loader / 6 train steps, 1000 images."
         ),
     )
-    parser.add_argument("--data", type=Path, help="image folder root/<class>/<image> (default: the demo data)")
+    parser.add_argument("--data", type=Path, help="image folder root/<class>/<image>, or a folder packed by "
+                                                  "python -m gpupipe.pack (no baseline then) (default: the demo data)")
     parser.add_argument(
         "--backends", default="all",
         help=f"comma-separated from {BASELINE},{','.join(gp_backends.BACKENDS)}; 'all' = every one this machine has",
@@ -131,21 +133,35 @@ def estimate_seconds(config: BenchConfig, demo_images: int, need_demo: bool) -> 
     return generate + config.repeats * (loader + train) + rounds(config) * ROUND_OVERHEAD_S
 
 
+def _log_to_stderr() -> None:
+    """gpupipe's own INFO lines on stderr (not other libraries', e.g. matplotlib's font cache notices)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", datefmt="%H:%M:%S"))
+    root = logging.getLogger("gpupipe")
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S", stream=sys.stderr)
+    _log_to_stderr()
     args = parse_args(argv)
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     started = time.perf_counter()
     spec = demo.DemoSpec(classes=10, per_class=max(1, args.demo_images // 10))
+    packed = args.data is not None and shardfmt.is_packed(args.data)
     if args.data is not None:
         try:
-            ImageFolder(args.data)
+            as_source(args.data)
         except ValueError as err:
             print(f"error: --data: {err}", file=sys.stderr)
             return 2
+    names = choose_backends(args.backends, device.type == "cuda")
+    if packed and BASELINE in names:
+        logger.info("%s is packed: the tutorial baseline reads only image folders, so it is left out", args.data)
+        names.remove(BASELINE)
     config = BenchConfig(
         data=Path(args.data or demo.demo_root(args.cache_dir, spec)),
-        backends=tuple(choose_backends(args.backends, device.type == "cuda")), model=args.model,
+        backends=tuple(names), model=args.model,
         batch_size=args.batch_size, image_size=args.image_size, steps=args.steps, train_steps=args.train_steps,
         warmup=args.warmup, train_warmup=args.train_warmup, repeats=args.repeats, amp=args.amp, threads=args.threads,
         device=device, dtype=args.dtype, measure_training=not args.no_train, augment=args.augment,
@@ -156,7 +172,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 f", after generating {spec.classes * spec.per_class} demo images" if need_demo else "")
     if args.data is None:
         demo.ensure_demo(args.cache_dir, spec, workers=args.threads)
-    stats = demo.folder_stats(config.data)
+    stats = demo.folder_stats(config.data) if not packed else demo.packed_stats(config.data)
     logger.info(
         "data: %s: %d images in %d classes, mean %.1f KiB (median %.1f), mean %dx%d px, sides %d-%d px",
         config.data, stats["images"], stats["classes"], stats["mean_kib"], stats["median_kib"],

@@ -124,6 +124,21 @@ def folder_stats(root: Path) -> Dict[str, float]:
     }
 
 
+def packed_stats(root: Path) -> Dict[str, float]:
+    """What :func:`folder_stats` says, for a packed folder (sizes from its manifest)."""
+    from .. import shardfmt
+
+    manifest = shardfmt.read_manifest(Path(root))
+    sizes = np.array([s for shard in manifest["shards"] for s in shard.get("sizes", [])], np.float64).reshape(-1, 2)
+    samples = manifest["totals"]["samples"]
+    kib = manifest["totals"]["bytes"] / 1024 / max(1, samples)
+    return {"images": samples, "classes": len(manifest["classes"]), "mean_kib": round(kib, 1), "median_kib": round(kib, 1),
+            "total_mib": round(manifest["totals"]["bytes"] / 2**20, 1),
+            "mean_width": round(float(sizes[:, 1].mean()), 1) if len(sizes) else 0.0,
+            "mean_height": round(float(sizes[:, 0].mean()), 1) if len(sizes) else 0.0,
+            "min_side": int(sizes.min()) if len(sizes) else 0, "max_side": int(sizes.max()) if len(sizes) else 0}
+
+
 def generate(root: Path, spec: DemoSpec = DemoSpec(), workers: Optional[int] = None) -> Path:
     """Writes ``root/class_XX/img_XXXXX.jpg`` for ``spec``, over ``workers`` processes."""
     root = Path(root)

@@ -245,7 +245,7 @@ def phases_of(config: BenchConfig, train_step=None) -> List[Phase]:
 
 def run(config: BenchConfig, progress=None) -> Dict:
     """Measures every backend; returns the figures (see :mod:`gpupipe.bench.report`)."""
-    source = gpupipe.ImageFolder(config.data)
+    source = gpupipe.sources.as_source(config.data)
     num_classes = len(source.classes)
     train_step, kept = None, None
     if config.measure_training:

@@ -1,16 +1,15 @@
 """Ops that change pixel values only (colour, blur, erasing, auto-augment policies, normalisation).
 
 They leave masks and boxes as they are; ``RandAugment`` and
-``TrivialAugment`` also shear, translate and rotate, so they carry only
-image-level targets.
+``TrivialAugment`` also shear, translate and rotate: the backends refuse
+them with masks and boxes.
 """
 
 from __future__ import annotations
 
 from dataclasses import KW_ONLY, dataclass
-from typing import ClassVar, FrozenSet, Optional, Tuple, Union
+from typing import ClassVar, Optional, Tuple, Union
 
-from ..targets import IMAGE_LEVEL, TargetKind
 from .base import Effect, Op, number_range, positive_int, probability
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -83,11 +82,15 @@ AUGMENT_OPS = ("Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rota
 
 
 class AutoAugmentOp(Op):
-    """RandAugment and TrivialAugment: policies of the 14 ops of :data:`AUGMENT_OPS` on fixed-size images."""
+    """RandAugment and TrivialAugment: policies of the 14 ops of :data:`AUGMENT_OPS` on fixed-size images.
+
+    Their shears, translations and rotations would have to move masks and
+    boxes too; no backend does that today, and each backend's lowering table
+    refuses those targets by name (see :func:`gpupipe.backends.check_lowerings`).
+    """
 
     num_magnitude_bins: int
     needs_fixed_size: ClassVar = True
-    carries: ClassVar[FrozenSet[TargetKind]] = IMAGE_LEVEL
 
     def __post_init__(self) -> None:
         positive_int(self.name, "num_magnitude_bins", self.num_magnitude_bins, 2)

@@ -83,7 +83,7 @@ def walk_images(folder: str, extensions: Tuple[str, ...], visited: Optional[Set[
 
     visit(folder, top=True)
     found.sort(key=lambda item: item[0])
-    return [os.path.join(dirpath, name) for dirpath, names in found for name in names]
+    return [prefix + name for dirpath, names in found for prefix in (dirpath + os.sep,) for name in names]
 
 
 class ImageFolder(FileSource):

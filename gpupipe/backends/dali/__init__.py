@@ -15,29 +15,25 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import warnings
+import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Iterator, List, Optional
 
 import numpy as np
 import torch
-from nvidia.dali import fn, pipeline_def, types
 
 from ...batch import Batch, CudaPrefetcher, normalize_uint8
-from ...fileio import UnreadableFile
-from ...images import palette_as_gray_png
-from ...ops import Output, RandAugment, TrivialAugment
+from ...ops import Output
 from ...plan import Planner
-from ...seeding import mix_int
-from ...sources import FileSource, Source
+from ...sources import Source
 from ...spec import PipelineSpec
 from ...targets import TargetKind
 from .. import EpochRead, RunConfig
-from ..common import BadSamples, batch_slots, host_targets, source_boxes, targets_to
-from .lifetime import cuda_keep_alive, track
-from .lowering import Graph, Params, lower, quiet_auto_aug
-from .readers import ReaderFiles, reader_for, remove_stale_folders
-from .recovery import Prober, suspects_of
+from ..common import BadSamples, batch_slots, host_targets, targets_to
+from .graph import Pipelines, decoder_kwargs
+from .lifetime import cuda_keep_alive
+from .readers import remove_stale_folders
+from .recovery import suspects_of
 from .run import BatchRef, Run, RunFailed, compact_boxes, padded, to_torch
 
 logger = logging.getLogger(__name__)
@@ -67,16 +63,14 @@ class DaliBackend:
         self.finish_on_gpu = not gpu and config.device.type == "cuda"
         self.graph_spec = dataclasses.replace(spec, output=Output("uint8", channels_last=spec.output.channels_last)) \
             if self.finish_on_gpu else spec
-        self.planner = Planner(spec, config.seed)
-        self.sizes = source.sizes()
         self.bad = BadSamples(source, config.on_error, config.skip_log)
-        self.reader = reader_for(source)
-        self.masks_from_files = source.kind is TargetKind.MASK and isinstance(source, FileSource)
-        self.param_names = self._used_params()
+        self.pipelines = Pipelines(source, spec, self.graph_spec, config, gpu=gpu, planner=Planner(spec, config.seed),
+                                   sizes=source.sizes())
         self._run: Optional[Run] = None
         self._next: Optional[Future] = None
         self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpupipe-dali")
-        self._keep = cuda_keep_alive(config.device) if gpu else None
+        # GPUPIPE_NO_KEEPALIVE=1 is a diagnostic switch for the GPU proof's stream-safety check only.
+        self._keep = cuda_keep_alive(config.device) if gpu and os.environ.get("GPUPIPE_NO_KEEPALIVE") != "1" else None
         remove_stale_folders()
 
     # -- building runs ------------------------------------------------------------
@@ -94,133 +88,13 @@ class DaliBackend:
                 return refs
             read, start = reads(read.epoch + 1), 0
 
-    def _build(self, refs: List[BatchRef]) -> Run:
-        files = ReaderFiles()
-        indices = np.concatenate([r.indices for r in refs])
-        captured = {}
-        @pipeline_def(enable_conditionals=_uses_conditionals(self.spec))
-        def graph():
-            nodes = self.reader(self.source, indices, files)
-            captured["expected"] = nodes.expected
-            inputs = self._external(lambda info: self._inputs(refs[min(info.iteration, len(refs) - 1)]))
-            return (*self._lower(nodes.encoded, nodes.mask, inputs), nodes.identity)
-
-        try:
-            with quiet_auto_aug():
-                pipe = graph(batch_size=self.config.batch_size, num_threads=self.config.num_threads,
-                             device_id=self._device_id(), seed=mix_int(self.config.seed) % (2**31),
-                             exec_dynamic=True, prefetch_queue_depth=max(1, min(self.config.prefetch, len(refs))))
-                pipe.build()
-        except BaseException:
-            files.close()
-            raise
-        track(pipe)
-        files.built()
-        check = functools.partial(self._check_order, expected=captured["expected"])
-        return Run(pipe, refs, check=check, on_close=files.close)
-
-    def _used_params(self) -> List:
-        """The planned parameters the lowering reads (traced once in a graph that is never built)."""
-        dummy = self.planner.plan(0, np.zeros(1, np.int64), np.array([[64, 64]]), [np.zeros((0, 4), np.float32)])
-        self.param_names = [(j, name) for j, step in enumerate(dummy.steps) for name in sorted(step)]
-        used = []
-
-        class Recording(Params):
-            def __getitem__(self, key):
-                used.append(key)
-                return super().__getitem__(key)
-
-        @pipeline_def(enable_conditionals=_uses_conditionals(self.spec))
-        def trace():
-            encoded = fn.external_source(name="encoded")
-            inputs = self._external(lambda info: None)
-            n = len(self.param_names)
-            g = Graph(self.graph_spec, Recording(self.param_names, inputs[:n]), gpu=False, decoder={})
-            g.encoded = encoded
-            if self.source.kind is TargetKind.MASK:
-                g.mask = fn.external_source(name="mask")
-            if self.source.kind is TargetKind.BOXES:
-                g.boxes = g.raw = inputs[n + 0]
-                g.box_labels = inputs[n + 1]
-            return tuple(lower(g))
-
-        with quiet_auto_aug(), warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="The external source node")  # the trace feeds every parameter
-            trace(batch_size=1, num_threads=1, device_id=None)
-        return [key for key in self.param_names if key in set(used)]
-
-    def _external(self, source: Callable):
-        outputs = len(self.param_names) + (1 if self.masks_from_files else 0) + \
-            (2 if self.source.kind is TargetKind.BOXES else 0)
-        nodes = fn.external_source(source=source, batch=True, batch_info=True, num_outputs=outputs)
-        return list(nodes) if isinstance(nodes, (list, tuple)) else [nodes]
-
-    def _lower(self, encoded, mask, inputs) -> List:
-        n = len(self.param_names)
-        g = Graph(self.graph_spec, Params(self.param_names, inputs[:n]), gpu=self.gpu, decoder=self._decoder())
-        g.encoded = encoded
-        extra = list(inputs[n:])
-        if self.source.kind is TargetKind.MASK:
-            mask = fn.decoders.image(extra.pop(0) if mask is None else mask, device="cpu",
-                                     output_type=types.ANY_DATA)
-            g.mask = mask.gpu() if self.gpu else mask
-        if self.source.kind is TargetKind.BOXES:
-            g.boxes = g.raw = extra[0]
-            g.box_labels = extra[1]
-        return lower(g)
-
-    def _decoder(self) -> dict:
-        kwargs = dict(device="mixed" if self.gpu else "cpu", output_type=types.RGB, jpeg_fancy_upsampling=True)
-        if self.gpu:
-            d = self.config.decoder
-            kwargs.update(hw_decoder_load=d.hw_decoder_load, preallocate_width_hint=d.width_hint,
-                          preallocate_height_hint=d.height_hint)
-        return kwargs
-
-    def _inputs(self, ref: BatchRef) -> List:
-        """Batch ``ref``'s planned parameters (and masks or boxes), as the external source gives them."""
-        boxes = source_boxes(self.source, ref.indices)
-        plan = self.planner.plan(ref.epoch, ref.positions, self.sizes[ref.indices], boxes)
-        out: List = []
-        for j, name in self.param_names:
-            values = plan.steps[j][name]
-            out.append(np.ascontiguousarray(values, np.float32 if values.dtype.kind == "f" else np.int32))
-        if self.masks_from_files:
-            out.append([self._mask_bytes(int(i)) for i in ref.indices])
-        if boxes is not None:
-            out.append([np.asarray(b, np.float32).reshape(-1, 4) for b in boxes])
-            out.append([np.asarray(self.source.box_labels[int(i)], np.int32) for i in ref.indices])
-        return out
-
-    def _mask_bytes(self, index: int, strict: bool = False) -> np.ndarray:
-        """A mask file's bytes, a palette PNG turned into its indices; an unreadable one gives no
-        bytes (the decoder then fails, and the probe names the file) unless ``strict``."""
-        try:
-            data = self.source.read_mask_bytes(index).tobytes()
-        except UnreadableFile:
-            if strict:
-                raise
-            return np.zeros(0, np.uint8)
-        return np.frombuffer(palette_as_gray_png(data), np.uint8)
-
-    def _device_id(self) -> Optional[int]:
-        if not self.gpu:
-            return None
-        index = self.config.device.index
-        return torch.cuda.current_device() if index is None else index
-
-    def _check_order(self, identity, ref: BatchRef, consumed: int, expected) -> None:
-        """DALI's reader must have read the planned samples: a mismatch would mean wrong targets."""
-        bs = self.config.batch_size
-        if isinstance(self.source, FileSource):
-            got = np.asarray(identity.as_array()).ravel().tolist()
-        else:
-            got = [np.asarray(identity[i]).tobytes().decode("utf-8", "surrogateescape") for i in range(len(identity))]
-        want = list(expected(consumed * bs, bs))
-        if list(got) != want:
-            raise RuntimeError(f"internal error: DALI read {got[:3]}... for batch {ref.key}, the plan says {want[:3]}...")
-
     # -- reading epochs -------------------------------------------------------------
+
+    def prepare(self, read: EpochRead, upcoming: Optional[Callable[[int], EpochRead]] = None) -> None:
+        """Starts building the run of ``read`` in the background (the pass a new loader is likely to read
+        first), so that a large file list's pipeline build overlaps the training script's own set-up."""
+        if self._next is None and read.batches:
+            self._next = self._builder.submit(self.pipelines.run, self._refs(read, 0, _reads_after(read, upcoming)))
 
     def iter_epoch(self, read: EpochRead, start: int = 0,
                    upcoming: Optional[Callable[[int], EpochRead]] = None) -> Iterator[Batch]:
@@ -264,7 +138,7 @@ class DaliBackend:
                 self._replace(ahead)
                 return ahead
             self._retire(ahead)
-        self._replace(self._build(self._refs(read, b, reads)))
+        self._replace(self.pipelines.run(self._refs(read, b, reads)))
         return self._run
 
     def _same_share(self, run: Run, read: EpochRead) -> bool:
@@ -289,7 +163,7 @@ class DaliBackend:
             last = run.refs[-1]
             nxt = reads(last.epoch + 1)
             if nxt.batches:
-                self._next = self._builder.submit(self._build, self._refs(nxt, 0, reads))
+                self._next = self._builder.submit(self.pipelines.run, self._refs(nxt, 0, reads))
         if self._next is not None and run.fully_scheduled and self._next.done() and self._next.exception() is None:
             self._next.result().prime()
 
@@ -298,7 +172,7 @@ class DaliBackend:
         failed, self._run = self._run, None
         if failed is not None:
             self._retire(failed)
-        bad = self._prober().probe(suspects_of(failure.in_flight))
+        bad = self.pipelines.prober().probe(suspects_of(failure.in_flight))
         if not bad:
             raise RuntimeError(f"the {self.name} pipeline failed and no sample could be blamed: {failure.error}") \
                 from failure.error
@@ -306,38 +180,6 @@ class DaliBackend:
         if self._next is not None:  # built before these were known bad
             self._next.add_done_callback(lambda f: f.exception() is None and self._retire(f.result()))
             self._next = None
-
-    def _prober(self) -> Prober:
-        def read(index: int):
-            image = self.source.read_bytes(index)
-            mask = self._mask_bytes(index, strict=True) if self.source.kind is TargetKind.MASK else None
-            return image, mask
-
-        def prepare(suspect, data):
-            (index, epoch, position), (image, mask) = suspect, data
-            params = self._inputs(BatchRef(epoch, 0, np.array([index]), np.array([position]), 1))
-            if self.masks_from_files:
-                params[len(self.param_names)] = [mask]
-            return [image], params, [mask]
-
-        return Prober(self._build_probe, read, prepare)
-
-    def _build_probe(self, prober: Prober):
-        shard_masks = self.source.kind is TargetKind.MASK and not self.masks_from_files
-
-        @pipeline_def(enable_conditionals=_uses_conditionals(self.spec))
-        def graph():
-            encoded = fn.external_source(source=lambda info: prober.current[0], batch=True, batch_info=True)
-            params = self._external(lambda info: prober.current[1])
-            mask = fn.external_source(source=lambda info: prober.current[2], batch=True, batch_info=True) \
-                if shard_masks else None
-            return tuple(self._lower(encoded, mask, params))
-
-        with quiet_auto_aug():
-            pipe = graph(batch_size=1, num_threads=1, device_id=self._device_id(), seed=0, exec_dynamic=False,
-                         exec_pipelined=False, exec_async=False, prefetch_queue_depth=1)
-            pipe.build()
-        return track(pipe)
 
     # -- batches ---------------------------------------------------------------------
 
@@ -374,11 +216,6 @@ class DaliBackend:
         self._builder.shutdown(wait=True)
 
 
-def _uses_conditionals(spec: PipelineSpec) -> bool:
-    """nvidia.dali.auto_aug branches per sample, which needs DALI's conditionals."""
-    return any(isinstance(op, (RandAugment, TrivialAugment)) for op in spec.ops)
-
-
 def _reads_after(read: EpochRead, upcoming: Optional[Callable[[int], EpochRead]]):
     """``epoch -> EpochRead`` for the epochs after ``read`` (``None`` when the loader gives none)."""
     if upcoming is None:
@@ -393,4 +230,4 @@ def _reads_after(read: EpochRead, upcoming: Optional[Callable[[int], EpochRead]]
     return reads
 
 
-__all__ = ["DaliBackend", "RUN_SAMPLES"]
+__all__ = ["DaliBackend", "RUN_SAMPLES", "decoder_kwargs"]

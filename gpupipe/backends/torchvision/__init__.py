@@ -66,7 +66,7 @@ class TorchvisionBackend:
         self.sizes = source.sizes()
         self.bad = BadSamples(source, config.on_error, config.skip_log)
         self.on_cuda = config.device.type == "cuda"
-        self.dataset = DecodedSamples(source, spec)
+        self.dataset = DecodedSamples(source, spec, config.reduced_decode)
         self._keys = _BatchKeys()
         workers = config.num_threads
         self.dataloader = DataLoader(

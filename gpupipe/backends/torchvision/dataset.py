@@ -19,7 +19,8 @@ from ...images import decode_mask, decode_rgb
 from ...plan import boxes as bx
 from ...sources import Source
 from ...spec import PipelineSpec
-from ...targets import TargetKind
+from ...ops import RandomResizedCrop
+from ...targets import IMAGE_LEVEL, TargetKind
 from ..common import pad_boxes
 from .lowering import Item, apply_ops
 
@@ -49,6 +50,49 @@ def decode(data: torch.Tensor, path: str) -> torch.Tensor:
         raise DecodeError(path, _first_line(err)) from err
 
 
+def reduction(window, size) -> int:
+    """The JPEG scale denominator (8, 4, 2 or 1) that still gives the crop window at least ``size`` pixels."""
+    for denominator in (8, 4, 2):
+        if window[0] >= denominator * size[0] and window[1] >= denominator * size[1]:
+            return denominator
+    return 1
+
+
+def decode_reduced(data: np.ndarray, path: str, params, size):
+    """Decodes a JPEG at 1/2, 1/4 or 1/8 scale in the DCT domain (libjpeg-turbo through PIL's
+    ``draft``) when the planned crop window is at least that many times its output, and moves the
+    window onto the smaller image. The reduced decode is itself an area-averaging downscale; the
+    window's corners snap to the smaller image's pixels (at most half of one: 4 pixels at 1/8).
+
+    Returns:
+        ``(image, params)``: the ``(3, H, W)`` uint8 image and the window in its pixels, or
+        ``(None, params)`` when a full decode is needed (not a JPEG, EXIF-rotated, not YCbCr, no gain).
+    """
+    import io
+
+    from PIL import Image
+
+    height, width = int(params["height"]), int(params["width"])
+    denominator = reduction((height, width), size)
+    if denominator == 1 or bytes(data[:3]) != b"\xff\xd8\xff":
+        return None, params
+    try:
+        with Image.open(io.BytesIO(data.tobytes())) as img:
+            if img.mode != "RGB" or img.getexif().get(0x0112, 1) != 1:
+                return None, params
+            full_w, full_h = img.size
+            img.draft("RGB", (full_w // denominator, full_h // denominator))  # PIL picks 1/denominator
+            pixels = np.asarray(img.convert("RGB"))
+    except (OSError, ValueError, SyntaxError) as err:
+        raise DecodeError(path, _first_line(err)) from err
+    sy, sx = pixels.shape[0] / full_h, pixels.shape[1] / full_w
+    top, left = int(round(int(params["top"]) * sy)), int(round(int(params["left"]) * sx))
+    moved = dict(params, top=np.int64(top), left=np.int64(left),
+                 height=np.int64(min(max(1, round(height * sy)), pixels.shape[0] - top)),
+                 width=np.int64(min(max(1, round(width * sx)), pixels.shape[1] - left)))
+    return torch.from_numpy(pixels.copy()).permute(2, 0, 1), moved
+
+
 def _first_line(err: Exception) -> str:
     return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
 
@@ -62,9 +106,12 @@ class DecodedSamples(Dataset):
     for a sample that cannot be read or decoded, ``(None, None, reason)``.
     """
 
-    def __init__(self, source: Source, spec: PipelineSpec) -> None:
+    def __init__(self, source: Source, spec: PipelineSpec, reduced_decode: bool = True) -> None:
         self.source = source
         self.spec = spec
+        # Scaled JPEG decoding applies to a RandomResizedCrop right after Decode, with class targets only.
+        self.reduced_decode = reduced_decode and len(spec.ops) > 1 and isinstance(spec.ops[1], RandomResizedCrop) \
+            and source.kind in IMAGE_LEVEL
 
     def __len__(self) -> int:
         return len(self.source)
@@ -73,7 +120,7 @@ class DecodedSamples(Dataset):
         index, steps = key
         path = self.source.names[index]
         try:
-            item = self.load(index, path)
+            item = self.load(index, path, steps)
         except DecodeError as err:
             return None, None, f"cannot decode: {err.skipped.reason}"
         except UnreadableFile as err:
@@ -81,8 +128,13 @@ class DecodedSamples(Dataset):
         apply_ops(item, self.spec, steps)
         return item.image, _target_of(item, self.spec), None
 
-    def load(self, index: int, path: str) -> Item:
-        image = decode(torch.from_numpy(self.source.read_bytes(index)), path)
+    def load(self, index: int, path: str, steps) -> Item:
+        data = self.source.read_bytes(index)
+        image = None
+        if self.reduced_decode:
+            image, steps[1] = decode_reduced(data, path, steps[1], self.spec.ops[1].size)
+        if image is None:
+            image = decode(torch.from_numpy(data), path)
         item = Item(image=image)
         kind = self.source.kind
         if kind is TargetKind.MASK:

@@ -1,0 +1,294 @@
+"""The GPU proof: one command that checks the ``dali`` backend on a real GPU and measures it.
+
+    python benchmarks/gpu_proof.py --out proof/        (or: bash benchmarks/gpu_proof.sh proof/)
+
+In one go (~8 minutes on one H100/H200 with 16 cores), writing everything into OUT:
+
+1. ``tests.log``, ``tests.xml``: the ``cuda`` tests (pytest -m cuda);
+2. the data: a demo set of 50 batches and its packed copy (``--max-size 256``);
+3. ``stream_safety.json``: a training-like consumer that reads each batch late, without
+   synchronising, compared with a synchronised reference (and without gpupipe's buffer
+   keep-alive, to see whether DALI alone orders the buffer's reuse);
+4. ``epochs.json``: GPU memory (torch and NVML) after epochs 1, 2 and 5, and every epoch
+   boundary's time against the median batch;
+5. ``hw_decoder_load.json``: loader-alone images/s for hw_decoder_load 0 .. 1;
+6. ``bench-*``: ``python -m gpupipe.bench`` with ResNet-50 and ResNet-18 (standard), heavy
+   augmentation, and the packed shards;
+7. ``summary.md``: every figure and the targets, met or missed.
+
+Without a CUDA GPU it says so and exits 2, doing nothing else. ``--rehearse`` runs every
+step on the CPU (``dali-cpu``, tiny sizes) to check this script itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Callable, Dict, List
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+logger = logging.getLogger("gpu_proof")
+
+TARGETS = {
+    "dali_loader": "dali loader alone >= 10,000 images/s at 224 px",
+    "resnet50_ceiling": "ResNet-50 AMP end to end >= 95 % of the model-only ceiling",
+    "resnet18_vs_torchvision": "ResNet-18 end to end >= 1.5x the torchvision backend",
+    "heavy_within_15": "heavy augmentation within 15 % of the plain preset (dali loader alone)",
+}
+
+
+class Proof:
+    """Runs the steps, keeps going past a failing one, and collects the figures for the summary."""
+
+    def __init__(self, out: Path, rehearse: bool) -> None:
+        self.out = out
+        self.rehearse = rehearse
+        self.device = "cpu" if rehearse else "cuda"
+        self.backend = "dali-cpu" if rehearse else "dali"
+        self.figures: Dict = {"rehearsal": rehearse}
+        self.failures: List[str] = []
+
+    def step(self, name: str, fn: Callable[[], None]) -> None:
+        started = time.perf_counter()
+        logger.info("== %s", name)
+        try:
+            fn()
+        except Exception:  # noqa: BLE001 -- a failing step is recorded and the proof goes on to the next one
+            self.failures.append(f"{name}: {traceback.format_exc().strip().splitlines()[-1]}")
+            (self.out / f"failed-{name}.log").write_text(traceback.format_exc())
+            logger.error("%s failed:\n%s", name, traceback.format_exc())
+        self.figures.setdefault("seconds", {})[name] = round(time.perf_counter() - started, 1)
+
+    def write(self, name: str, data) -> None:
+        (self.out / name).write_text(json.dumps(data, indent=2) + "\n")
+
+    # -- the steps ------------------------------------------------------------------
+
+    def tests(self) -> None:
+        selection = [str(ROOT / "tests" / "test_gpu_readiness.py")] if self.rehearse else ["-m", "cuda", str(ROOT / "tests")]
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--junitxml", str(self.out / "tests.xml"),
+               *selection]
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=300)
+        (self.out / "tests.log").write_text(proc.stdout + proc.stderr)
+        tail = (proc.stdout.strip().splitlines() or ["?"])[-1]
+        self.figures["tests"] = {"exit": proc.returncode, "summary": tail}
+        if proc.returncode != 0:
+            raise RuntimeError(f"cuda tests failed: {tail}")
+
+    def data(self) -> None:
+        from gpupipe.bench import demo
+        from gpupipe.pack import ConvertSettings, PackSettings, pack
+
+        images = 40 if self.rehearse else 50 * 256
+        spec = demo.DemoSpec(classes=10, per_class=images // 10)
+        self.folder = demo.ensure_demo(Path(os.environ.get("GPUPIPE_CACHE", Path.home() / ".cache/gpupipe")), spec)
+        self.shards = self.out / "shards-256"
+        if not (self.shards / "manifest.json").exists():
+            pack(self.folder, self.shards, PackSettings(convert=ConvertSettings(max_size=256)), progress=False)
+        self.figures["data"] = {"images": images, **demo.folder_stats(self.folder)}
+
+    def loader(self, **kwargs):
+        import gpupipe
+
+        kwargs.setdefault("batch_size", 8 if self.rehearse else 256)
+        return gpupipe.loader(self.folder, kwargs.pop("pipeline", "train"), backend=kwargs.pop("backend", self.backend),
+                              device=self.device, **kwargs)
+
+    def stream_safety(self) -> None:
+        """Each batch is read only after a long GPU delay, by a kernel queued without synchronising:
+        if a buffer went back to DALI's pool while the kernel was queued, its checksum would change."""
+        import gpupipe
+
+        pipeline = gpupipe.presets.val(224)
+        reference = [x.double().sum().item() for x, _ in self.loader(pipeline=pipeline, shuffle=False)]
+        results = {}
+        for keep_alive in (True, False):
+            os.environ["GPUPIPE_NO_KEEPALIVE"] = "0" if keep_alive else "1"
+            late = []
+            for images, _ in self.loader(pipeline=pipeline, shuffle=False):
+                if self.device == "cuda":
+                    torch.cuda._sleep(20_000_000)  # ~10 ms of GPU time before the read is reached
+                late.append(images.double().sum())  # queued, not synchronised
+                del images
+            if self.device == "cuda":
+                torch.cuda.synchronize()
+            checksums = [v.item() for v in late]
+            results["with_keep_alive" if keep_alive else "without_keep_alive"] = {
+                "batches": len(checksums), "differing_batches": sum(a != b for a, b in zip(checksums, reference))}
+        os.environ.pop("GPUPIPE_NO_KEEPALIVE", None)
+        self.figures["stream_safety"] = results
+        self.write("stream_safety.json", results)
+        if results["with_keep_alive"]["differing_batches"]:
+            raise RuntimeError("batches changed under a late consumer even with the keep-alive")
+
+    def epochs(self) -> None:
+        from gpupipe.bench.measure import Stream
+
+        loader = self.loader(drop_last=True)
+        stream = Stream(loader)
+        memory, batch_times = {}, []
+        handle = _nvml(self.device)
+        for epoch in range(1, 6):
+            for _ in range(len(loader)):
+                started = time.perf_counter()
+                next(stream)
+                batch_times.append(time.perf_counter() - started)
+            if epoch in (1, 2, 5):
+                if self.device == "cuda":
+                    torch.cuda.synchronize()
+                memory[epoch] = {"torch_reserved_mib": round(torch.cuda.memory_reserved() / 2**20, 1)
+                                 if self.device == "cuda" else 0.0,
+                                 "nvml_used_mib": round(handle() / 2**20, 1) if handle else None}
+        result = {"memory": memory, "boundaries_ms": [round(1000 * b, 2) for b in stream.boundaries],
+                  "median_batch_ms": round(1000 * statistics.median(batch_times), 2), "batches_per_epoch": len(loader)}
+        self.figures["epochs"] = result
+        self.write("epochs.json", result)
+
+    def sweep(self) -> None:
+        from gpupipe.bench.measure import Stream, time_loader, warm_up
+
+        rates = {}
+        for load in (0.0, 0.3, 0.65, 0.9, 1.0):
+            stream = Stream(self.loader(hw_decoder_load=load, drop_last=True))
+            warm_up(stream, 5)
+            rates[str(load)] = round(time_loader(stream, 10 if self.rehearse else 40, _sync(self.device)), 1)
+            stream.close()
+        self.figures["hw_decoder_load"] = rates
+        self.write("hw_decoder_load.json", rates)
+
+    def bench(self, name: str, *args: str) -> Dict:
+        out = self.out / f"bench-{name}"
+        small = ["--batch-size", "8", "--steps", "3", "--train-steps", "2", "--repeats", "1", "--warmup", "2",
+                 "--train-warmup", "1", "--model", "shufflenet_v2_x0_5", "--image-size", "64"] if self.rehearse else \
+            ["--repeats", "3", "--steps", "30", "--train-steps", "20"]
+        args = list(args)
+        if self.rehearse and "--backends" in args:  # no GPU: dali-cpu stands in for dali
+            k = args.index("--backends") + 1
+            names = ["dali-cpu" if n == "dali" else n for n in args[k].split(",")]
+            args[k] = ",".join(dict.fromkeys(names))
+        cmd = [sys.executable, "-m", "gpupipe.bench", "--out", str(out), *small, *args]
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=400,
+                              env={**os.environ, "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"})
+        (self.out / f"bench-{name}.log").write_text(proc.stdout + proc.stderr)
+        if proc.returncode != 0:
+            raise RuntimeError(f"bench {name} exited {proc.returncode}")
+        report = json.loads((out / "bench.json").read_text())
+        self.figures.setdefault("bench", {})[name] = report
+        return report
+
+    def benches(self) -> None:
+        folder = ["--data", str(self.folder)]
+        self.step("bench-resnet50", lambda: self.bench("resnet50", *folder, "--model", "resnet50"))
+        self.step("bench-resnet18", lambda: self.bench("resnet18", *folder, "--model", "resnet18",
+                                                       "--backends", "baseline,dali,torchvision"))
+        self.step("bench-heavy", lambda: self.bench("heavy", *folder, "--augment", "heavy", "--no-train",
+                                                    "--backends", "dali,torchvision"))
+        self.step("bench-shards", lambda: self.bench("shards", "--data", str(self.shards), "--model", "resnet50",
+                                                     "--backends", "dali,dali-cpu,torchvision"))
+
+
+def _sync(device: str):
+    return torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+
+def _nvml(device: str):
+    if device != "cuda":
+        return None
+    try:
+        import pynvml
+
+        from gpupipe.bench.monitor import _nvml_handle
+
+        handle = _nvml_handle(torch.cuda.current_device())
+        return (lambda: pynvml.nvmlDeviceGetMemoryInfo(handle).used) if handle is not None else None
+    except ImportError:
+        return None
+
+
+def targets(figures: Dict) -> List[List[str]]:
+    """``[target, measured, met]`` rows from the bench figures."""
+    bench = figures.get("bench", {})
+    rows = []
+
+    def result(run, backend, key):
+        return bench.get(run, {}).get("results", {}).get(backend, {}).get(key, {})
+
+    dali = "dali-cpu" if figures.get("rehearsal") else "dali"
+    loader = result("resnet50", dali, "loader").get("images_per_s")
+    rows.append([TARGETS["dali_loader"], f"{loader:.0f} img/s" if loader else "-", _met(loader, 10_000)])
+    fraction = result("resnet50", dali, "train").get("fraction_of_ceiling")
+    rows.append([TARGETS["resnet50_ceiling"], f"{100 * fraction:.0f} %" if fraction else "-", _met(fraction, 0.95)])
+    ours, theirs = result("resnet18", dali, "train").get("images_per_s"), \
+        result("resnet18", "torchvision", "train").get("images_per_s")
+    ratio = ours / theirs if ours and theirs else None
+    rows.append([TARGETS["resnet18_vs_torchvision"], f"{ratio:.2f}x" if ratio else "-", _met(ratio, 1.5)])
+    heavy = result("heavy", dali, "loader").get("images_per_s")
+    share = heavy / loader if heavy and loader else None
+    rows.append([TARGETS["heavy_within_15"], f"{100 * share:.0f} % of plain" if share else "-", _met(share, 0.85)])
+    return rows
+
+
+def _met(value, bound) -> str:
+    return "-" if value is None else ("met" if value >= bound else "MISSED")
+
+
+def summary(proof: Proof) -> str:
+    f = proof.figures
+    lines = ["# GPU proof" + (" (CPU rehearsal: not a GPU result)" if f["rehearsal"] else ""), ""]
+    machine = next(iter(f.get("bench", {}).values()), {}).get("machine", {})
+    lines += [f"Machine: {machine.get('gpu') or 'no GPU'}, {machine.get('cpu_cores_usable')} cores "
+              f"({machine.get('cpu')}); versions: {json.dumps(machine.get('versions', {}))}", ""]
+    lines += ["## Targets", "", "| target | measured | |", "|---|---|---|"]
+    lines += [f"| {t} | {m} | {ok} |" for t, m, ok in targets(f)]
+    lines += ["", "## Checks", "", f"- cuda tests: {f.get('tests', {}).get('summary', '-')}",
+              f"- stream safety: {json.dumps(f.get('stream_safety', '-'))}",
+              f"- epochs: {json.dumps(f.get('epochs', '-'))}",
+              f"- hw_decoder_load sweep (img/s): {json.dumps(f.get('hw_decoder_load', '-'))}",
+              f"- seconds per step: {json.dumps(f.get('seconds', {}))}"]
+    for name, report in f.get("bench", {}).items():
+        from gpupipe.bench.report import table
+
+        lines += ["", f"## bench {name}", "", table(report)]
+    if proof.failures:
+        lines += ["", "## Failed steps", ""] + [f"- {x}" for x in proof.failures]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="folder for every result")
+    parser.add_argument("--rehearse", action="store_true", help="run every step on the CPU with tiny sizes")
+    args = parser.parse_args(argv)
+    if not args.rehearse and not torch.cuda.is_available():
+        print("no CUDA GPU: the GPU proof needs one; nothing was done", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S", stream=sys.stderr)
+    args.out.mkdir(parents=True, exist_ok=True)
+    proof = Proof(args.out, args.rehearse)
+    proof.step("tests", proof.tests)
+    proof.step("data", proof.data)
+    if hasattr(proof, "folder"):
+        proof.step("stream_safety", proof.stream_safety)
+        proof.step("epochs", proof.epochs)
+        proof.step("hw_decoder_load", proof.sweep)
+        proof.benches()
+    proof.write("figures.json", {k: v for k, v in proof.figures.items() if k != "bench"})
+    (args.out / "summary.md").write_text(summary(proof))
+    print(summary(proof))
+    return 1 if proof.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

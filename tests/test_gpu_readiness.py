@@ -1,0 +1,144 @@
+"""What the GPU path relies on, tested on the CPU with fakes: buffer lifetime, runs across epochs
+and the background build, decoder settings, threads, and dali-cpu feeding a GPU with uint8."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import gpupipe
+from gpupipe import backends
+from gpupipe.batch import _constants, normalize_uint8
+from gpupipe.spec import build_spec
+from helpers import flat_folder, make_image_folder, needs_dali
+
+
+class FakeEvent:
+    """A CUDA event stand-in: completes when the test says so."""
+
+    def __init__(self, clock):
+        self.clock = clock
+        self.recorded_at = clock["now"]
+
+    def query(self):
+        return self.clock["done"] >= self.recorded_at
+
+
+def test_keep_alive_holds_buffers_until_the_consumers_stream_has_passed_them():
+    from gpupipe.backends.dali.lifetime import KeepAlive
+
+    clock = {"now": 0, "done": -1}
+    keep = KeepAlive(lambda: FakeEvent(clock))
+    keep.handed_out(["batch0"])
+    assert keep.held == 1
+    clock["now"] = 1
+    keep.asked_again()  # the consumer has queued its work on batch 0; the GPU has not run it yet
+    keep.handed_out(["batch1"])
+    assert keep.held == 2, "batch 0 is still held: its kernels may not have run"
+    clock["now"], clock["done"] = 2, 1  # the GPU passed the event recorded for batch 0
+    keep.asked_again()
+    assert keep.held == 1, "batch 0 released once its event completed; batch 1's event is pending"
+    synced = []
+    keep.release_all(lambda: synced.append(True))
+    assert keep.held == 0 and synced == [True]
+
+
+@needs_dali
+def test_decoder_settings_reach_the_gpu_decoder_only():
+    from gpupipe.backends.dali.graph import decoder_kwargs
+
+    settings = backends.DecoderSettings(hw_decoder_load=0.9, width_hint=640, height_hint=480)
+    gpu = decoder_kwargs(True, settings)
+    assert gpu["device"] == "mixed" and gpu["hw_decoder_load"] == 0.9
+    assert (gpu["preallocate_width_hint"], gpu["preallocate_height_hint"]) == (640, 480)
+    assert "hw_decoder_load" not in decoder_kwargs(False, settings)
+
+
+def test_preallocation_hints_are_the_99th_percentile_of_the_scanned_sizes(tmp_path):
+    root = tmp_path / "data"
+    make_image_folder(root, {"a": 50}, sizes=(40, 200), seed=1)
+    source = gpupipe.ImageFolder(root)
+    args = gpupipe.options.check_arguments(
+        batch_size=4, shuffle=True, drop_last=False, even_batches=True, seed=0, num_threads=None, prefetch=2,
+        on_error="raise", max_pixels=10**8, max_file_size=1 << 30, hw_decoder_load=0.5, preallocate="auto",
+        log_every=None)
+    settings = gpupipe.options.decoder_settings(args, source)
+    sizes = source.sizes()
+    assert settings.height_hint == int(np.percentile(sizes[:, 0], 99))
+    assert settings.width_hint == int(np.percentile(sizes[:, 1], 99))
+    assert settings.hw_decoder_load == 0.5
+
+
+@needs_dali
+def test_dali_cpu_feeding_a_gpu_makes_uint8_and_normalises_there(image_folder):
+    from gpupipe.backends.dali import DaliBackend
+
+    source = gpupipe.ImageFolder(image_folder)
+    source.scan()
+    spec = build_spec(gpupipe.presets.train(32))
+    config = backends.RunConfig(batch_size=4, drop_last=False, device=torch.device("cuda"), num_threads=1)
+    backend = DaliBackend(source, spec, config, gpu=False)
+    assert backend.finish_on_gpu and backend.graph_spec.output.dtype == "uint8"
+    assert spec.output.dtype == "float32", "the batch contract is unchanged"
+    backend.close()
+
+
+def test_normalisation_constants_are_made_once_per_device():
+    spec = build_spec(gpupipe.presets.train(8))
+    images = torch.randint(0, 255, (2, 3, 8, 8), dtype=torch.uint8)
+    _constants.cache_clear()
+    normalize_uint8(images, spec)
+    normalize_uint8(images, spec)
+    assert _constants.cache_info().hits == 1 and _constants.cache_info().misses == 1
+
+
+@needs_dali
+def test_short_epochs_share_one_pipeline_and_the_next_run_is_built_ahead(tmp_path, monkeypatch):
+    from gpupipe.backends import dali
+    from gpupipe.backends.dali.graph import Pipelines
+
+    root = flat_folder(tmp_path / "data", 12)
+    built = []
+    original = Pipelines.run
+    monkeypatch.setattr(Pipelines, "run", lambda self, refs: built.append(refs[0].key) or original(self, refs))
+    monkeypatch.setattr(dali, "RUN_SAMPLES", 48)  # 4 epochs of 12 samples per run
+    loader = gpupipe.loader(root, [gpupipe.Decode(), gpupipe.Resize((8, 8)), gpupipe.Output("uint8")], batch_size=4,
+                            backend="dali-cpu", num_threads=1)
+    for _ in range(6):
+        assert len(list(loader)) == 3
+    ahead = loader._backend._next
+    assert ahead is not None and ahead.result().next_key == (8, 0), "the run after is being built while this one is read"
+    assert built == [(0, 0), (4, 0), (8, 0)], "one pipeline per 4 epochs"
+    loader.set_epoch(20)  # a jump: the run ahead does not fit, a new one is built
+    list(loader)
+    assert built[-1] == (20, 0)
+
+
+@needs_dali
+def test_a_resumed_or_jumping_loader_reads_the_same_batches_as_a_fresh_one(tmp_path):
+    root = flat_folder(tmp_path / "data", 10)
+    pipeline = [gpupipe.Decode(), gpupipe.RandomResizedCrop(8), gpupipe.Output("uint8")]
+    long_run = gpupipe.loader(root, pipeline, batch_size=4, backend="dali-cpu", num_threads=1, seed=2)
+    for _ in range(3):
+        list(long_run)
+    third = [x for x, _ in long_run]  # epoch 3, read by a pipeline that started at epoch 0
+    fresh = gpupipe.loader(root, pipeline, batch_size=4, backend="dali-cpu", num_threads=1, seed=2)
+    fresh.set_epoch(3)
+    assert all(torch.equal(a, b) for a, b in zip(third, [x for x, _ in fresh])), \
+        "augmentations depend on (seed, epoch, slot), not on which pipeline read them"
+
+
+def test_gpu_proof_refuses_without_a_gpu():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    script = Path(__file__).parents[1] / "benchmarks" / "gpu_proof.py"
+    proc = subprocess.run([sys.executable, str(script), "--out", "/tmp/never-written"], capture_output=True, text=True,
+                          timeout=120, env={**os.environ})
+    assert proc.returncode == 2 and "no CUDA GPU" in proc.stderr
+    assert not Path("/tmp/never-written").exists()
