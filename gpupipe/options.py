@@ -157,16 +157,20 @@ def without_bad_files(source: Source, args: Arguments, skip_log: SkipLog) -> Sou
             with ``"skip"``, when no sample is left.
     """
     result = source.scan(args.max_pixels, args.max_file_size)
-    if not result.bad:
+    problems = list(source.problems)
+    if not result.bad and not problems:
         return source
     entries = [_skipped(source, i, reason) for i, reason in sorted(result.bad.items())]
     if args.on_error is OnError.RAISE:
-        raise ValueError(
-            f"{len(result.bad)} of {plural(len(source), 'file')} cannot be used (pass on_error='skip' to leave them "
-            f"out):\n{listing(entries)}"
-        )
-    for entry in entries:
+        counted = f"{len(result.bad)} of {plural(len(source), 'file')} cannot be used" if entries else ""
+        unmatched = f"{plural(len(problems), 'file')} {'does' if len(problems) == 1 else 'do'} not pair up" \
+            if problems else ""
+        raise ValueError(f"{', and '.join(x for x in (counted, unmatched) if x)} (pass on_error='skip' to leave them "
+                         f"out):\n{listing(entries + problems)}")
+    for entry in entries + problems:
         skip_log.add(entry)
+    if not result.bad:
+        return source
     keep = np.setdiff1d(np.arange(len(source)), np.fromiter(result.bad, np.int64, len(result.bad)))
     if not len(keep):
         raise ValueError(f"none of the {plural(len(source), 'file')} can be used; see the log for the reasons")

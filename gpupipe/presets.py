@@ -1,4 +1,5 @@
-"""Standard recipes as op lists: the ImageNet ``train`` (with the common augmentation options) and ``val`` pipelines."""
+"""Standard recipes as op lists: ImageNet classification (``train`` with the common augmentation
+options, ``val``), segmentation and detection (torchvision's reference recipes)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,16 @@ from .ops import (
     MixUp,
     Normalize,
     Op,
+    PadTo,
     RandAugment,
+    RandomCrop,
     RandomErasing,
+    RandomIoUCrop,
+    RandomResize,
     RandomResizedCrop,
+    RandomZoomOut,
     Resize,
+    SanitizeBoxes,
     SizeArg,
     TrivialAugment,
 )
@@ -94,11 +101,64 @@ def val(size: SizeArg = 224, resize: int = 256) -> List[Op]:
     return [Decode(), Resize(size=resize), crop, Normalize()]
 
 
-PRESETS: Dict[str, Callable[..., List[Op]]] = {"train": train, "val": val}
+def segmentation_train(crop: SizeArg = 480, base: int = 520) -> List[Op]:
+    """torchvision's segmentation reference training: the shorter side resized to a random size in
+    ``[0.5, 2.0] x base``, a horizontal flip, a random ``crop`` (images smaller than it padded at the
+    bottom and right: 0 for the image, ``ignore_index`` for the mask), normalisation.
+
+    Returns:
+        ``[Decode, RandomResize(base // 2, 2 * base), HorizontalFlip(0.5), RandomCrop(crop), Normalize]``.
+    """
+    if isinstance(base, bool) or not isinstance(base, int) or base < 2:
+        raise ValueError(f"segmentation_train: base must be an int >= 2, got {base!r}")
+    return [Decode(), RandomResize(base // 2, 2 * base), HorizontalFlip(0.5), RandomCrop(crop), Normalize()]
+
+
+def segmentation_val(size: int = 520) -> List[Op]:
+    """Segmentation evaluation in batches: the longer side resized to ``size`` (aspect kept), then padded
+    to ``size x size`` at the bottom and right (masks with ``ignore_index``, so metrics skip the padding).
+
+    Returns:
+        ``[Decode, Resize(None, max_size=size), PadTo(size), Normalize]``.
+    """
+    return [Decode(), Resize(None, max_size=size), PadTo(size), Normalize()]
+
+
+def detection_ssd(size: SizeArg = 300, fill: Tuple[float, float, float] = (124, 116, 104)) -> List[Op]:
+    """The SSD training recipe (as torchvision's detection reference): photometric distortion, zoom
+    out (expand) with probability 0.5, the IoU-constrained random crop, a horizontal flip, and a
+    resize to a square. No ``Normalize``: torchvision's detection models normalise inside, from
+    float images in ``[0, 1]``. Boxes left smaller than a pixel are dropped.
+
+    Returns:
+        ``[Decode, ColorJitter, RandomZoomOut, RandomIoUCrop, HorizontalFlip, Resize((size, size)), SanitizeBoxes]``.
+    """
+    return [Decode(), ColorJitter(brightness=(0.875, 1.125), contrast=(0.5, 1.5), saturation=(0.5, 1.5),
+                                  hue=(-0.05, 0.05)),
+            RandomZoomOut(fill, side_range=(1.0, 4.0), p=0.5), RandomIoUCrop(), HorizontalFlip(0.5),
+            Resize((size, size) if isinstance(size, int) else size), SanitizeBoxes()]
+
+
+def detection_val(size: int = 800, max_size: int = 1333) -> List[Op]:
+    """Faster R-CNN-style evaluation in batches: the shorter side to ``size`` with the longer at most
+    ``max_size`` (as ``GeneralizedRCNNTransform``), padded to ``max_size x max_size`` at the bottom and
+    right; each image's unpadded size is in the targets (``"image_sizes"``). No ``Normalize`` (the
+    models normalise inside).
+
+    Returns:
+        ``[Decode, Resize(size, max_size=max_size), PadTo(max_size)]``.
+    """
+    return [Decode(), Resize(size, max_size=max_size), PadTo(max_size)]
+
+
+PRESETS: Dict[str, Callable[..., List[Op]]] = {
+    "train": train, "val": val, "segmentation-train": segmentation_train, "segmentation-val": segmentation_val,
+    "detection-ssd": detection_ssd, "detection-val": detection_val,
+}
 
 
 def get(name: str, **kwargs) -> List[Op]:
-    """Returns the preset ``name`` (``"train"`` or ``"val"``) built with ``kwargs``."""
+    """Returns the preset ``name`` (a key of :data:`PRESETS`) built with ``kwargs``."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)} or pass a list of ops")
     return PRESETS[name](**kwargs)

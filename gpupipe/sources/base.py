@@ -17,6 +17,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..errors import Skipped
 from ..fileio import DEFAULT_MAX_FILE_SIZE, read_file
 from ..sampling import epoch_order
 from ..scan import ScanResult, default_cache_dir, scan
@@ -40,6 +41,9 @@ class Source:
         names: per sample, the file (or member) it is read from.
         labels: ``(N,)`` int64 class index per sample (``LABEL``), or -1.
         ignore_index: the mask value of pixels with no class (``MASK``).
+        problems: files found when the source was built that are not samples but should be
+            (an image without its mask, an annotation without its image); the loader reports
+            them by ``on_error``.
     """
 
     kind: TargetKind = TargetKind.LABEL
@@ -47,6 +51,7 @@ class Source:
     names: List[str]
     labels: np.ndarray
     ignore_index: int = 255
+    problems: Sequence[Skipped] = ()
     #: Per-sample attributes, sliced together by :meth:`subset`.
     columns: Tuple[str, ...] = ("names", "labels")
     #: Whether the loader must scan the files (packed shards were checked when packed).

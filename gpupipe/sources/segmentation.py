@@ -1,0 +1,112 @@
+"""``SegmentationFolder``: images and their masks of class ids, paired by relative path."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from ..errors import Skipped
+from ..fileio import read_file
+from ..scan import ScanResult, default_cache_dir, scan
+from ..targets import TargetKind
+from .files import IMAGE_EXTENSIONS, FileSource, PathLike, folder_id, walk_images
+
+#: PNG colour types a mask may have: 0 (gray) and 3 (palette: the indices are the class ids).
+_MASK_COLOUR_TYPES = {0: "gray", 3: "palette"}
+
+
+class SegmentationFolder(FileSource):
+    """Images and masks: ``images/<rel>/<stem>.<ext>`` pairs with ``masks/<rel>/<stem>.png``.
+
+    A mask is a single-channel 8-bit PNG, or a palette PNG whose indices are
+    the class ids (as Pascal VOC's); ``ignore_index`` marks pixels with no
+    class. An image without a mask, or a mask without an image, is reported
+    when the source is built (:attr:`problems`), and a mask that is not a
+    single-channel 8-bit image or whose size differs from its image's is a
+    bad sample: the loader refuses or skips them by ``on_error``.
+
+    Args:
+        images: the folder of images (any depth).
+        masks: the folder of masks, laid out like ``images``.
+        classes: class names (``classes[id]``); optional.
+        ignore_index: the mask value of pixels no class covers (and of padding).
+        extensions: image file endings to accept.
+
+    Raises:
+        ValueError: a folder is missing or holds no image with a mask.
+    """
+
+    columns = ("names", "labels", "mask_names")
+
+    def __init__(self, images: PathLike, masks: PathLike, *, classes: Optional[Sequence[str]] = None,
+                 ignore_index: int = 255, extensions: Sequence[str] = IMAGE_EXTENSIONS) -> None:
+        self.kind = TargetKind.MASK
+        self.root = Path(images).expanduser().absolute()
+        self.mask_root = Path(masks).expanduser().absolute()
+        for what, folder in (("images", self.root), ("masks", self.mask_root)):
+            if not folder.is_dir():
+                raise ValueError(f"SegmentationFolder: {what} folder {str(folder)!r} does not exist")
+        if isinstance(ignore_index, bool) or not isinstance(ignore_index, int) or not 0 <= ignore_index <= 255:
+            raise ValueError(f"SegmentationFolder: ignore_index must be an int in 0..255, got {ignore_index!r}")
+        self.ignore_index = ignore_index
+        self.classes = list(classes) if classes is not None else []
+        found = _by_stem(self.root, tuple(e.lower() for e in extensions))
+        masks_found = _by_stem(self.mask_root, (".png",))
+        self.problems: List[Skipped] = [Skipped(path, "no mask (expected " + str(self.mask_root / (key + ".png")) + ")")
+                                        for key, path in sorted(found.items()) if key not in masks_found]
+        self.problems += [Skipped(path, "a mask without an image") for key, path in sorted(masks_found.items())
+                          if key not in found]
+        paired = sorted(key for key in found if key in masks_found)
+        if not paired:
+            raise ValueError(f"SegmentationFolder: no image under {str(self.root)!r} has a mask under "
+                             f"{str(self.mask_root)!r} (a mask is <masks>/<same relative path>/<stem>.png)")
+        self.names = [found[key] for key in paired]
+        self.mask_names = [masks_found[key] for key in paired]
+        self.labels = np.full(len(paired), -1, np.int64)
+
+    def read_mask_bytes(self, index: int) -> np.ndarray:
+        return np.frombuffer(bytearray(read_file(self.mask_names[index], self.max_file_size)), np.uint8)
+
+    def _scan(self, max_pixels: int, max_file_size: int) -> ScanResult:
+        images = scan(self.names, max_pixels=max_pixels, max_file_size=max_file_size, cache_dir=default_cache_dir())
+        masks = scan(self.mask_names, max_pixels=max_pixels, max_file_size=max_file_size,
+                     cache_dir=default_cache_dir())
+        bad: Dict[int, str] = dict(images.bad)
+        for i, reason in masks.bad.items():
+            bad.setdefault(i, f"mask {self.mask_names[i]}: {reason}")
+        for i in range(len(self)):
+            if i in bad:
+                continue
+            problem = _mask_problem(self.mask_names[i], masks.sizes[i], images.sizes[i])
+            if problem:
+                bad[i] = problem
+        return ScanResult(bad=bad, sizes=images.sizes)
+
+
+def _by_stem(root: Path, extensions) -> Dict[str, str]:
+    """``{relative path without extension: file}`` of the files under ``root``."""
+    prefix = len(str(root)) + 1
+    return {os.path.splitext(path[prefix:])[0]: path for path in walk_images(str(root), extensions,
+                                                                              {folder_id(str(root))})}
+
+
+def _mask_problem(path: str, mask_size: np.ndarray, image_size: np.ndarray) -> str:
+    """Why a mask cannot serve its image ('' when it can): its PNG colour type, or its size."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(26)
+    except OSError as err:
+        return f"mask {path}: cannot read: {err.strerror or err}"
+    colour, depth = head[25], head[24]
+    if colour not in _MASK_COLOUR_TYPES or (colour == 0 and depth != 8) or (colour == 3 and depth > 8):
+        return f"mask {path} is not a single-channel 8-bit or palette PNG (colour type {colour}, {depth}-bit)"
+    if tuple(mask_size) != tuple(image_size):
+        return (f"mask {path} is {mask_size[1]}x{mask_size[0]}, its image {image_size[1]}x{image_size[0]} "
+                "(EXIF orientation applied)")
+    return ""
+
+
+__all__ = ["SegmentationFolder"]

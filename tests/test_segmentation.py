@@ -1,0 +1,253 @@
+"""Segmentation: masks follow the image through every geometric op, on every backend; bad pairs are
+reported; packed shards carry masks; a resume continues exactly."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import gpupipe
+from gpupipe import ops
+from gpupipe.pack import PackSettings, pack, verify
+from helpers import BACKEND_DEVICES, CPU_BACKENDS
+
+IGNORE = 255
+COLOURS = {1: (230, 40, 40), 2: (40, 220, 60)}
+
+
+def make_pair(root: Path, name: str, rng: np.random.Generator, size=(60, 80), palette=False):
+    """An image whose class regions are bright colours on a dark background, and its mask of class ids."""
+    h, w = size
+    mask = np.zeros((h, w), np.uint8)
+    yy, xx = np.mgrid[0:h, 0:w]
+    for cls in (1, 2):
+        cy, cx = rng.uniform(0.25, 0.75) * h, rng.uniform(0.25, 0.75) * w
+        ry, rx = rng.uniform(0.12, 0.25) * h, rng.uniform(0.12, 0.25) * w
+        mask[((yy - cy) / ry) ** 2 + ((xx - cx) / rx) ** 2 < 1] = cls
+    image = np.full((h, w, 3), 20, np.uint8)
+    for cls, colour in COLOURS.items():
+        image[mask == cls] = colour
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    (root / "masks").mkdir(parents=True, exist_ok=True)
+    Image.fromarray(image).save(root / "images" / f"{name}.png")
+    if palette:
+        img = Image.fromarray(mask, "P")
+        img.putpalette([v for i in range(256) for v in ((i * 97) % 256, (i * 31) % 256, (i * 7) % 256)])
+        img.save(root / "masks" / f"{name}.png")
+    else:
+        Image.fromarray(mask, "L").save(root / "masks" / f"{name}.png")
+
+
+@pytest.fixture(scope="module")
+def seg_data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("seg")
+    rng = np.random.default_rng(0)
+    for i in range(16):
+        make_pair(root, f"s{i:03d}", rng, size=(int(rng.integers(50, 90)), int(rng.integers(60, 100))),
+                  palette=i % 2 == 1)
+    return root
+
+
+def source(root):
+    return gpupipe.SegmentationFolder(root / "images", root / "masks", classes=["background", "red", "green"])
+
+
+def class_of_pixels(images: torch.Tensor) -> torch.Tensor:
+    """(B, H, W): the class an image's colour says (0 dark, 1 red, 2 green), -1 where it is unclear."""
+    x = images.float()
+    out = torch.full(x.shape[:1] + x.shape[2:], -1, dtype=torch.int64)
+    out[(x.max(dim=1).values < 60)] = 0
+    out[(x[:, 0] > 150) & (x[:, 1] < 110)] = 1
+    out[(x[:, 1] > 150) & (x[:, 0] < 110)] = 2
+    return out
+
+
+def boundary(masks: torch.Tensor, width: int = 2) -> torch.Tensor:
+    """Pixels within ``width`` of a change of class (where resampling may blur the image)."""
+    m = masks.float()[:, None]
+    grown = torch.nn.functional.max_pool2d(m, 2 * width + 1, stride=1, padding=width)
+    shrunk = -torch.nn.functional.max_pool2d(-m, 2 * width + 1, stride=1, padding=width)
+    return (grown != shrunk)[:, 0]
+
+
+GEOMETRIES = {
+    "random-resized-crop": [ops.RandomResizedCrop(48, scale=(0.3, 1.0))],
+    "resize-center-crop": [ops.Resize(50), ops.CenterCrop(48)],
+    "flip-pad": [ops.HorizontalFlip(0.5), ops.Resize(None, max_size=40), ops.PadTo(48)],
+    "rotation": [ops.Resize((48, 48)), ops.RandomRotation(30)],
+    "random-resize-crop": [ops.RandomResize(30, 70), ops.HorizontalFlip(0.5), ops.RandomCrop(48)],
+    "zoom-out": [ops.RandomZoomOut(0, side_range=(1.0, 2.0), p=1.0), ops.Resize((48, 48))],
+}
+
+
+@pytest.mark.parametrize("geometry", list(GEOMETRIES))
+@pytest.mark.parametrize("backend, device", BACKEND_DEVICES)
+def test_masks_stay_aligned_with_their_images(seg_data, backend, device, geometry):
+    pipeline = [ops.Decode(), *GEOMETRIES[geometry], ops.Output("uint8")]
+    loader = gpupipe.loader(source(seg_data), pipeline, batch_size=8, backend=backend, device=device, num_threads=1,
+                            seed=5)
+    for _ in range(2):
+        for images, masks in loader:
+            assert masks.dtype == torch.int64 and masks.shape == (len(images), 48, 48)
+            assert masks.device == images.device
+            images, masks = images.cpu(), masks.cpu()
+            seen = class_of_pixels(images)
+            inner = ~boundary(masks) & (masks != IGNORE)
+            agree = (seen == masks) | (seen == -1)
+            assert agree[inner].float().mean() > 0.995, f"{geometry}: classes where the image shows them"
+            outside = (masks == IGNORE) & ~boundary(masks)
+            assert (images.float().amax(dim=1)[outside] < 30).all(), "no image where the mask says ignore"
+            if geometry in ("flip-pad", "zoom-out", "rotation"):
+                assert (masks == IGNORE).any(), "padding and uncovered corners are ignore_index"
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_backends_give_the_same_masks_for_the_same_seed(seg_data, backend):
+    pipeline = gpupipe.presets.segmentation_train(crop=40, base=60)
+    def masks(b):
+        loader = gpupipe.loader(source(seg_data), pipeline, batch_size=16, backend=b, num_threads=1, seed=3)
+        return next(iter(loader))[1]
+    ours, theirs = masks(backend), masks("torchvision")
+    assert (ours == theirs).float().mean() > 0.99, "one window, one coin, nearest-neighbour sampling"
+    for cls in (0, 1, 2, IGNORE):
+        share = [(m == cls).float().mean().item() for m in (ours, theirs)]
+        assert abs(share[0] - share[1]) < 0.01, (cls, share)
+
+
+def test_palette_masks_give_class_ids_not_colours(seg_data):
+    loader = gpupipe.loader(source(seg_data), [ops.Decode(), ops.Resize((32, 32)), ops.Output("uint8")],
+                            batch_size=16, backend="torchvision", num_threads=0, shuffle=False)
+    _, masks = next(iter(loader))
+    assert set(masks.unique().tolist()) <= {0, 1, 2}
+    if pytest.importorskip("nvidia.dali"):
+        dali = gpupipe.loader(source(seg_data), [ops.Decode(), ops.Resize((32, 32)), ops.Output("uint8")],
+                              batch_size=16, backend="dali-cpu", num_threads=1, shuffle=False)
+        assert torch.equal(next(iter(dali))[1], masks)
+
+
+def test_unpaired_files_and_bad_masks_are_reported(tmp_path):
+    rng = np.random.default_rng(1)
+    for i in range(5):
+        make_pair(tmp_path, f"s{i}", rng)
+    (tmp_path / "masks" / "s0.png").unlink()                       # an image without a mask
+    (tmp_path / "images" / "s1.png").unlink()                      # a mask without an image
+    Image.new("RGB", (80, 60)).save(tmp_path / "masks" / "s2.png")  # a colour mask
+    Image.new("L", (10, 10)).save(tmp_path / "masks" / "s3.png")    # a mask of another size
+    with pytest.raises(ValueError) as info:
+        gpupipe.loader(source(tmp_path), "segmentation-val", batch_size=1, backend="torchvision")
+    message = str(info.value)
+    assert "2 of 3 files cannot be used, and 2 files do not pair up" in message
+    assert "s0.png: no mask" in message and "s1.png: a mask without an image" in message
+    assert "is not a single-channel 8-bit or palette PNG (colour type 2" in message
+    assert "s3.png is 10x10, its image 80x60" in message
+    loader = gpupipe.loader(source(tmp_path), "segmentation-val", batch_size=1, backend="torchvision",
+                            on_error="skip")
+    assert len(loader.source) == 1 and len(loader.skipped) == 4
+
+
+@pytest.mark.parametrize("backend", ["torchvision", "dali-cpu"])
+def test_ops_that_cannot_carry_masks_are_refused_naming_op_target_and_backend(seg_data, backend):
+    pytest.importorskip("nvidia.dali") if backend == "dali-cpu" else None
+    with pytest.raises(ValueError, match=f"RandAugment cannot carry masks on backend '{backend}'"):
+        gpupipe.loader(source(seg_data), [ops.Decode(), ops.CenterCrop(32), ops.RandAugment()], batch_size=2,
+                       backend=backend)
+    with pytest.raises(ValueError, match="MixUp cannot carry masks"):
+        gpupipe.loader(source(seg_data), [ops.Decode(), ops.CenterCrop(32), ops.Normalize(), ops.MixUp()],
+                       batch_size=2, backend=backend)
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_packed_shards_carry_masks(seg_data, tmp_path, backend):
+    dst = tmp_path / "packed"
+    pack(source(seg_data), dst, PackSettings(shard_size=64 * 1024), workers=1, progress=False)
+    assert verify(dst) == []
+    shards = gpupipe.Shards(dst)
+    assert shards.kind is gpupipe.TargetKind.MASK and shards.classes == ["background", "red", "green"]
+    pipeline = [ops.Decode(), ops.RandomResizedCrop(40), ops.HorizontalFlip(), ops.Output("uint8")]
+    loader = gpupipe.loader(dst, pipeline, batch_size=16, backend=backend, num_threads=1, seed=2)
+    images, masks = next(iter(loader))
+    seen = class_of_pixels(images)
+    inner = ~boundary(masks)
+    assert ((seen == masks) | (seen == -1))[inner].float().mean() > 0.99, "masks packed as exact PNGs"
+
+
+def test_shrunk_masks_stay_class_ids(seg_data, tmp_path):
+    from gpupipe.pack import ConvertSettings
+
+    dst = tmp_path / "small"
+    pack(source(seg_data), dst, PackSettings(convert=ConvertSettings(max_size=30)), workers=1, progress=False)
+    shards = gpupipe.Shards(dst)
+    mask = np.asarray(Image.open(__import__("io").BytesIO(shards.read_mask_bytes(0).tobytes())))
+    assert mask.ndim == 2 and min(mask.shape) == 30 and set(np.unique(mask)) <= {0, 1, 2}
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_resume_with_masks_continues_exactly(seg_data, backend):
+    pipeline = gpupipe.presets.segmentation_train(crop=32, base=50)
+    first = gpupipe.loader(source(seg_data), pipeline, batch_size=4, backend=backend, num_threads=1, seed=8)
+    it = iter(first)
+    next(it)
+    state = first.state_dict()
+    rest = [m for _, m in it]
+    second = gpupipe.loader(source(seg_data), pipeline, batch_size=4, backend=backend, num_threads=1, seed=8)
+    second.load_state_dict(state)
+    assert all(torch.equal(a, b) for a, b in zip(rest, [m for _, m in second]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_ranks_split_a_segmentation_folder(seg_data, tmp_path, backend):
+    script = tmp_path / "worker.py"
+    script.write_text(f"""
+import json, torch.distributed as dist, gpupipe
+dist.init_process_group("gloo")
+src = gpupipe.SegmentationFolder({str(seg_data / 'images')!r}, {str(seg_data / 'masks')!r})
+loader = gpupipe.loader(src, [gpupipe.Decode(), gpupipe.Resize((16, 16)), gpupipe.Output("uint8")], batch_size=3,
+                        backend={backend!r}, num_threads=1, seed=1)
+seen = [int(m.sum()) for _, masks in loader for m in masks]
+with open({str(tmp_path)!r} + f"/rank{{dist.get_rank()}}.json", "w") as fh:
+    json.dump({{"len": len(loader), "sums": seen, "names": [src.names[i] for i in loader.rank_share(0).indices]}}, fh)
+dist.destroy_process_group()
+""")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(script)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert ranks[0]["len"] == ranks[1]["len"] == 3
+    assert sorted(ranks[0]["names"] + ranks[1]["names"]) == sorted(source(seg_data).names)
+    assert all(len(r["sums"]) == 8 for r in ranks)
+
+
+def _example():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("seg_example", Path(__file__).parents[1] / "examples" /
+                                                  "train_segmentation.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_the_swapped_segmentation_loader_trains(seg_data, backend):
+    example = _example()
+    loader = example.gpupipe_version(str(seg_data / "images"), str(seg_data / "masks"), crop=32, batch_size=4,
+                                     backend=backend)
+    losses = example.train(loader, num_classes=3, epochs=6)
+    assert losses[-1] < 0.6 * losses[0], losses
+
+
+def test_the_original_segmentation_dataloader_still_runs(seg_data):
+    example = _example()
+    loader = example.dataloader_version(str(seg_data / "images"), str(seg_data / "masks"), crop=32, batch_size=4)
+    losses = example.train(loader, num_classes=3, epochs=6)
+    assert losses[-1] < 0.6 * losses[0], losses
