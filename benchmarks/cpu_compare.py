@@ -205,7 +205,7 @@ def main() -> None:
                              "max_other_cpu_share": round(max(v["other_cpu_share"] for v in values), 3)}
         base = summary.get("tutorial", {}).get("median")
         hand = summary.get("hand-dali", {}).get("median")
-        for name, entry in summary.items():
+        for entry in summary.values():
             if base:
                 entry["x_tutorial"] = round(entry["median"] / base, 2)
             if hand:

@@ -163,8 +163,7 @@ def without_bad_files(source: Source, args: Arguments, skip_log: SkipLog) -> Sou
     entries = [_skipped(source, i, reason) for i, reason in sorted(result.bad.items())]
     if args.on_error is OnError.RAISE:
         counted = f"{len(result.bad)} of {plural(len(source), 'file')} cannot be used" if entries else ""
-        unmatched = f"{plural(len(problems), 'file')} {'does' if len(problems) == 1 else 'do'} not pair up" \
-            if problems else ""
+        unmatched = source.problem_summary() if problems else ""
         raise ValueError(f"{', and '.join(x for x in (counted, unmatched) if x)} (pass on_error='skip' to leave them "
                          f"out):\n{listing(entries + problems)}")
     for entry in entries + problems:

@@ -6,6 +6,7 @@ Tests import from here, never from ``conftest.py`` (which holds fixtures only).
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
@@ -120,3 +121,57 @@ def rewrite_manifest(dst: Path, edit) -> dict:
     manifest["checksum"] = shardfmt.checksum(manifest)
     path.write_text(json.dumps(manifest))
     return manifest
+
+
+#: Detection test objects: category id -> colour. Category ids are out of order on purpose
+#: (labels are numbered in sorted id order: 3 -> 0 red, 7 -> 1 green, 11 -> 2 blue).
+OBJECT_COLOURS = {3: (250, 30, 30), 7: (30, 250, 30), 11: (30, 30, 250)}
+
+
+def make_detection_set(root: Path, count: int, *, seed: int = 0, size_range=(70, 120)) -> Tuple[Path, Path]:
+    """PNG images with up to three bright, non-overlapping rectangles on a dark background, and
+    their COCO annotations (every third image has none: an empty target).
+
+    Returns:
+        ``(images folder, annotation file)``.
+    """
+    rng = np.random.default_rng(seed)
+    images, annotations = [], []
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        h, w = (int(v) for v in rng.integers(*size_range, size=2))
+        pixels = np.full((h, w, 3), 12, np.uint8)
+        taken = np.zeros((h, w), bool)
+        for category, colour in OBJECT_COLOURS.items():
+            if i % 3 == 2:
+                break
+            for _ in range(50):  # rejection sampling: a free spot with a 3-pixel gap to the others
+                bw, bh = int(rng.integers(14, w // 2)), int(rng.integers(14, h // 2))
+                x, y = int(rng.integers(0, w - bw + 1)), int(rng.integers(0, h - bh + 1))
+                if not taken[max(0, y - 3):y + bh + 3, max(0, x - 3):x + bw + 3].any():
+                    break
+            else:
+                continue
+            taken[y:y + bh, x:x + bw] = True
+            pixels[y:y + bh, x:x + bw] = colour
+            annotations.append({"id": len(annotations) + 1, "image_id": 100 + i, "category_id": category,
+                                "bbox": [x, y, bw, bh], "area": bw * bh, "iscrowd": 0})
+        Image.fromarray(pixels).save(root / "images" / f"img{i:03d}.png")
+        images.append({"id": 100 + i, "file_name": f"img{i:03d}.png", "width": w, "height": h})
+    categories = [{"id": c, "name": n} for c, n in ((11, "blue"), (3, "red"), (7, "green"))]
+    path = root / "annotations.json"
+    path.write_text(json.dumps({"images": images, "annotations": annotations, "categories": categories}))
+    return root / "images", path
+
+
+def object_pixels(images: torch.Tensor) -> torch.Tensor:
+    """``(B, 3, H, W)`` bool: where each label's colour shows (its channel well above the others; holds
+    through the SSD preset's colour distortion, and the grey zoom-out fill is no colour)."""
+    x = images.float()
+    if x.max() <= 1.5:
+        x = x * 255
+    out = []
+    for c in range(3):
+        others = torch.stack([x[:, k] for k in range(3) if k != c]).amax(dim=0)
+        out.append((x[:, c] > 50) & (x[:, c] - others > 35))
+    return torch.stack(out, dim=1)

@@ -154,7 +154,7 @@ def test_bench_end_to_end_on_tiny_data(tmp_path):
     assert list(bench["results"]) == backends.split(",")
     assert bench["data"]["images"] == 16
     assert bench["machine"]["label"].startswith("cpu-") or bench["machine"]["gpu"]
-    for name, entry in bench["results"].items():
+    for entry in bench["results"].values():
         assert entry["loader"]["images_per_s"] > 0
         assert 0 <= entry["train"]["wait_share"] <= 1
         assert entry["verdict"]["bound"] in ("input-bound", "compute-bound")

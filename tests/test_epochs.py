@@ -72,7 +72,7 @@ def test_a_checkpoint_at_an_epoch_end_resumes_at_the_next_epoch():
 
 def test_a_broken_pass_moves_on_like_a_dataloader():
     loader = make()
-    for images, _ in loader:
+    for _ in loader:
         break
     assert loader.state_dict()["epoch"] == 1
     assert keys(loader)[0] == (1, 0)

@@ -15,7 +15,7 @@ TAGS = {0: ["cat"], 1: ["cat", "dog"], 2: ["bird", "dog"], 3: ["bird"], 4: ["cat
 
 @pytest.fixture
 def tagged(tmp_path):
-    folder = flat_folder(tmp_path / "imgs", 6, classes=1)
+    flat_folder(tmp_path / "imgs", 6, classes=1)
     listing = tmp_path / "tags.txt"
     listing.write_text("".join(f"imgs/class_0/s{i:04d}.png {','.join(t)}\n" for i, t in TAGS.items()))
     return listing

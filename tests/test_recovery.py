@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 import gpupipe
 from helpers import BACKEND_DEVICES, CPU_BACKENDS, flat_folder, sample_ids

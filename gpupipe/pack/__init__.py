@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Iterator, Optional, Tuple
 
 from .. import shardfmt
-from ..errors import OnError
+from ..errors import OnError, listing
 from ..seeding import pack_order
 from ..sources import FileSource, Source, as_source
 from ..targets import TargetKind
@@ -162,6 +162,11 @@ def pack(src, dst, settings: PackSettings = PackSettings(), *, workers: Optional
     on_error = OnError.parse(on_error, name="on_error")
     dst = Path(dst)
     source = packable(src, dst)
+    problems = list(source.problems)
+    if problems and on_error is OnError.RAISE:
+        raise PackError(f"{source.problem_summary()} (pass on_error='skip' to leave them out):\n{listing(problems)}")
+    for problem in problems:
+        logger.warning("skipped %s: %s", problem.path, problem.reason)
     dst.mkdir(parents=True, exist_ok=True)
     order = pack_order(settings.seed, len(source))
     start, end = rank * len(order) // world_size, (rank + 1) * len(order) // world_size
@@ -180,7 +185,7 @@ def pack(src, dst, settings: PackSettings = PackSettings(), *, workers: Optional
             skipped = {s["position"] for j in journals for s in j.skipped}
             mf.write_sources(dst, ((f"{p:08d}", source.names[order[p]], _describe(_target(source, order[p])))
                                    for p in range(len(order)) if p not in skipped))
-            mf.write(dst, mf.build(source, settings, journals, len(order)))
+            mf.write(dst, mf.build(source, settings, journals, len(order), problems))
         if world_size > 1:
             _barrier()  # no rank returns before the manifest is there
     shards = journal.shards
@@ -258,8 +263,10 @@ def _write_part(dst: Path, source: Source, order, journal: Journal, end: int, se
     """Converts and writes this part's inputs from the journal's position on; returns ``(copied, bytes_in)``."""
     from tqdm import tqdm
 
-    tasks = (Task(p, source.names[order[p]], source.kind, _target(source, order[p]))
-             for p in range(journal.next_input, end))
+    annotated = source.annotated_sizes
+    tasks = (Task(p, source.names[i], source.kind, _target(source, i), source.annotation_errors.get(i, ""),
+                  None if annotated is None else tuple(int(v) for v in annotated[i]))
+             for p in range(journal.next_input, end) for i in (int(order[p]),))
     shard: Optional[_Shard] = None
     copied = bytes_in = 0
     bar = tqdm(total=end - journal.next_input, unit="img", desc="packing", disable=not progress, smoothing=0.1)

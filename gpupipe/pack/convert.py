@@ -53,6 +53,10 @@ class Task:
     path: str
     kind: TargetKind
     target: Any
+    #: why the target is unusable, known before reading (a malformed annotation).
+    problem: str = ""
+    #: ``(h, w)`` the annotations were made on (boxes), checked against the image.
+    annotated_size: Optional[Tuple[int, int]] = None
 
 
 @dataclass(frozen=True)
@@ -122,9 +126,15 @@ def convert_image(data: bytes, settings: ConvertSettings) -> Tuple[bytes, Tuple[
 
 def convert(task: Task, settings: ConvertSettings) -> Converted:
     """Reads, checks and converts one input (image and target), or says why not."""
+    if task.problem:
+        return Converted(None, task.problem, 0)
     try:
         data = read_file(task.path, settings.max_file_size)
         jpeg, before, after, copied = convert_image(data, settings)
+        if task.annotated_size is not None and tuple(task.annotated_size) != (before[1], before[0]):
+            h, w = task.annotated_size
+            raise ImageRefused(f"the image is {before[0]}x{before[1]}, its annotations say {w}x{h} "
+                               "(EXIF orientation applied)")
         members, target = {shardfmt.IMAGE_EXT: jpeg}, task.target
         if task.kind is TargetKind.LABEL:
             members["cls"] = shardfmt.encode_class(int(task.target))

@@ -6,9 +6,10 @@ import json
 import os
 from dataclasses import asdict
 from pathlib import Path
-from typing import Dict, Iterable, List, Tuple
+from typing import Dict, Iterable, List, Sequence, Tuple
 
 from .. import __version__, shardfmt
+from ..errors import Skipped
 from ..sources import Source
 from ..targets import TargetKind
 from .journal import Journal, PackError
@@ -20,11 +21,13 @@ TARGET_FIELDS = {TargetKind.LABEL: ("labels",), TargetKind.MULTI_LABEL: ("label_
                  TargetKind.MASK: (), TargetKind.BOXES: ("boxes", "box_labels")}
 
 
-def build(source: Source, settings, journals: List[Journal], inputs: int) -> Dict:
-    """The manifest of the finished shards of every part, in part order."""
+def build(source: Source, settings, journals: List[Journal], inputs: int, problems: Sequence[Skipped] = ()) -> Dict:
+    """The manifest of the finished shards of every part, in part order; ``problems`` (the
+    source's records that are no sample) are listed with the skipped inputs."""
     fields = ("name", "index", "samples", "bytes", "sha256", "index_sha256", "sizes") + TARGET_FIELDS[source.kind]
     shards = [{k: s[k] for k in fields} for journal in journals for s in journal.shards]
     skipped = sorted((s for journal in journals for s in journal.skipped), key=lambda s: s["position"])
+    skipped += [{"path": p.path, "reason": p.reason} for p in problems]
     manifest = {
         "format": shardfmt.FORMAT,
         "version": shardfmt.VERSION,

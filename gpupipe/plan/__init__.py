@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ..ops import Effect, RandomIoUCrop
+from ..ops import Effect, PadTo, RandomIoUCrop
 from ..seeding import sample_keys
 from ..spec import PipelineSpec
 from . import boxes as bx
@@ -101,6 +101,14 @@ class Planner:
                                for a, b, (h, w) in zip(params["affine"], tracked, params["size"])]
                 current = params["size"]
         return BatchPlan(keys=keys, sizes=np.asarray(sizes, np.int64).reshape(-1, 2), steps=steps)
+
+    def content_sizes(self, plan: BatchPlan) -> np.ndarray:
+        """``(B, 2)`` the ``(h, w)`` of each output image's content, without the padding ``PadTo`` added."""
+        content = plan.sizes
+        for op, step in zip(self.spec.ops, plan.steps):
+            if op.effect is Effect.GEOMETRIC:
+                content = np.minimum(content, step["size"]) if isinstance(op, PadTo) else step["size"]
+        return np.asarray(content, np.int64)
 
 
 def _windows(params: Params) -> np.ndarray:

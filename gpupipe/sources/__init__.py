@@ -3,6 +3,7 @@
 * :class:`ImageFolder` and :class:`FileList`: image files and class labels
   (one or several per image);
 * :class:`SegmentationFolder`: images and masks of class ids;
+* :class:`CocoDetection`: images and boxes from COCO annotations;
 * :class:`Shards`: folders packed by ``python -m gpupipe.pack``.
 """
 
@@ -14,6 +15,7 @@ from typing import Union
 
 from .. import shardfmt
 from .base import Sample, Source
+from .coco import CocoDetection
 from .files import IMAGE_EXTENSIONS, FileList, FileSource, ImageFolder, walk_images
 from .segmentation import SegmentationFolder
 from .shards import ShardSource, Shards
@@ -40,6 +42,7 @@ def as_source(source: Union[Source, PathLike]) -> Source:
     raise ValueError(f"source path {str(path)!r} does not exist")
 
 
-__all__ = ["Source", "Sample", "FileSource", "ImageFolder", "FileList", "SegmentationFolder", "ShardSource", "Shards",
+__all__ = ["Source", "Sample", "FileSource", "ImageFolder", "FileList", "SegmentationFolder", "CocoDetection",
+           "ShardSource", "Shards",
            "as_source",
            "IMAGE_EXTENSIONS", "walk_images"]

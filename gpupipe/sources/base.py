@@ -42,8 +42,8 @@ class Source:
         labels: ``(N,)`` int64 class index per sample (``LABEL``), or -1.
         ignore_index: the mask value of pixels with no class (``MASK``).
         problems: files found when the source was built that are not samples but should be
-            (an image without its mask, an annotation without its image); the loader reports
-            them by ``on_error``.
+            (an image without its mask, an annotation without its image); the loader and the
+            packer report them by ``on_error``.
     """
 
     kind: TargetKind = TargetKind.LABEL
@@ -52,6 +52,10 @@ class Source:
     labels: np.ndarray
     ignore_index: int = 255
     problems: Sequence[Skipped] = ()
+    #: ``{index: why}`` of samples whose target is known bad from the annotations alone.
+    annotation_errors: Dict[int, str] = {}
+    #: ``(N, 2)`` ``(h, w)`` each image must have to match its annotations (``None``: not annotated).
+    annotated_sizes: Optional[np.ndarray] = None
     #: Per-sample attributes, sliced together by :meth:`subset`.
     columns: Tuple[str, ...] = ("names", "labels")
     #: Whether the loader must scan the files (packed shards were checked when packed).
@@ -147,6 +151,10 @@ class Source:
         }
         part._after_subset()
         return part
+
+    def problem_summary(self) -> str:
+        """What :attr:`problems` are, counted, for the loader's error message."""
+        return f"{len(self.problems)} problem{'s' if len(self.problems) != 1 else ''} found building the source"
 
     def _after_subset(self) -> None:
         """Rebuilds lookup tables that depend on the sample order (sources override)."""

@@ -67,6 +67,10 @@ class SegmentationFolder(FileSource):
         self.mask_names = [masks_found[key] for key in paired]
         self.labels = np.full(len(paired), -1, np.int64)
 
+    def problem_summary(self) -> str:
+        n = len(self.problems)
+        return f"{n} file{'s' if n != 1 else ''} {'does' if n == 1 else 'do'} not pair up"
+
     def read_mask_bytes(self, index: int) -> np.ndarray:
         return np.frombuffer(bytearray(read_file(self.mask_names[index], self.max_file_size)), np.uint8)
 

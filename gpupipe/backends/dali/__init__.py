@@ -196,7 +196,8 @@ class DaliBackend:
             targets = to_torch(outputs[1], device)[:n, :, :, 0].long()
         elif kind is TargetKind.BOXES:
             boxes, labels = compact_boxes(to_torch(outputs[1], None)[:n], to_torch(outputs[2], None)[:n].long())
-            targets = {"boxes": boxes, "labels": labels}
+            sizes = self.pipelines.content_sizes.pop(ref.key)[:n]
+            targets = {"boxes": boxes, "labels": labels, "image_sizes": torch.from_numpy(sizes)}
         else:
             targets = host_targets(self.source, ref.indices[:n])
         if self._keep is not None:

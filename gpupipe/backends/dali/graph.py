@@ -66,6 +66,7 @@ class Pipelines:
         self.reader = reader_for(source)
         self.masks_from_files = source.kind is TargetKind.MASK and isinstance(source, FileSource)
         self.param_names = self._used_params()
+        self.content_sizes: dict = {}  # batch key -> (B, 2) unpadded sizes (detection targets)
 
     def run(self, refs: List[BatchRef]) -> Run:
         """A built pipeline reading ``refs`` in order."""
@@ -187,6 +188,7 @@ class Pipelines:
         if self.masks_from_files:
             out.append([self.mask_bytes(int(i)) for i in ref.indices])
         if boxes is not None:
+            self.content_sizes[ref.key] = self.planner.content_sizes(plan)
             out.append([np.asarray(b, np.float32).reshape(-1, 4) for b in boxes])
             out.append([np.asarray(self.source.box_labels[int(i)], np.int32) for i in ref.indices])
         return out

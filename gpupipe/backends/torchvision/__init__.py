@@ -19,6 +19,7 @@ from collections import deque
 from typing import Callable, Iterator, List, Optional
 
 import numpy as np
+import torch
 from torch.utils.data import DataLoader, Sampler
 
 from ...batch import Batch, CudaPrefetcher, normalize_uint8
@@ -84,7 +85,7 @@ class TorchvisionBackend:
         indices, positions = batch_slots(read.share, batch, bs)
         indices = self.bad.replace(indices, read.share, batch * bs)
         plan = self.planner.plan(read.epoch, positions, self.sizes[indices], source_boxes(self.source, indices))
-        return indices, positions, [(int(i), plan.sample(k)) for k, i in enumerate(indices)]
+        return indices, positions, plan, [(int(i), plan.sample(k)) for k, i in enumerate(indices)]
 
     def iter_epoch(self, read: EpochRead, start: int = 0, upcoming: Optional[Callable] = None) -> Iterator[Batch]:
         """Yields batches ``start ..`` of ``read``, in order."""
@@ -92,8 +93,8 @@ class TorchvisionBackend:
 
         def keys():
             for b in range(start, read.batches):
-                indices, positions, batch_keys = self._plan(read, b)
-                pending.append((b, indices, positions))
+                indices, positions, plan, batch_keys = self._plan(read, b)
+                pending.append((b, indices, positions, plan))
                 yield batch_keys
 
         self._keys.make = keys
@@ -104,10 +105,13 @@ class TorchvisionBackend:
 
     def _finish(self, loaded: Iterator, pending: deque, read: EpochRead) -> Iterator[Batch]:
         for images, part, failures in loaded:
-            b, indices, positions = pending.popleft()
+            b, indices, positions, plan = pending.popleft()
             if failures:
                 indices = self._refill(images, part, failures, indices, positions, read, b)
-            yield images, self._targets(indices, part)
+            targets = self._targets(indices, part)
+            if self.source.kind is TargetKind.BOXES:
+                targets["image_sizes"] = torch.from_numpy(self.planner.content_sizes(plan))
+            yield images, targets
 
     def _refill(self, images, part, failures, indices, positions, read: EpochRead, batch: int) -> np.ndarray:
         """Replaces the samples that failed in a worker, decoding their replacements here."""

@@ -48,7 +48,11 @@ class Item:
         if self.mask is not None:
             self.mask = (mask_fn or image_fn)(self.mask)
         if self.boxes is not None:
-            self.boxes = (boxes_fn or image_fn)(self.boxes)
+            moved = (boxes_fn or image_fn)(self.boxes)
+            height, width = self.size  # clipped here too: the kernels' scaling may overshoot by rounding
+            moved[:, 0::2] = moved[:, 0::2].clamp(0, width)
+            moved[:, 1::2] = moved[:, 1::2].clamp(0, height)
+            self.boxes = moved
             self.raw_boxes = bx.apply(params["affine"].astype(np.float64), self.raw_boxes)
 
 
@@ -151,7 +155,7 @@ def _auto_augment(item: Item, p: Params, op) -> None:
     policy = _POLICIES[type(op)]
     height, width = item.size
     img = item.image
-    for k, (index, sign) in enumerate(zip(p["ops"], p["signs"])):
+    for index, sign in zip(p["ops"], p["signs"]):
         name = O.AUGMENT_OPS[int(index)]
         magnitudes_fn, signed = policy._AUGMENTATION_SPACE[name]
         magnitudes = magnitudes_fn(op.num_magnitude_bins, height, width)

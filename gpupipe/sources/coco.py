@@ -1,0 +1,194 @@
+"""``CocoDetection``: images and their boxes from a COCO-format annotation file."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from ..errors import Skipped
+from ..fileio import UnreadableFile, read_file
+from ..scan import ScanResult, default_cache_dir, scan
+from ..targets import TargetKind
+from .files import FileSource, PathLike
+
+#: How far (pixels) a box may reach past its image before it counts as outside (rounding in annotation tools).
+EDGE_TOLERANCE = 1.0
+
+
+class CocoDetection(FileSource):
+    """Images and boxes from COCO-format annotations.
+
+    Boxes ``[x, y, w, h]`` (pixels) become ``xyxy``; categories are numbered
+    0, 1, ... in sorted category-id order (``classes[label]`` is the
+    category's name). Crowd annotations are left out unless
+    ``include_crowd``; images without annotations are kept (with no boxes)
+    unless ``keep_empty=False``.
+
+    Malformed annotations are reported when the source is built and the
+    loader refuses or skips them by ``on_error``: an annotation with a
+    negative or empty size, a box outside its image, an unknown category or
+    a box that is not 4 numbers makes its image a bad sample (skipping
+    leaves the image out rather than train on it with a box missing); an
+    annotation of an unknown image id, and an image record whose
+    ``file_name`` leads outside ``images`` or whose id repeats, are listed in
+    :attr:`problems`. An image whose size differs from the one annotated is
+    a bad sample. Boxes are in the image's displayed orientation (EXIF
+    applied), as gpupipe decodes it.
+
+    Args:
+        images: the folder the annotations' ``file_name`` are relative to.
+        annotations: the COCO JSON file.
+        include_crowd: keep ``iscrowd`` boxes.
+        keep_empty: keep images that have no annotation.
+
+    Raises:
+        ValueError: a missing folder or file, JSON that is not COCO's shape,
+            repeated category ids, or no image left.
+    """
+
+    columns = ("names", "labels", "boxes", "box_labels", "annotated_sizes", "annotation_errors")
+
+    def __init__(self, images: PathLike, annotations: PathLike, *, include_crowd: bool = False,
+                 keep_empty: bool = True) -> None:
+        self.kind = TargetKind.BOXES
+        self.root = Path(images).expanduser().absolute()
+        self.annotations = Path(annotations).expanduser().absolute()
+        if not self.root.is_dir():
+            raise ValueError(f"CocoDetection: images folder {str(self.root)!r} does not exist")
+        data = _load(self.annotations)
+        categories = sorted(_records(data, "categories", self.annotations), key=_sort_key)
+        label_of = {c["id"]: k for k, c in enumerate(categories)}
+        if len(label_of) != len(categories):
+            raise ValueError(f"CocoDetection: {self.annotations}: category ids repeat")
+        self.classes = [str(c.get("name", c["id"])) for c in categories]
+        self.problems: List[Skipped] = []
+        image_of = self._images(_records(data, "images", self.annotations))
+        boxes: Dict = {i: [] for i in image_of}
+        labels: Dict = {i: [] for i in image_of}
+        errors: Dict = {}
+        for ann in _records(data, "annotations", self.annotations):
+            where = f"{self.annotations}#annotation {ann.get('id', '?')}"
+            image = image_of.get(_hashable(ann.get("image_id")))
+            if image is None:
+                self.problems.append(Skipped(where, f"unknown image id {ann.get('image_id')!r}"))
+                continue
+            box, problem = _box(ann, image, label_of)
+            if problem:
+                errors.setdefault(image["id"], f"annotation {ann.get('id', '?')}: {problem}")
+            elif include_crowd or not ann.get("iscrowd", 0):
+                boxes[image["id"]].append(box)
+                labels[image["id"]].append(label_of[ann["category_id"]])
+        kept = [i for i in image_of if keep_empty or boxes[i] or i in errors]
+        if not kept:
+            raise ValueError(f"CocoDetection: {self.annotations} leaves no image to read")
+        self.names = [image_of[i]["path"] for i in kept]
+        self.boxes = [np.asarray(boxes[i], np.float32).reshape(-1, 4) for i in kept]
+        self.box_labels = [np.asarray(labels[i], np.int64) for i in kept]
+        self.annotated_sizes = np.array([[image_of[i]["height"], image_of[i]["width"]] for i in kept],
+                                        np.int64).reshape(-1, 2)
+        self.annotation_errors = {k: errors[i] for k, i in enumerate(kept) if i in errors}
+        self.labels = np.full(len(kept), -1, np.int64)
+
+    def _images(self, records: List[Dict]) -> Dict:
+        """``{image id: record with its confined "path"}``; unusable records go to :attr:`problems`."""
+        image_of: Dict = {}
+        root = os.path.join(str(self.root), "")
+        for k, record in enumerate(records):
+            where = f"{self.annotations}#image {record['id']!r}"
+            name = record["file_name"]
+            key = _hashable(record["id"])
+            path = os.path.normpath(os.path.join(root, name)) if isinstance(name, str) and name else ""
+            if key is None:
+                self.problems.append(Skipped(f"{self.annotations}#images[{k}]",
+                                             f"id {record['id']!r} is not a number or string"))
+            elif key in image_of:
+                self.problems.append(Skipped(where, "the image id repeats (the first record is used)"))
+            elif not path.startswith(root) or os.path.isabs(name):
+                self.problems.append(Skipped(where, f"file_name {name!r} is not a path inside {str(self.root)!r}"))
+            else:
+                image_of[key] = dict(record, id=key, path=path)
+        return image_of
+
+    def problem_summary(self) -> str:
+        return f"{len(self.problems)} image or annotation record{'s' if len(self.problems) != 1 else ''} not usable"
+
+    def _scan(self, max_pixels: int, max_file_size: int) -> ScanResult:
+        result = scan(self.names, max_pixels=max_pixels, max_file_size=max_file_size, cache_dir=default_cache_dir())
+        bad = dict(result.bad)
+        for i, reason in self.annotation_errors.items():
+            bad.setdefault(i, reason)
+        for i in np.flatnonzero(np.any(result.sizes != self.annotated_sizes, axis=1)):
+            if int(i) not in bad:
+                (h, w), (ah, aw) = result.sizes[i], self.annotated_sizes[i]
+                bad[int(i)] = f"the image is {w}x{h}, its annotations say {aw}x{ah} (EXIF orientation applied)"
+        return ScanResult(bad=bad, sizes=result.sizes)
+
+
+def _load(path: Path) -> Dict:
+    try:
+        data = json.loads(read_file(str(path)))
+    except UnreadableFile as err:
+        raise ValueError(f"CocoDetection: annotations {path}: {err.reason}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"CocoDetection: {path} is not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"CocoDetection: {path} is not a COCO annotation object")
+    return data
+
+
+def _records(data: Dict, key: str, path: Path) -> List[Dict]:
+    """The list ``data[key]``, each entry an object with the fields the reader needs."""
+    records = data.get(key, [] if key == "annotations" else None)
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        raise ValueError(f"CocoDetection: {path}: '{key}' must be a list of objects")
+    need = {"images": ("id", "file_name", "width", "height"), "categories": ("id",), "annotations": ()}[key]
+    for k, record in enumerate(records):
+        missing = [f for f in need if f not in record]
+        if missing:
+            raise ValueError(f"CocoDetection: {path}: {key}[{k}] has no {', '.join(missing)}")
+        if key == "images" and not all(_positive_int(record[f]) for f in ("width", "height")):
+            raise ValueError(f"CocoDetection: {path}: {key}[{k}] width and height must be positive ints")
+        if key == "categories" and _hashable(record["id"]) is None:
+            raise ValueError(f"CocoDetection: {path}: {key}[{k}] id must be a number or string")
+    return records
+
+
+def _hashable(value) -> Optional[object]:
+    """An id usable as a key (an int or a string), or ``None``."""
+    return value if isinstance(value, (int, str)) and not isinstance(value, bool) else None
+
+
+def _sort_key(category: Dict) -> Tuple:
+    """Category ids in numeric order (ints first), then strings."""
+    cid = category["id"]
+    return (0, cid, "") if isinstance(cid, int) else (1, 0, cid)
+
+
+def _positive_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _box(ann: Dict, image: Dict, label_of: Dict) -> Tuple[Optional[List[float]], str]:
+    """``(xyxy box, '')`` of an annotation, or ``(None, why it is malformed)``."""
+    if _hashable(ann.get("category_id")) not in label_of:
+        return None, f"unknown category {ann.get('category_id')!r}"
+    bbox = ann.get("bbox")
+    if not isinstance(bbox, list) or len(bbox) != 4 or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in bbox):
+        return None, f"bbox must be 4 numbers [x, y, w, h], got {bbox!r}"
+    x, y, w, h = (float(v) for v in bbox)
+    if w <= 0 or h <= 0:
+        return None, f"box of size {w:g}x{h:g} (sizes must be positive)"
+    width, height = image["width"], image["height"]
+    if x < -EDGE_TOLERANCE or y < -EDGE_TOLERANCE or x + w > width + EDGE_TOLERANCE \
+            or y + h > height + EDGE_TOLERANCE:
+        return None, f"box [{x:g}, {y:g}, {w:g}, {h:g}] lies outside its {width}x{height} image"
+    return [max(0.0, x), max(0.0, y), min(float(width), x + w), min(float(height), y + h)], ""
+
+
+__all__ = ["CocoDetection", "EDGE_TOLERANCE"]
