@@ -1,7 +1,8 @@
 """Side by side on the CPU: the tutorial loader, hand-written DALI and torchvision.io loaders, and
 every gpupipe backend, on the same images, in interleaved rounds.
 
-    python benchmarks/cpu_compare.py [--data DIR] [--batch-sizes 64 256] [--rounds 5] [--out results.json]
+    python benchmarks/cpu_compare.py [--data DIR | --large-photos 3] [--batch-sizes 64 256] [--rounds 5]
+                                     [--out results.json]
 
 Every loader gives the train preset at 224 px as float32 normalised CPU
 batches (loader alone). Each round times every loader once, in a new
@@ -104,10 +105,10 @@ class _HandDali:
             yield torch.from_dlpack(images.as_tensor()), torch.from_dlpack(labels.as_tensor()).view(-1).long()
 
 
-def gpupipe_loader(backend: str) -> Callable:
+def gpupipe_loader(backend: str, **options) -> Callable:
     def make(data: Path, batch: int, threads: int):
         return gpupipe.loader(data, "train", batch_size=batch, backend=backend, device="cpu", num_threads=threads,
-                              drop_last=True)
+                              drop_last=True, **options)
     return make
 
 
@@ -117,19 +118,8 @@ LOADERS = {
     "hand-torchvision-io": torchvision_io,
     "gpupipe-dali-cpu": gpupipe_loader("dali-cpu"),
     "gpupipe-torchvision": gpupipe_loader("torchvision"),
+    "gpupipe-torchvision-full-decode": gpupipe_loader("torchvision", reduced_decode=False),
 }
-
-
-def other_cpu(window: float, ours: psutil.Process) -> float:
-    """Share of the machine's CPU used by processes outside this process tree during ``window`` seconds."""
-    tree = [ours] + ours.children(recursive=True)
-    before = sum(p.cpu_times().user + p.cpu_times().system for p in tree if p.is_running())
-    total_before = psutil.cpu_times()
-    time.sleep(window)
-    total_after = psutil.cpu_times()
-    after = sum(p.cpu_times().user + p.cpu_times().system for p in tree if p.is_running())
-    busy = (total_after.user + total_after.system) - (total_before.user + total_before.system)
-    return max(0.0, busy - (after - before)) / (window * (psutil.cpu_count() or 1))
 
 
 def timed_round(name: str, data: Path, batch: int, threads: int, steps: int) -> Dict:
@@ -171,6 +161,8 @@ def _tree_cpu(proc: psutil.Process) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, help="image folder (default: the bench's 1,000-image demo set)")
+    parser.add_argument("--large-photos", type=float, metavar="SCALE",
+                        help="instead: 300 demo scenes enlarged SCALE times (3: sides ~900-2100 px)")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 256])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=12, help="timed batches per run")
@@ -178,8 +170,9 @@ def main() -> None:
     parser.add_argument("--loaders", nargs="+", default=list(LOADERS))
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     args = parser.parse_args()
-    data = args.data or demo.ensure_demo(default_cache_dir(), demo.DemoSpec())
-    report = {"data": str(data), "threads": args.threads, "cores": psutil.cpu_count(), "rounds": args.rounds,
+    spec = demo.DemoSpec(per_class=30, scale=args.large_photos) if args.large_photos else demo.DemoSpec()
+    data = args.data or demo.ensure_demo(default_cache_dir(), spec)
+    report = {"data": str(data), "data_stats": demo.folder_stats(data), "threads": args.threads, "cores": psutil.cpu_count(), "rounds": args.rounds,
               "steps": args.steps, "results": {}}
     rng = random.Random(0)
     for batch in args.batch_sizes:
@@ -195,7 +188,7 @@ def main() -> None:
                         break
                     discarded += 1
                 runs[name].append(result)
-                print(f"batch {batch} round {r + 1}: {name:22s} {result['images_per_s']:7.1f} img/s "
+                print(f"batch {batch} round {r + 1}: {name:31s} {result['images_per_s']:7.1f} img/s "
                       f"(others {100 * result['other_cpu_share']:.0f}% CPU)", file=sys.stderr, flush=True)
         summary = {}
         for name, values in runs.items():
@@ -212,7 +205,7 @@ def main() -> None:
                 entry["x_hand_dali"] = round(entry["median"] / hand, 3)
         report["results"][str(batch)] = {"loaders": summary, "discarded_busy_rounds": discarded}
         print(f"\nbatch {batch}:\n" + "\n".join(
-            f"  {name:22s} {e['median']:7.1f} img/s ({e['min']:.0f}-{e['max']:.0f})  x tutorial {e.get('x_tutorial', '-')}"
+            f"  {name:31s} {e['median']:7.1f} img/s ({e['min']:.0f}-{e['max']:.0f})  x tutorial {e.get('x_tutorial', '-')}"
             f"  x hand-dali {e.get('x_hand_dali', '-')}" for name, e in summary.items()))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

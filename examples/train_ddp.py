@@ -126,6 +126,7 @@ def main() -> None:
             accuracy = evaluate(model, val_loader, device)
             if rank == 0:
                 print(f"epoch {epoch}: validation accuracy {accuracy:.3f} over {len(val_loader.source)} images")
+                print(f"input pipeline, rank 0: {loader.stats(reset=True)}")
     dist.destroy_process_group()
 
 

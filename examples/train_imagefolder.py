@@ -76,6 +76,8 @@ def main() -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     for epoch, loss in enumerate(train(loader, num_classes, args.epochs, device)):
         print(f"epoch {epoch}: loss {loss:.3f}")
+        if args.loader == "gpupipe":
+            print(f"input pipeline: {loader.stats(reset=True)}")  # input-bound or compute-bound, measured
 
 
 if __name__ == "__main__":

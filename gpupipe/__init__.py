@@ -13,13 +13,13 @@ from .errors import OnError, SampleError, Skipped
 from .loader import Loader, loader
 from .ops import *  # noqa: F401,F403 -- every op by name: gpupipe.Decode(), gpupipe.MixUp(), ...
 from .sampling import RankShare
-from .sources import CocoDetection, FileList, ImageFolder, SegmentationFolder, Shards
+from .sources import CocoDetection, FileList, ImageFolder, SegmentationFolder, Shards, WebDataset
 from .stats import StatsSummary
 from .targets import DetectionLists, TargetKind, to_detection_inputs, to_detection_targets
 
 __version__ = "0.2.0"
 
 __all__ = ["loader", "Loader", "ops", "presets", "sources", "ImageFolder", "FileList", "SegmentationFolder",
-           "CocoDetection", "Shards", "RankShare", "to_detection_inputs", "DetectionLists",
+           "CocoDetection", "Shards", "WebDataset", "RankShare", "to_detection_inputs", "DetectionLists",
            "OnError", "Skipped", "SampleError", "StatsSummary", "TargetKind", "to_detection_targets",
            *ops.__all__, "__version__"]

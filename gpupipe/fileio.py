@@ -99,3 +99,27 @@ def stat_key(path: str) -> Tuple[int, int]:
     except OSError:
         return -1, -1
     return st.st_size, st.st_mtime_ns
+
+
+def byte_size(value, what: str, minimum: int = 1) -> int:
+    """A size in bytes from an int or a text such as ``"256MB"``, ``"1.5G"``, ``"4096"`` (K, M, G, T are
+    powers of 1024).
+
+    Raises:
+        ValueError: naming ``what`` and the value.
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        size = value
+    elif isinstance(value, str) and value.strip():
+        units = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+        text = value.strip().upper().removesuffix("IB").removesuffix("B")
+        unit = text[-1:] if text[-1:] in units else ""
+        try:
+            size = int(float(text[: len(text) - len(unit)]) * units[unit])
+        except (ValueError, OverflowError):  # not a number, or nan / inf
+            raise ValueError(f"{what} must look like 256MB, 1G or 4096, got {value!r}") from None
+    else:
+        raise ValueError(f"{what} must look like 256MB, 1G or 4096, got {value!r}")
+    if size < minimum:
+        raise ValueError(f"{what} must be at least {minimum:,} bytes, got {value!r}")
+    return size

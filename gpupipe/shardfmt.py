@@ -152,9 +152,20 @@ def read_manifest(root: Path) -> Dict:
     """
     path = Path(root) / MANIFEST
     try:
-        manifest = json.loads(read_file(str(path), MAX_METADATA_BYTES))
+        data = read_file(str(path), MAX_METADATA_BYTES)
     except UnreadableFile as err:
         raise ValueError(f"{root} is not a packed folder: cannot read {path.name} ({err.reason})") from None
+    return parse_manifest(data, path)
+
+
+def parse_manifest(data: bytes, path) -> Dict:
+    """Parses and checks a manifest's bytes (``path`` names it in messages: a file or a URL).
+
+    Raises:
+        ValueError: not JSON, not a gpupipe manifest, a newer version, or a wrong field (named).
+    """
+    try:
+        manifest = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ValueError(f"{path} is not valid JSON: {err}") from None
     check_manifest(manifest, path)

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
@@ -175,3 +179,25 @@ def object_pixels(images: torch.Tensor) -> torch.Tensor:
         others = torch.stack([x[:, k] for k in range(3) if k != c]).amax(dim=0)
         out.append((x[:, c] > 50) & (x[:, c] - others > 35))
     return torch.stack(out, dim=1)
+
+
+def two_ranks(tmp_path: Path, body: str, timeout: int = 300) -> List:
+    """Runs ``body`` in two ``torchrun`` ranks (gloo; ``dist``, ``torch``, ``gpupipe`` and these
+    helpers imported); ``body`` sets ``result``, which comes back per rank (JSON). A rank that hangs
+    dumps every thread's stack after ``timeout - 60`` seconds and exits."""
+    script = tmp_path / "worker.py"
+    script.write_text(
+        "import faulthandler, json, sys, torch, torch.distributed as dist\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "import gpupipe\nfrom helpers import sample_ids\n"
+        f"faulthandler.dump_traceback_later({timeout - 60}, exit=True)\n"
+        "dist.init_process_group('gloo')\n"
+        + textwrap.dedent(body).strip() + "\n"
+        f"with open({str(tmp_path)!r} + f'/rank{{dist.get_rank()}}.json', 'w') as fh:\n"
+        "    json.dump(result, fh)\n"
+        "dist.destroy_process_group()\n")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(script)], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]

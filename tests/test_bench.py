@@ -118,6 +118,14 @@ def test_demo_images_look_like_photos(tmp_path):
     assert demo.ensure_demo(tmp_path, demo.DemoSpec(classes=2, per_class=3)) == root  # cached
 
 
+def test_large_demo_photos_are_the_scenes_enlarged(tmp_path):
+    small = demo.folder_stats(demo.ensure_demo(tmp_path, demo.DemoSpec(classes=1, per_class=1)))
+    root = demo.ensure_demo(tmp_path, demo.DemoSpec(classes=1, per_class=1, scale=3))
+    large = demo.folder_stats(root)
+    assert root.name.endswith("-x3") and large["images"] == 1 and large["min_side"] >= 900
+    assert (large["mean_width"], large["mean_height"]) == (3 * small["mean_width"], 3 * small["mean_height"])
+
+
 def test_help_documents_every_flag():
     out = subprocess.run([sys.executable, "-m", "gpupipe.bench", "--help"], capture_output=True, text=True, check=True).stdout
     for flag in ("--data", "--backends", "--model", "--batch-size", "--image-size", "--steps", "--train-steps",

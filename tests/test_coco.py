@@ -4,9 +4,6 @@ packed shards carry boxes; ranks split a COCO source; the detection example trai
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +14,7 @@ from PIL import Image
 import gpupipe
 from gpupipe import ops
 from gpupipe.pack import ConvertSettings, PackError, PackSettings, pack, verify
-from helpers import CPU_BACKENDS, make_detection_set
+from helpers import CPU_BACKENDS, make_detection_set, two_ranks
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +120,7 @@ def test_packed_shards_carry_boxes_scaled_with_the_images(det_data, tmp_path, ba
     assert shards.kind is gpupipe.TargetKind.BOXES and shards.classes == source.classes
     by_name = {Path(n).name: k for k, n in enumerate(source.names)}
     rows = [line.split("\t") for line in (dst / "sources.tsv").read_text().splitlines()[1:]]
-    for k, (key, name, _) in enumerate(rows):
+    for k, (_key, name, _) in enumerate(rows):
         original = by_name[Path(name).name]
         (h, w), (sh, sw) = source.sizes()[original], shards.sizes()[k]
         assert min(sh, sw) == 40
@@ -153,24 +150,14 @@ def test_packing_refuses_or_lists_malformed_annotations(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_ranks_split_a_coco_source(det_data, tmp_path, backend):
-    script = tmp_path / "worker.py"
-    script.write_text(f"""
-import json, torch.distributed as dist, gpupipe
-dist.init_process_group("gloo")
+    ranks = two_ranks(tmp_path, f"""
 src = gpupipe.CocoDetection({str(det_data[0])!r}, {str(det_data[1])!r})
 loader = gpupipe.loader(src, gpupipe.presets.detection_ssd(48), batch_size=3, backend={backend!r}, num_threads=1,
                         seed=1)
 counts = [int((t["labels"] >= 0).sum()) for _, t in loader]
 names = [src.names[i] for i in loader.rank_share(0).indices]
-with open({str(tmp_path)!r} + f"/rank{{dist.get_rank()}}.json", "w") as fh:
-    json.dump({{"len": len(loader), "counts": counts, "names": names}}, fh)
-dist.destroy_process_group()
+result = {{"len": len(loader), "counts": counts, "names": names}}
 """)
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           str(script)], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert ranks[0]["len"] == ranks[1]["len"] == 2
     assert sorted(ranks[0]["names"] + ranks[1]["names"]) == sorted(gpupipe.CocoDetection(*det_data).names)
     assert all(sum(r["counts"]) > 0 for r in ranks)

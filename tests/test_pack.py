@@ -200,8 +200,11 @@ def test_cli_argument_errors(tmp_path):
     assert run_cli(tmp_path / "a", tmp_path / "b", "--shard-size", "lots").returncode == 2
     assert "SRC and DST are required" in run_cli(tmp_path / "b").stderr
     assert parse_size("256MB") == 256 * 2**20 and parse_size("1.5G") == int(1.5 * 2**30)
-    with pytest.raises(ValueError, match="at least 64KB"):
+    with pytest.raises(ValueError, match="shard size must be at least 65,536 bytes"):
         parse_size("10")
+    for text in ("lots", "infGB", "nan", ""):
+        with pytest.raises(ValueError, match=f"shard size must look like 256MB, 1G or 4096, got {text!r}"):
+            parse_size(text)
     missing = run_cli(tmp_path / "nothing", tmp_path / "out", "-q")
     assert missing.returncode == 1 and "does not exist" in missing.stderr
 

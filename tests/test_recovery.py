@@ -3,16 +3,12 @@ count, and a resume after a recovery continues exactly."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import gpupipe
-from helpers import BACKEND_DEVICES, CPU_BACKENDS, flat_folder, sample_ids
+from helpers import BACKEND_DEVICES, CPU_BACKENDS, flat_folder, sample_ids, two_ranks
 from imagecases import broken_inside_jpeg
 
 PIPELINE = [gpupipe.Decode(), gpupipe.Resize((8, 8)), gpupipe.Output("uint8")]
@@ -110,13 +106,7 @@ def test_a_resume_after_a_recovered_batch_continues_exactly(tmp_path, backend):
 def test_ranks_stay_in_step_when_one_ranks_batch_fails_entirely(tmp_path, backend):
     root = flat_folder(tmp_path / "data", 16, classes=1)
     break_samples(root, [0, 2])  # rank 0's first batch (it reads 0, 2, 4, ...)
-    script = tmp_path / "worker.py"
-    script.write_text(f"""
-import json, sys, torch, torch.distributed as dist
-sys.path.insert(0, {str(Path(__file__).parent)!r})
-import gpupipe
-from helpers import sample_ids
-dist.init_process_group("gloo")
+    runs = two_ranks(tmp_path, f"""
 loader = gpupipe.loader({str(root)!r}, [gpupipe.Decode(), gpupipe.Resize((8, 8)), gpupipe.Output("uint8")],
                         batch_size=2, backend={backend!r}, shuffle=False, num_threads=1, on_error="skip")
 seen = []
@@ -124,14 +114,7 @@ for images, labels in loader:
     total = torch.tensor([len(labels)])
     dist.all_reduce(total)  # what a DDP step does: every rank must take part
     seen.append(sample_ids(images))
-with open({str(tmp_path)!r} + f"/rank{{dist.get_rank()}}.json", "w") as fh:
-    json.dump({{"rank": dist.get_rank(), "len": len(loader), "batches": seen}}, fh)
-dist.destroy_process_group()
+result = {{"rank": dist.get_rank(), "len": len(loader), "batches": seen}}
 """)
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           str(script)], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    runs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert [len(r["batches"]) for r in runs] == [r["len"] for r in runs] == [4, 4]
     assert runs[0]["batches"][0] == [4, 4], "rank 0's failed batch is refilled from its own share"

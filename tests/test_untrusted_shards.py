@@ -170,7 +170,7 @@ def test_subset_of_shards_reads_its_own_samples_with_its_own_files(packed):
     part = source.subset(keep)
     assert [part.read_bytes(k).tobytes() for k in range(3)] == [source.read_bytes(i).tobytes() for i in keep]
     assert part.labels.tolist() == [source.labels[i] for i in keep]
-    assert part._files is not source._files
+    assert part.store is not source.store and part.store._files is not source.store._files
     assert sorted(part.epoch_order(seed=0, epoch=1, shuffle=True).tolist()) == [0, 1, 2]
 
 

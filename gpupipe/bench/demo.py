@@ -30,12 +30,14 @@ SECONDS_PER_IMAGE = 0.1
 
 @dataclass(frozen=True)
 class DemoSpec:
-    """What to generate: ``classes x per_class`` JPEGs."""
+    """What to generate: ``classes x per_class`` JPEGs; ``scale`` > 1 enlarges each scene
+    (bicubic, then fresh sensor noise) into a large photo, e.g. 3 for sides of ~900-2100 px."""
 
     classes: int = 10
     per_class: int = 100
     quality: int = 90
     seed: int = 0
+    scale: float = 1.0
 
 
 def pink_noise(rng: np.random.Generator, height: int, width: int, exponent: float) -> np.ndarray:
@@ -79,6 +81,15 @@ def demo_image(rng: np.random.Generator, label: int, num_classes: int) -> np.nda
     return np.clip(image, 0, 255).astype(np.uint8)
 
 
+def _enlarge(image: np.ndarray, scale: float, rng: np.random.Generator) -> np.ndarray:
+    from PIL import Image
+
+    height, width = image.shape[:2]
+    big = Image.fromarray(image).resize((round(width * scale), round(height * scale)), Image.BICUBIC)
+    noisy = np.asarray(big, np.float32) + rng.normal(0, 2.0, (big.height, big.width, 3)).astype(np.float32)
+    return np.clip(noisy, 0, 255).astype(np.uint8)
+
+
 def _write_class(args: Tuple[Path, DemoSpec, int]) -> int:
     from PIL import Image
 
@@ -89,7 +100,10 @@ def _write_class(args: Tuple[Path, DemoSpec, int]) -> int:
     total = 0
     for i in range(spec.per_class):
         path = folder / f"img_{i:05d}.jpg"
-        Image.fromarray(demo_image(rng, label, spec.classes)).save(path, quality=spec.quality)
+        image = demo_image(rng, label, spec.classes)
+        if spec.scale != 1:
+            image = _enlarge(image, spec.scale, rng)
+        Image.fromarray(image).save(path, quality=spec.quality)
         total += path.stat().st_size
     return total
 
@@ -151,7 +165,8 @@ def generate(root: Path, spec: DemoSpec = DemoSpec(), workers: Optional[int] = N
 
 def demo_root(cache_dir: Path, spec: DemoSpec) -> Path:
     """Where the demo set of ``spec`` lives under ``cache_dir``."""
-    return Path(cache_dir) / f"demo-v{DEMO_VERSION}-{spec.classes}x{spec.per_class}-q{spec.quality}-s{spec.seed}"
+    scale = f"-x{spec.scale:g}" if spec.scale != 1 else ""
+    return Path(cache_dir) / f"demo-v{DEMO_VERSION}-{spec.classes}x{spec.per_class}-q{spec.quality}-s{spec.seed}{scale}"
 
 
 def is_built(root: Path) -> bool:

@@ -22,10 +22,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Iterator, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 from .. import shardfmt
 from ..errors import OnError, listing
+from ..fileio import byte_size
 from ..seeding import pack_order
 from ..sources import FileSource, Source, as_source
 from ..targets import TargetKind
@@ -63,6 +64,7 @@ class PackSummary:
         processed, copied, bytes_in, seconds: this run: inputs handled,
             JPEGs copied byte for byte, bytes read, wall time.
         resumed_shards: finished shards taken over from an earlier run.
+        files: the tars and indexes of this part (what a rank uploads).
     """
 
     inputs: int
@@ -75,6 +77,7 @@ class PackSummary:
     bytes_in: int
     seconds: float
     resumed_shards: int
+    files: Tuple[str, ...] = ()
 
     @property
     def images_per_s(self) -> float:
@@ -83,22 +86,12 @@ class PackSummary:
 
 
 def parse_size(text: str) -> int:
-    """``"256MB"`` / ``"1.5G"`` / ``"4096"`` to bytes (K, M, G are powers of 1024).
+    """``"256MB"`` / ``"1.5G"`` / ``"4096"`` to bytes (K, M, G are powers of 1024), at least 64KB.
 
     Raises:
         ValueError: naming the text.
     """
-    units = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-    value = text.strip().upper().removesuffix("IB").removesuffix("B")
-    unit = value[-1:] if value[-1:] in units else ""
-    number = value[: len(value) - len(unit)]
-    try:
-        size = int(float(number) * units[unit])
-    except ValueError:
-        raise ValueError(f"shard size must look like 256MB, 1G or 4096, got {text!r}") from None
-    if size < 64 * 2**10:
-        raise ValueError(f"shard size must be at least 64KB, got {text!r}")
-    return size
+    return byte_size(text, "shard size", minimum=64 * 2**10)
 
 
 def packable(src, dst: Path) -> FileSource:
@@ -137,7 +130,7 @@ def _describe(target) -> str:
 
 
 def pack(src, dst, settings: PackSettings = PackSettings(), *, workers: Optional[int] = None, on_error="skip",
-         progress: bool = True, rank: int = 0, world_size: int = 1) -> PackSummary:
+         progress: bool = True, rank: int = 0, world_size: int = 1, shared_dst: bool = True) -> PackSummary:
     """Packs an image folder, file list, segmentation folder or COCO source into shards in ``dst``.
 
     Args:
@@ -150,6 +143,8 @@ def pack(src, dst, settings: PackSettings = PackSettings(), *, workers: Optional
             naming the file and the reason.
         progress: show a progress bar on stderr.
         rank, world_size: this process's part of the inputs (``torchrun``); rank 0 writes the manifest.
+        shared_dst: every rank writes into the same folder (one disk, or a shared file system);
+            ``False`` when each node stages its own shards for an upload (rank 0 then checks only its own).
 
     Returns:
         The summary of the packed folder (of this part, under torchrun).
@@ -176,16 +171,13 @@ def pack(src, dst, settings: PackSettings = PackSettings(), *, workers: Optional
         started, first = time.perf_counter(), journal.next_input
         counts = _write_part(dst, source, order, journal, end, settings, workers, on_error, progress,
                              prefix="shard" if world_size == 1 else f"shard-r{rank:04d}")
-        if world_size > 1:
-            _barrier()
+        journals = _gather(journal, world_size)  # every part, whatever node (and disk) packed it
         if rank == 0:
-            journals = [journal] + [_journal(dst, source, order, settings, r, world_size,
-                                             r * len(order) // world_size, (r + 1) * len(order) // world_size,
-                                             wait=True) for r in range(1, world_size)]
             skipped = {s["position"] for j in journals for s in j.skipped}
             mf.write_sources(dst, ((f"{p:08d}", source.names[order[p]], _describe(_target(source, order[p])))
                                    for p in range(len(order)) if p not in skipped))
-            mf.write(dst, mf.build(source, settings, journals, len(order), problems))
+            here = None if shared_dst else [s["name"] for s in journal.shards]
+            mf.write(dst, mf.build(source, settings, journals, len(order), problems), here)
         if world_size > 1:
             _barrier()  # no rank returns before the manifest is there
     shards = journal.shards
@@ -193,6 +185,7 @@ def pack(src, dst, settings: PackSettings = PackSettings(), *, workers: Optional
         inputs=end - start, packed=sum(s["samples"] for s in shards), skipped=len(journal.skipped),
         shards=len(shards), bytes_out=sum(s["bytes"] for s in shards), processed=end - first, copied=counts[0],
         bytes_in=counts[1], seconds=time.perf_counter() - started, resumed_shards=resumed,
+        files=tuple(name for s in shards for name in (s["name"], s["index"])),
     )
 
 
@@ -204,16 +197,11 @@ def _barrier() -> None:
 
 
 def _journal(dst: Path, source: Source, order, settings: PackSettings, rank: int, world_size: int, start: int,
-             end: int, wait: bool = False) -> Journal:
+             end: int) -> Journal:
     name = ".pack-journal.json" if world_size == 1 else f".pack-journal-r{rank:04d}.json"
     inputs = [f"{source.names[order[p]]}\t{_describe(_target(source, order[p]))}" for p in range(start, end)]
     key = fingerprint({**asdict(settings), "kind": source.kind.value, "part": [rank, world_size]}, inputs)
     journal = Journal(dst / name, key, start)
-    if wait:  # another rank's part: every rank has finished (torchrun's barrier) before rank 0 reads it
-        journal.load()
-        if journal.next_input < end:
-            raise PackError(f"part {rank} of {dst} is not finished ({journal.path})")
-        return journal
     journal.load()
     for stale in dst.glob(f"{'shard' if world_size == 1 else f'shard-r{rank:04d}'}-*.tmp"):
         stale.unlink()  # an interrupted shard; it is written again
@@ -221,6 +209,22 @@ def _journal(dst: Path, source: Source, order, settings: PackSettings, rank: int
         logger.info("resuming: %d shards done, continuing at input %d of %d", len(journal.shards),
                     journal.next_input, end)
     return journal
+
+
+def _gather(journal: Journal, world_size: int) -> List[Journal]:
+    """Every part's finished journal, in rank order (torch.distributed's all-gather under torchrun)."""
+    if world_size == 1:
+        return [journal]
+    import torch.distributed as dist
+
+    states: List = [None] * world_size
+    dist.all_gather_object(states, {"shards": journal.shards, "skipped": journal.skipped})
+    parts = []
+    for state in states:
+        part = Journal(journal.path, journal.fingerprint)
+        part.shards, part.skipped = state["shards"], state["skipped"]
+        parts.append(part)
+    return parts
 
 
 def _convert_task(task: Task, settings: ConvertSettings) -> Tuple[int, Converted]:

@@ -1,19 +1,30 @@
 """python -m gpupipe.pack SRC DST: image folders (or file lists) into validated WebDataset shards.
 
     python -m gpupipe.pack SRC DST [--max-size PX] [--quality Q] [--shard-size 256MB]
-                           [--workers N] [--on-error skip|raise]
+                           [--workers N] [--on-error skip|raise] [--staging DIR]
+    torchrun --nnodes=N --nproc_per_node=P -m gpupipe.pack SRC DST ...
     python -m gpupipe.pack --verify DST
+
+DST may be a URL (``s3://bucket/prefix``, ``gs://...``): shards are written into a local staging
+folder and uploaded, the manifest last. Under torchrun every rank packs its own part of the inputs
+with its own worker processes, and rank 0 writes the manifest once every part is done.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
+import os
 import sys
+from pathlib import Path
 from typing import List, Optional
 
 from ..errors import plural
-from . import ConvertSettings, PackError, PackSettings, pack, parse_size, verify
+from ..fileio import byte_size
+from ..remote import RemoteError, Retry, default_cache_dir, is_url
+from . import ConvertSettings, PackError, PackSettings, _barrier, pack, parse_size, verify
+from .upload import upload, upload_manifest, verify_remote
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
@@ -36,6 +47,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--max-file-size", default="1GB",
                         help="refuse larger input files (default: 1GB; K/M/G are powers of 1024)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the order samples are written in (default: 0)")
+    parser.add_argument("--staging", help="where shards for a URL DST are written before the upload "
+                                           "(default: under ~/.cache/gpupipe/pack-staging; a rerun resumes there)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     if args.verify:
@@ -54,17 +67,18 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     except ValueError as err:
         parser.error(f"--shard-size: {err}")
     try:
-        args.max_file_bytes = parse_size(args.max_file_size)
+        args.max_file_bytes = byte_size(args.max_file_size, "--max-file-size")
     except ValueError as err:
-        parser.error(f"--max-file-size: {str(err).replace('shard size', 'size')}")
+        parser.error(str(err))
     return args
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s", stream=sys.stderr)
     args = parse_args(argv)
+    retry = Retry()
     if args.verify:
-        problems = verify(args.dst)
+        problems = verify_remote(args.dst, retry) if is_url(args.dst) else verify(args.dst)
         for problem in problems:
             print(f"FAIL {problem}")
         print(f"{args.dst}: {'OK' if not problems else plural(len(problems), 'problem')}")
@@ -75,23 +89,56 @@ def main(argv: Optional[List[str]] = None) -> int:
         shard_size=args.shard_bytes,
         seed=args.seed,
     )
+    rank, world_size = _distributed()
+    local_dst = Path(args.staging or staging_dir(args.dst)) if is_url(args.dst) else Path(args.dst)
+    workers = args.workers or max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     try:
-        summary = pack(args.src, args.dst, settings, workers=args.workers, on_error=args.on_error,
-                       progress=not args.quiet)
-    except (PackError, ValueError) as err:
+        summary = pack(args.src, local_dst, settings, workers=workers, on_error=args.on_error,
+                       progress=not args.quiet and rank == 0, rank=rank, world_size=world_size,
+                       shared_dst=not is_url(args.dst))
+        if is_url(args.dst):
+            upload(local_dst, args.dst, summary.files, retry)
+            if world_size > 1:
+                _barrier()
+            if rank == 0:
+                upload_manifest(local_dst, args.dst, retry)
+    except (PackError, ValueError, RemoteError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    finally:
+        if world_size > 1:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
     mib = 2**20
+    part = f"rank {rank} of {world_size}: " if world_size > 1 else ""
     print(
-        f"packed {plural(summary.packed, 'image')} into {plural(summary.shards, 'shard')} "
+        f"{part}packed {plural(summary.packed, 'image')} into {plural(summary.shards, 'shard')} "
         f"({summary.bytes_out / mib:.1f} MiB), skipped {summary.skipped} (reasons in {args.dst}/manifest.json)"
         + (f"; resumed after {summary.resumed_shards} finished shards" if summary.resumed_shards else "")
     )
     print(
-        f"this run: {summary.processed} inputs ({summary.bytes_in / mib:.1f} MiB read, {summary.copied} JPEGs "
+        f"{part}this run: {summary.processed} inputs ({summary.bytes_in / mib:.1f} MiB read, {summary.copied} JPEGs "
         f"copied as they were) in {summary.seconds:.1f} s: {summary.images_per_s:.0f} images/s"
     )
     return 0
+
+
+def staging_dir(url: str) -> Path:
+    """The default local folder where shards for ``url`` are written before they are uploaded."""
+    return default_cache_dir().parent / "pack-staging" / hashlib.sha256(url.encode()).hexdigest()[:16]
+
+
+def _distributed():
+    """``(rank, world size)``: under torchrun, with the gloo process group started (for the barriers)."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size == 1:
+        return 0, 1
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")
+    return dist.get_rank(), dist.get_world_size()
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import json
 import os
 from dataclasses import asdict
 from pathlib import Path
-from typing import Dict, Iterable, List, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .. import __version__, shardfmt
 from ..errors import Skipped
@@ -52,13 +52,16 @@ def build(source: Source, settings, journals: List[Journal], inputs: int, proble
     return manifest
 
 
-def write(dst: Path, manifest: Dict) -> None:
-    """Writes the manifest atomically, after checking that every shard it lists is on disk as recorded.
+def write(dst: Path, manifest: Dict, here: Optional[Sequence[str]] = None) -> None:
+    """Writes the manifest atomically, after checking that every shard it lists (or those named in
+    ``here``: the ones on this machine's disk) is on disk as recorded.
 
     Raises:
         PackError: a listed shard is missing or of another size (never report success for those).
     """
     for shard in manifest["shards"]:
+        if here is not None and shard["name"] not in here:
+            continue
         path = dst / shard["name"]
         if not path.is_file() or path.stat().st_size != shard["bytes"]:
             raise PackError(f"{path} does not match what was written ({shard['bytes']} bytes); "

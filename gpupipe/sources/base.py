@@ -116,6 +116,17 @@ class Source:
         """
         return np.frombuffer(bytearray(read_file(self.names[index], self.max_file_size)), np.uint8)
 
+    def will_read(self, order: np.ndarray, start: int) -> None:
+        """A hint: ``order[start:]`` is read next (remote sources fetch ahead; others ignore it)."""
+
+    def hold(self, indices: Sequence[int]) -> "_NoHold":
+        """Makes the files of ``indices`` readable by a reader outside Python (a DALI pipeline) until
+        the returned hold's ``release()``; local files need nothing."""
+        return _NoHold()
+
+    #: Tars one DALI run may read (``None``: any number; remote sources bound it by their cache).
+    shards_per_run: Optional[int] = None
+
     def epoch_order(self, *, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
         """The order of one epoch (all ranks): a permutation of ``(seed, epoch)``, or the stored order."""
         return epoch_order(len(self), seed=seed, epoch=epoch, shuffle=shuffle)
@@ -161,6 +172,11 @@ class Source:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({len(self)} samples, {len(self.classes)} classes)"
+
+
+class _NoHold:
+    def release(self) -> None:
+        """Nothing held."""
 
 
 class _SampleView(Sequence):

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import io
 import logging
-import os
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .. import shardfmt
-from ..fileio import DEFAULT_MAX_FILE_SIZE, UnreadableFile, read_range, regular_stat
+from ..fileio import DEFAULT_MAX_FILE_SIZE, UnreadableFile, byte_size, regular_stat
 from ..images import ImageRefused, read_header
+from ..remote import CachedStore, LocalStore, Retry, ShardCache, default_cache_dir, is_url
+from ..remote.packs import PackedTar, remote_pack
 from ..scan import ScanResult
 from ..seeding import order_generator
 from ..targets import TargetKind
@@ -27,7 +28,8 @@ class ShardSource(Source):
     """A source whose samples are members of tar files, located by an index.
 
     Attributes:
-        tar_paths: the tars (local files).
+        store: where the tars are (:class:`~gpupipe.remote.LocalStore` or, for URLs, the node's cache).
+        tar_paths: the tars as local files (for URLs: where the cache keeps them).
         entries: per sample, its members by extension (offset and size in its tar).
         shard_of: ``(N,)`` the tar of each sample.
         image_ext, mask_ext: the members holding the image and the mask.
@@ -39,13 +41,22 @@ class ShardSource(Source):
     mask_ext: Optional[str] = None
     columns = ("names", "labels", "entries", "shard_of", "image_sizes", "damaged")
 
+    @property
+    def tar_paths(self) -> List[str]:
+        return self.store.paths
+
+    @property
+    def shards_per_run(self) -> Optional[int]:
+        """Tars one DALI run may read (``None``: any number): a cache must hold a run's tars."""
+        return self.store.shards_per_run
+
     def _init_tables(self) -> None:
         self.shard_of = np.asarray(self.shard_of, np.int64)
         self._after_subset()
 
     def _after_subset(self) -> None:
         self._starts = np.searchsorted(self.shard_of, np.arange(len(self.tar_paths) + 1)).tolist()
-        self._files: Dict[int, int] = {}  # open descriptors of this object only
+        self.store = self.store.clone()  # open descriptors and pins of this object only
 
     def _scan(self, max_pixels: int, max_file_size: int) -> ScanResult:
         bad = dict(self.__dict__.get("damaged", {}))
@@ -70,11 +81,20 @@ class ShardSource(Source):
         """
         member = self.entries[index][ext]
         shard = int(self.shard_of[index])
-        fd = self._files.get(shard)
-        if fd is None:
-            fd = self._files[shard] = os.open(self.tar_paths[shard], os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        data = read_range(fd, member.offset, member.size, f"{self.tar_paths[shard]}#{member.name}")
+        data = self.store.read(shard, member.offset, member.size, f"{self.store.locations[shard]}#{member.name}")
         return np.frombuffer(bytearray(data), np.uint8)
+
+    def will_read(self, order: np.ndarray, start: int) -> None:
+        """Fetches ahead: the next tars ``order[start:]`` will read (a no-op for local tars)."""
+        if not self.store.remote:
+            return
+        per_shard = max(1, len(self) // max(1, len(self.tar_paths)))
+        upcoming = self.shard_of[np.asarray(order[start:start + 4 * per_shard], np.int64)]
+        self.store.prefetch(list(dict.fromkeys(upcoming.tolist())))
+
+    def hold(self, indices: Sequence[int]):
+        """Makes the tars of ``indices`` local and keeps them so until the returned hold is released."""
+        return self.store.hold(np.unique(self.shard_of[np.asarray(indices, np.int64)]).tolist())
 
     def read_bytes(self, index: int) -> np.ndarray:
         return self.read_member(index, self.image_ext)
@@ -122,18 +142,6 @@ class ShardSource(Source):
                 self.damaged[i] = err.reason
         return sizes
 
-    def __getstate__(self):
-        state = dict(self.__dict__)
-        state["_files"] = {}  # descriptors do not travel to other processes
-        return state
-
-    def __del__(self) -> None:
-        for fd in getattr(self, "_files", {}).values():
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-
 
 class Shards(ShardSource):
     """Samples packed by ``python -m gpupipe.pack`` (WebDataset tars with DALI indexes).
@@ -147,48 +155,59 @@ class Shards(ShardSource):
     label sets, boxes) come from the manifest, on every backend. A shuffled
     epoch permutes the shards, then the samples inside each shard.
 
+    A pack behind a URL (``s3://``, ``gs://``, ``https://``; through
+    ``fsspec``) is read the same way: its manifest and indexes at once, each
+    tar into the node's cache as the epoch reaches it (see :mod:`gpupipe.remote`).
+
     Args:
-        root: the packed folder.
+        root: the packed folder, or its URL.
         max_file_size: members larger than this are bad samples.
+        cache_dir: where a remote pack's tars are cached (default ``~/.cache/gpupipe/remote``;
+            processes sharing it download each tar once).
+        cache_limit: bytes of tars the cache keeps (``"20GB"``; least recently used go first).
+        storage_options: for the fsspec file system (credentials, ``endpoint_url``, ...).
+        retry: attempts, back-off and time-out of remote reads.
 
     Raises:
         ValueError: no manifest, a malformed one (the field is named), a name
             leaving ``root``, a missing shard or index, an index that does not
             match the manifest, or a label out of range.
+        RemoteError: a remote pack's server cannot be reached after the retries.
     """
 
-    def __init__(self, root, *, max_file_size: int = DEFAULT_MAX_FILE_SIZE) -> None:
-        self.root = Path(root).expanduser().absolute()
+    def __init__(self, root, *, max_file_size: int = DEFAULT_MAX_FILE_SIZE, cache_dir=None,
+                 cache_limit="20GB", storage_options: Optional[Dict] = None, retry: Optional[Retry] = None) -> None:
         self.max_file_size = max_file_size
-        manifest = shardfmt.read_manifest(self.root)
+        if is_url(str(root)):
+            self.root = str(root).rstrip("/")
+            cache = ShardCache(cache_dir or default_cache_dir(), byte_size(cache_limit, "cache_limit"),
+                               retry or Retry(), storage_options)
+            manifest, tars = remote_pack(self.root, cache)
+            self.store = CachedStore([t.location for t in tars], [t.size for t in tars], [t.sha256 for t in tars],
+                                     cache)
+        else:
+            self.root = Path(root).expanduser().absolute()
+            manifest, tars = _local_pack(self.root)
+            self.store = LocalStore([t.location for t in tars])
         self.manifest = manifest
         self.kind = TargetKind(manifest.get("kind", "label"))
         self.classes = list(manifest["classes"])
         self.ignore_index = int(manifest.get("ignore_index", 255))
         if self.kind is TargetKind.MASK:
             self.mask_ext = shardfmt.TARGET_EXT["mask"]
-        self.tar_paths, self.entries, self.names = [], [], []
-        shard_of, labels, tar_sizes, sizes = [], [], [], []
+        self.entries, self.names = [], []
+        shard_of, labels, sizes = [], [], []
         self.label_lists: List[np.ndarray] = []
         self.boxes: List[np.ndarray] = []
         self.box_labels: List[np.ndarray] = []
-        for number, shard in enumerate(manifest["shards"]):
-            tar = shardfmt.confined(self.root, shard["name"], f"shards[{number}].name")
-            index = shardfmt.confined(self.root, shard["index"], f"shards[{number}].index")
-            try:
-                tar_sizes.append(regular_stat(str(tar), None).st_size)
-            except UnreadableFile as err:
-                raise ValueError(f"Shards: {tar} is listed in the manifest but {err.reason}") from None
-            entries = shardfmt.read_index(index, shard.get("index_sha256", ""))
-            if len(entries) != shard["samples"]:
-                raise ValueError(f"Shards: {index} lists {len(entries)} samples, the manifest {shard['samples']}")
-            self.tar_paths.append(str(tar))
-            self.entries.extend(entries)
-            shard_of.extend([number] * len(entries))
-            self.names.extend(f"{tar}#{e[self.image_ext].name if self.image_ext in e else '?'}" for e in entries)
+        for number, (shard, tar) in enumerate(zip(manifest["shards"], tars)):
+            self.entries.extend(tar.entries)
+            shard_of.extend([number] * len(tar.entries))
+            self.names.extend(f"{tar.location}#{e[self.image_ext].name if self.image_ext in e else '?'}"
+                              for e in tar.entries)
             self._take_targets(shard)
-            labels.extend(shard.get("labels") or [-1] * len(entries))
-            sizes.extend(shard.get("sizes") or [[-1, -1]] * len(entries))
+            labels.extend(shard.get("labels") or [-1] * len(tar.entries))
+            sizes.extend(shard.get("sizes") or [[-1, -1]] * len(tar.entries))
         if not self.names:
             raise ValueError(f"Shards: {self.root} holds no samples")
         self.shard_of = shard_of
@@ -198,7 +217,7 @@ class Shards(ShardSource):
             check_labels(self.labels, len(self.classes), f"Shards {self.root}", self.names.__getitem__)
         self._set_columns()
         required = [self.image_ext] + ([self.mask_ext] if self.mask_ext else [])
-        self.validate_members(tar_sizes, required)
+        self.validate_members([t.size for t in tars], required)
         self.image_sizes = np.asarray(sizes, np.int64).reshape(-1, 2)
         if manifest["version"] < 2:
             logger.info("Shards: %s has no image sizes (format version 1); reading them from the headers", self.root)
@@ -225,3 +244,21 @@ class Shards(ShardSource):
         if self.kind is TargetKind.MULTI_LABEL:
             return [self.label_lists[i] for i in indices]
         return super().label_sets(indices)
+
+
+def _local_pack(root: Path) -> Tuple[Dict, List[PackedTar]]:
+    """The manifest of the packed folder ``root`` and its tars (sizes from the files, indexes checked)."""
+    manifest = shardfmt.read_manifest(root)
+    tars = []
+    for number, shard in enumerate(manifest["shards"]):
+        tar = shardfmt.confined(root, shard["name"], f"shards[{number}].name")
+        index = shardfmt.confined(root, shard["index"], f"shards[{number}].index")
+        try:
+            size = regular_stat(str(tar), None).st_size
+        except UnreadableFile as err:
+            raise ValueError(f"Shards: {tar} is listed in the manifest but {err.reason}") from None
+        entries = shardfmt.read_index(index, shard.get("index_sha256", ""))
+        if len(entries) != shard["samples"]:
+            raise ValueError(f"Shards: {index} lists {len(entries)} samples, the manifest {shard['samples']}")
+        tars.append(PackedTar(str(tar), size, shard.get("sha256") or None, entries))
+    return manifest, tars

@@ -76,13 +76,22 @@ class DaliBackend:
     # -- building runs ------------------------------------------------------------
 
     def _refs(self, read: EpochRead, start: int, reads: Optional[Callable[[int], EpochRead]]) -> List[BatchRef]:
-        """The batches of ``read`` from ``start``, then whole following epochs up to :data:`RUN_SAMPLES`."""
+        """The batches of ``read`` from ``start``, then whole following epochs up to :data:`RUN_SAMPLES`;
+        a source whose tars must fit a cache (remote) ends the run before it spans more than its
+        ``shards_per_run`` tars, even within an epoch."""
         bs = self.config.batch_size
         refs: List[BatchRef] = []
+        budget = self.source.shards_per_run
+        tars: set = set()
         while True:
             for b in range(start, read.batches):
                 indices, positions = batch_slots(read.share, b, bs)
                 indices = self.bad.replace(indices, read.share, b * bs)
+                if budget is not None:
+                    new = set(self.source.shard_of[indices].tolist()) - tars
+                    if refs and len(tars) + len(new) > budget:
+                        return refs
+                    tars |= new
                 refs.append(BatchRef(read.epoch, b, padded(indices, bs), padded(positions, bs), len(indices)))
             if reads is None or len(refs) * bs >= RUN_SAMPLES or read.batches == 0:
                 return refs
@@ -117,7 +126,7 @@ class DaliBackend:
                     self._recover(failure)
                     continue
                 batch = self._assemble(ref, outputs)
-                self._look_ahead(run, reads)
+                self._look_ahead(run, read, reads)
                 b += 1
                 yield batch
                 if self._keep is not None:
@@ -155,15 +164,20 @@ class DaliBackend:
         """Deletes a pipeline on the builder thread (a pipeline's teardown blocks for a while)."""
         self._builder.submit(run.close)
 
-    def _look_ahead(self, run: Run, reads) -> None:
+    def _look_ahead(self, run: Run, read: EpochRead, reads) -> None:
         """Builds the next run in the background, and starts it as the current one runs dry."""
-        if reads is None:
-            return
         if self._next is None and run.consumed >= PREBUILD_AT * len(run.refs):
             last = run.refs[-1]
-            nxt = reads(last.epoch + 1)
+            if last.epoch != read.epoch and reads is None:
+                return
+            # a run may end inside an epoch (remote tars): the next one starts after its last batch
+            nxt, start = (read if last.epoch == read.epoch else reads(last.epoch)), last.batch + 1
+            if start >= nxt.batches:
+                if reads is None:
+                    return
+                nxt, start = reads(last.epoch + 1), 0
             if nxt.batches:
-                self._next = self._builder.submit(self.pipelines.run, self._refs(nxt, 0, reads))
+                self._next = self._builder.submit(self.pipelines.run, self._refs(nxt, start, reads))
         if self._next is not None and run.fully_scheduled and self._next.done() and self._next.exception() is None:
             self._next.result().prime()
 

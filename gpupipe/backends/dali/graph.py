@@ -70,8 +70,9 @@ class Pipelines:
 
     def run(self, refs: List[BatchRef]) -> Run:
         """A built pipeline reading ``refs`` in order."""
-        files = ReaderFiles()
         indices = np.concatenate([r.indices for r in refs])
+        held = self.source.hold(indices)  # remote tars: fetched, and kept until the run closes
+        files = ReaderFiles()
         captured = {}
 
         @pipeline_def(enable_conditionals=uses_conditionals(self.spec))
@@ -89,11 +90,17 @@ class Pipelines:
                 pipe.build()
         except BaseException:
             files.close()
+            held.release()
             raise
         track(pipe)
         files.built()
+
+        def close() -> None:
+            files.close()
+            held.release()
+
         return Run(pipe, refs, check=functools.partial(self._check_order, expected=captured["expected"]),
-                   on_close=files.close)
+                   on_close=close)
 
     def prober(self) -> Prober:
         """Runs suspect samples one at a time through the same graph (see :mod:`.recovery`)."""

@@ -82,6 +82,7 @@ class TorchvisionBackend:
 
     def _plan(self, read: EpochRead, batch: int):
         bs = self.config.batch_size
+        self.source.will_read(read.share.indices, batch * bs)
         indices, positions = batch_slots(read.share, batch, bs)
         indices = self.bad.replace(indices, read.share, batch * bs)
         plan = self.planner.plan(read.epoch, positions, self.sizes[indices], source_boxes(self.source, indices))

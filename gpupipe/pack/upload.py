@@ -1,0 +1,81 @@
+"""Packing to a URL (``s3://``, ``gs://``): shards are written into a local staging folder, each
+rank uploads its own, and rank 0 uploads ``sources.tsv`` and the manifest last, so that a reader
+never sees a manifest naming a shard that is not there yet. A rerun skips what is uploaded."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from .. import shardfmt
+from ..remote import RemoteError, Retry, download, filesystem, join, read_small
+from ..remote.fetch import with_retries
+from .manifest import SOURCES
+from .verify import verify
+
+logger = logging.getLogger("gpupipe.pack")
+
+
+def upload(staging: Path, dst: str, names: Sequence[str], retry: Retry,
+           storage_options: Optional[Dict] = None) -> int:
+    """Uploads ``staging/<name>`` to ``dst/<name>`` for each name, skipping files already there with
+    the same size; returns the bytes sent.
+
+    Raises:
+        RemoteError: an upload failed after its retries, or the stored size differs.
+    """
+    fs, base = filesystem(dst, storage_options, retry.timeout)
+    sent = 0
+    for name in names:
+        local, url = Path(staging) / name, join(dst, name)
+        size = local.stat().st_size
+        path = f"{base.rstrip('/')}/{name}"
+        if _remote_size(fs, path) == size and name != shardfmt.MANIFEST:
+            continue
+        with_retries(url, retry, "uploading to", lambda src=str(local), to=path: fs.put_file(src, to))
+        stored = _remote_size(fs, path)
+        if stored != size:
+            raise RemoteError(f"uploading to {url}: the server holds {stored} bytes, expected {size}")
+        sent += size
+        logger.info("uploaded %s (%d bytes)", url, size)
+    return sent
+
+
+def upload_manifest(staging: Path, dst: str, retry: Retry, storage_options: Optional[Dict] = None) -> None:
+    """Uploads ``sources.tsv``, then the manifest (last: it makes the pack readable)."""
+    upload(staging, dst, [SOURCES, shardfmt.MANIFEST], retry, storage_options)
+
+
+def _remote_size(fs, path: str) -> Optional[int]:
+    try:
+        return int(fs.info(path)["size"])
+    except FileNotFoundError:
+        return None
+
+
+def verify_remote(url: str, retry: Retry, storage_options: Optional[Dict] = None) -> List[str]:
+    """:func:`~gpupipe.pack.verify` for a pack behind a URL: its manifest, tars and indexes are
+    downloaded into a temporary folder and checked there."""
+    folder = Path(tempfile.mkdtemp(prefix="gpupipe-verify-"))
+    try:
+        try:
+            data = read_small(join(url, shardfmt.MANIFEST), retry, storage_options)
+            (folder / shardfmt.MANIFEST).write_bytes(data)
+            manifest = shardfmt.parse_manifest(data, join(url, shardfmt.MANIFEST))
+        except (RemoteError, ValueError) as err:
+            return [str(err)]
+        for shard in manifest["shards"]:
+            for name in (shard["name"], shard["index"]):
+                try:
+                    download(join(url, name), str(folder / name), retry, storage_options=storage_options)
+                except (RemoteError, ValueError) as err:
+                    return [str(err)]
+        return [p.replace(str(folder), url) for p in verify(folder)]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+__all__ = ["upload", "upload_manifest", "verify_remote"]

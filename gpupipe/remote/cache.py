@@ -1,0 +1,263 @@
+"""A local cache of remote files shared by every process of a node, with a size limit and
+least-recently-used eviction.
+
+Layout of the cache folder: ``<key>`` (the file), ``<key>.lock`` (its lock,
+whose modification time is its last use) and ``<key>.ok`` (size, mtime and
+sha256 recorded when it was checked). One process downloads a file while the
+others wait on its lock and then use it: DDP ranks on one node fetch each
+shard once. A reader holds a shared lock (a :class:`Pin`) while it uses a
+file; eviction takes the oldest unpinned files until the new one fits, so a
+file in use is never removed. When pinned files alone exceed the limit the
+cache grows past it, with a warning, rather than stall the readers.
+
+Locking: a process takes a file's lock shared to look at it; to download it,
+it tries the exclusive lock without waiting and, when readers hold the lock,
+lets go and retries after a short randomised pause. It never waits for an
+exclusive lock while readers hold it, because a reader may itself be waiting
+(on a collective, a queue) for the process that would wait on it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import random
+import threading
+import time
+from pathlib import Path
+from typing import Dict, Optional
+
+from .fetch import Retry, download
+
+logger = logging.getLogger("gpupipe.remote")
+
+
+def default_cache_dir() -> Path:
+    """``$GPUPIPE_CACHE/remote``, or ``~/.cache/gpupipe/remote``."""
+    base = os.environ.get("GPUPIPE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "gpupipe")
+    return Path(base) / "remote"
+
+
+class Pin:
+    """A shared lock on a cached file: while it is held the file is not evicted."""
+
+    def __init__(self, fd: int, path: str) -> None:
+        self.fd, self.path = fd, path
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # closing the descriptor drops the lock
+            self.fd = -1
+
+    def __del__(self) -> None:
+        self.release()
+
+
+class ShardCache:
+    """Remote files cached in ``folder``, at most ``limit`` bytes of them (files in use excepted).
+
+    Args:
+        folder: the cache folder (created); processes sharing it share downloads.
+        limit: bytes of cached files to keep.
+        retry: how downloads retry.
+        storage_options: passed to the fsspec file system.
+    """
+
+    def __init__(self, folder, limit: int, retry: Optional[Retry] = None, storage_options: Optional[Dict] = None
+                 ) -> None:
+        self.folder = Path(folder).expanduser().absolute()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.limit, self.retry, self.storage_options = int(limit), retry or Retry(), storage_options
+        self.downloads = 0  # made by this process (tests and the bench read it)
+        self._over_limit_warned = False
+        self._lock = threading.Lock()
+
+    def path(self, url: str) -> str:
+        """Where ``url`` is (or will be) cached."""
+        digest = hashlib.sha256(url.encode()).hexdigest()[:24]
+        tail = "".join(c if c.isalnum() or c in "._-" else "_" for c in url.rsplit("/", 1)[-1])[-80:]
+        return str(self.folder / f"{digest}-{tail}")
+
+    def get(self, url: str, *, size: Optional[int] = None, sha256: Optional[str] = None, pin: bool = True
+            ) -> Optional[Pin]:
+        """Makes sure ``url`` is cached and checked (downloading it once per node); returns a
+        :class:`Pin` holding it, or ``None`` with ``pin=False`` (a prefetch).
+
+        Raises:
+            RemoteError: the download failed after its retries.
+        """
+        path = self.path(url)
+        wait = 0.01
+        while True:
+            fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while another process downloads the file
+                if not self._valid(path, size, sha256):
+                    try:  # a download needs the lock alone; never wait for readers (they may be waiting too)
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        os.close(fd)
+                        time.sleep(wait * random.uniform(0.5, 1.5))  # out of step with the other waiters
+                        wait = min(1.0, wait * 2)
+                        continue
+                    if not self._valid(path, size, sha256):
+                        self._fetch(url, path, size, sha256)
+                    fcntl.flock(fd, fcntl.LOCK_SH)  # not atomic: an eviction may slip in between
+                os.utime(path + ".lock")  # last use, for eviction
+                if os.path.exists(path):
+                    if not pin:
+                        os.close(fd)
+                        return None
+                    return Pin(fd, path)
+                os.close(fd)
+            except BaseException:
+                _close(fd)
+                raise
+
+    def _fetch(self, url: str, path: str, size: Optional[int], sha256: Optional[str]) -> None:
+        self._make_room(size or 0)
+        part = f"{path}.part-{os.getpid()}-{threading.get_ident()}"
+        digest = download(url, part, self.retry, size=size, sha256=sha256, storage_options=self.storage_options)
+        os.replace(part, path)
+        self._record(path, digest)
+        with self._lock:
+            self.downloads += 1
+
+    def is_cached(self, url: str, size: Optional[int] = None) -> bool:
+        """Whether ``url`` is cached and unchanged since it was checked (no lock taken: a hint)."""
+        return self._valid(self.path(url), size, None)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def sha256(self, url: str) -> Optional[str]:
+        """The checksum recorded when ``url`` was downloaded (``None`` if it is not cached)."""
+        record = self._read_record(self.path(url))
+        return record.get("sha256") if record else None
+
+    def cached_bytes(self) -> int:
+        """Bytes of cached files now (partial downloads included)."""
+        return sum(size for _, size, _ in self._entries(with_parts=True))
+
+    # -- checks -------------------------------------------------------------------
+
+    def _valid(self, path: str, size: Optional[int], sha256: Optional[str]) -> bool:
+        """Whether the cached file is there, unchanged since it was checked, and the one expected."""
+        record = self._read_record(path)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return False
+        if record is None or record.get("size") != st.st_size or record.get("mtime_ns") != st.st_mtime_ns:
+            return False  # changed on disk since it was checked: fetch it again
+        return (size is None or st.st_size == size) and (not sha256 or record.get("sha256") == sha256)
+
+    def _record(self, path: str, digest: str) -> None:
+        st = os.stat(path)
+        tmp = f"{path}.ok.{os.getpid()}"
+        Path(tmp).write_text(json.dumps({"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}))
+        os.replace(tmp, path + ".ok")
+
+    @staticmethod
+    def _read_record(path: str) -> Optional[Dict]:
+        try:
+            record = json.loads(Path(path + ".ok").read_text())
+        except (OSError, ValueError):
+            return None
+        return record if isinstance(record, dict) else None
+
+    # -- eviction -----------------------------------------------------------------
+
+    def _entries(self, with_parts: bool = False):
+        """``(last use, size, path)`` of every cached file (and partial downloads)."""
+        out = []
+        with os.scandir(self.folder) as it:
+            for entry in it:
+                name = entry.name
+                if name.endswith((".lock", ".ok")) or ".ok." in name or name.startswith("."):
+                    continue
+                if ".part-" in name and not with_parts:
+                    continue
+                try:
+                    size = entry.stat().st_size
+                    used = os.stat(entry.path + ".lock").st_mtime if ".part-" not in name else 0.0
+                except FileNotFoundError:
+                    continue
+                out.append((used, size, entry.path))
+        return out
+
+    def _make_room(self, incoming: int) -> None:
+        """Evicts the least recently used unpinned files until ``incoming`` more bytes fit."""
+        fd = os.open(str(self.folder / ".evict.lock"), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            _remove_dead_parts(self._entries(with_parts=True))
+            entries = sorted(e for e in self._entries() if ".part-" not in e[2])
+            total = self.cached_bytes() + incoming
+            for _, size, path in entries:
+                if total <= self.limit:
+                    break
+                if self._evict(path):
+                    total -= size
+            if total > self.limit and not self._over_limit_warned:
+                self._over_limit_warned = True
+                logger.warning("the cache in %s holds %.1f MB of files in use, over its %.1f MB limit; raise "
+                               "cache_limit", self.folder, total / 1e6, self.limit / 1e6)
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _evict(path: str) -> bool:
+        """Removes a cached file unless a reader holds it (or is downloading it)."""
+        fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        try:
+            for name in (path, path + ".ok"):
+                try:
+                    os.unlink(name)
+                except FileNotFoundError:
+                    pass
+            logger.debug("evicted %s", path)
+            return True
+        finally:
+            os.close(fd)
+
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def _remove_dead_parts(entries) -> None:
+    """Removes partial downloads left by processes that died."""
+    for _, _, path in entries:
+        if ".part-" not in path:
+            continue
+        try:
+            pid = int(path.rsplit(".part-", 1)[1].split("-")[0])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        except (ValueError, PermissionError):
+            continue
+
+
+__all__ = ["ShardCache", "Pin", "default_cache_dir"]

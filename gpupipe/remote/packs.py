@@ -1,0 +1,73 @@
+"""A gpupipe pack behind a URL: its manifest and indexes read (and checked) through the cache."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+from .. import shardfmt
+from .cache import ShardCache
+from .fetch import RemoteMissing, read_small
+from .urls import join
+
+#: Index files fetched at once when a remote pack is opened.
+INDEX_THREADS = 16
+
+
+@dataclass(frozen=True)
+class PackedTar:
+    """One tar of a pack: where it is, its size and checksum (from the manifest), and its index."""
+
+    location: str
+    size: int
+    sha256: Optional[str]
+    entries: List[shardfmt.IndexEntry]
+
+
+def remote_pack(url: str, cache: ShardCache) -> Tuple[Dict, List[PackedTar]]:
+    """The manifest of the pack at ``url`` and its tars, each index downloaded once (checked against
+    the manifest's ``index_sha256``) into ``cache``.
+
+    Raises:
+        ValueError: no manifest there, a malformed one, a name leaving ``url``, or an index that
+            does not match the manifest.
+        RemoteError: the server cannot be reached after the retries.
+    """
+    where = join(url, shardfmt.MANIFEST)
+    try:
+        data = read_small(where, cache.retry, cache.storage_options, shardfmt.MAX_METADATA_BYTES)
+    except RemoteMissing:
+        raise ValueError(f"{url} is not a gpupipe pack: no {shardfmt.MANIFEST} there (for tars written by "
+                         "another tool, use gpupipe.WebDataset)") from None
+    manifest = shardfmt.parse_manifest(data, where)
+    shards = manifest["shards"]
+    locations = [(_join(url, s["name"], f"shards[{k}].name"), _join(url, s["index"], f"shards[{k}].index"))
+                 for k, s in enumerate(shards)]
+
+    def index(k: int) -> List[shardfmt.IndexEntry]:
+        index_url, sha = locations[k][1], shards[k].get("index_sha256") or None
+        pin = cache.get(index_url, sha256=sha)
+        try:
+            entries = shardfmt.read_index(pin.path, sha or "")
+        finally:
+            pin.release()
+        if len(entries) != shards[k]["samples"]:
+            raise ValueError(f"Shards: {index_url} lists {len(entries)} samples, the manifest {shards[k]['samples']}")
+        return entries
+
+    with ThreadPoolExecutor(INDEX_THREADS, thread_name_prefix="gpupipe-index") as pool:
+        indexes = list(pool.map(index, range(len(shards))))
+    tars = [PackedTar(tar, s["bytes"], s.get("sha256") or None, entries)
+            for (tar, _), s, entries in zip(locations, shards, indexes)]
+    return manifest, tars
+
+
+def _join(url: str, name, field: str) -> str:
+    try:
+        return join(url, name)
+    except ValueError:
+        raise ValueError(f"{join(url, shardfmt.MANIFEST)}: {field} {name!r} leaves the pack") from None
+
+
+__all__ = ["remote_pack", "PackedTar"]

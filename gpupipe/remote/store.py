@@ -1,0 +1,215 @@
+"""Where a shard source's tars are: on this disk (:class:`LocalStore`) or behind URLs, read through
+the node's cache (:class:`CachedStore`). Both read a member by offset; the cached store also
+fetches ahead of need, holds the files a DALI run reads, and sizes those runs to the cache."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Dict, List, Optional, Sequence
+
+from ..fileio import read_range
+from .cache import Pin, ShardCache
+
+logger = logging.getLogger("gpupipe.remote")
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+class Hold:
+    """Files held for a reader (a DALI run) until :meth:`release`."""
+
+    def __init__(self, pins: Sequence[Pin] = ()) -> None:
+        self.pins = list(pins)
+
+    def release(self) -> None:
+        for pin in self.pins:
+            pin.release()
+        self.pins = []
+
+
+class LocalStore:
+    """Tars on this disk; descriptors opened on first read, one set per process and per copy."""
+
+    remote = False
+    #: Shards a DALI run may span (``None``: no limit).
+    shards_per_run: Optional[int] = None
+    ahead = 0
+
+    def __init__(self, paths: Sequence[str]) -> None:
+        self.paths = list(paths)
+        self.locations = self.paths  # what messages name
+        self._files: Dict[int, int] = {}
+
+    def read(self, shard: int, offset: int, size: int, name: str) -> bytes:
+        """``size`` bytes at ``offset`` of tar ``shard`` (``name`` is for messages).
+
+        Raises:
+            UnreadableFile: the tar is shorter than expected.
+        """
+        fd = self._files.get(shard)
+        if fd is None:
+            fd = self._files[shard] = os.open(self.paths[shard], os.O_RDONLY | _CLOEXEC)
+        return read_range(fd, offset, size, name)
+
+    def hold(self, shards: Sequence[int]) -> Hold:
+        return Hold()
+
+    def prefetch(self, shards: Sequence[int]) -> None:
+        """Nothing to fetch."""
+
+    def clone(self) -> "LocalStore":
+        """The same files, with descriptors of its own."""
+        return type(self)(self.paths)
+
+    def close(self) -> None:
+        for fd in self._files.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._files = {}
+
+    def __getstate__(self):
+        return {"paths": self.paths, "locations": self.paths, "_files": {}}  # descriptors do not travel to other processes
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class CachedStore:
+    """Tars behind URLs, read from the node's :class:`~gpupipe.remote.cache.ShardCache`.
+
+    Args:
+        urls: one per shard.
+        sizes: each tar's size in bytes.
+        sha256s: each tar's checksum (``None`` where unknown: checked by size only).
+        cache: the node's cache.
+        threads: background downloads at once.
+        open_shards: tars a process keeps open (and pinned) for sample reads.
+    """
+
+    remote = True
+
+    def __init__(self, urls: Sequence[str], sizes: Sequence[int], sha256s: Sequence[Optional[str]],
+                 cache: ShardCache, *, threads: int = 4, open_shards: int = 2) -> None:
+        self.urls, self.sizes, self.sha256s = list(urls), [int(s) for s in sizes], list(sha256s)
+        self.cache, self.threads, self.open_shards = cache, threads, open_shards
+        self.paths = [cache.path(u) for u in self.urls]
+        self.locations = self.urls  # what messages name
+        biggest = max(self.sizes, default=0)
+        if biggest > cache.limit:
+            raise ValueError(f"cache_limit {cache.limit:,} bytes cannot hold one shard ({biggest:,} bytes); "
+                             "raise cache_limit")
+        if 2 * biggest > cache.limit:
+            logger.warning("cache_limit %s bytes holds fewer than two shards of %s bytes: shards will be read "
+                           "before the next is fetched (no reading ahead)", f"{cache.limit:,}", f"{biggest:,}")
+        capacity = cache.limit // max(1, biggest)
+        #: Shards a DALI run may span: half the cache (the other half for the run built ahead), at most 16.
+        self.shards_per_run = max(1, min(16, capacity // 2))
+        #: Shards fetched ahead of sample reads: what the cache holds beside those open, at most 2.
+        self.ahead = max(0, min(2, capacity - open_shards - 1))
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._open: "OrderedDict[int, tuple]" = OrderedDict()  # shard -> (pin, fd), least recent first
+        self._pool: Optional[ThreadPoolExecutor] = None
+        self._pending: Dict[int, Future] = {}
+
+    def _mine(self) -> None:
+        """After a fork the parent's threads and pins are not this process's."""
+        if self._pid != os.getpid():
+            self._reset()
+
+    def fetch(self, shard: int, pin: bool = True) -> Optional[Pin]:
+        """Makes shard ``shard`` local (downloading it if needed); returns its pin."""
+        return self.cache.get(self.urls[shard], size=self.sizes[shard], sha256=self.sha256s[shard], pin=pin)
+
+    def read(self, shard: int, offset: int, size: int, name: str) -> bytes:
+        self._mine()
+        held = self._open.get(shard)
+        if held is None:
+            pin = self.fetch(shard)
+            try:
+                fd = os.open(self.paths[shard], os.O_RDONLY | _CLOEXEC)
+            except BaseException:
+                pin.release()
+                raise
+            held = self._open[shard] = (pin, fd)
+            while len(self._open) > self.open_shards:
+                _, (old_pin, old_fd) = self._open.popitem(last=False)
+                os.close(old_fd)
+                old_pin.release()
+        self._open.move_to_end(shard)
+        return read_range(held[1], offset, size, name)
+
+    def hold(self, shards: Sequence[int]) -> Hold:
+        """Fetches ``shards`` (in parallel) and pins them until the hold is released.
+
+        Raises:
+            RemoteError: a download failed after its retries.
+        """
+        self._mine()
+        futures = [self._executor().submit(self.fetch, s) for s in dict.fromkeys(int(s) for s in shards)]
+        pins: List[Pin] = []
+        try:
+            for future in futures:
+                pins.append(future.result())
+        except BaseException:
+            for future in futures:
+                if future.done() and future.exception() is None:
+                    future.result().release()
+                else:
+                    future.add_done_callback(lambda f: f.exception() is None and f.result().release())
+            raise
+        return Hold(pins)
+
+    def prefetch(self, shards: Sequence[int]) -> None:
+        """Starts downloading the first :attr:`ahead` of ``shards`` in the background; failures surface
+        when they are read."""
+        self._mine()
+        for shard in shards[:self.ahead]:
+            shard = int(shard)
+            if shard in self._pending or self.cache.is_cached(self.urls[shard], self.sizes[shard]):
+                continue
+            future = self._executor().submit(self.fetch, shard, False)
+            self._pending[shard] = future
+            future.add_done_callback(lambda f, s=shard: self._pending.pop(s, None))
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="gpupipe-fetch")
+        return self._pool
+
+    def clone(self) -> "CachedStore":
+        twin = object.__new__(type(self))
+        twin.__dict__.update({k: v for k, v in self.__dict__.items() if not k.startswith("_")})
+        twin._reset()
+        return twin
+
+    def close(self) -> None:
+        if getattr(self, "_pid", None) != os.getpid():
+            return
+        for pin, fd in self._open.values():
+            os.close(fd)
+            pin.release()
+        self._open.clear()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+
+    def __setstate__(self, state) -> None:
+        self.__dict__.update(state)
+        self._reset()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+__all__ = ["LocalStore", "CachedStore", "Hold"]

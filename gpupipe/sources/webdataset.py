@@ -1,0 +1,221 @@
+"""``WebDataset``: tars written by any WebDataset writer (img2dataset, webdataset's ``ShardWriter``,
+``tarfile``), local or behind URLs, with class labels from a member."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Union
+
+import numpy as np
+
+from ..errors import Skipped
+from ..fileio import DEFAULT_MAX_FILE_SIZE, byte_size
+from ..remote import CachedStore, LocalStore, Retry, ShardCache, default_cache_dir, expand_braces, is_url
+from ..remote.fetch import remote_info
+from .. import shardfmt
+from .shards import ShardSource
+from .tarindex import TarIndex, index_tar
+
+logger = logging.getLogger("gpupipe.sources")
+
+#: Bump when the cached index's content changes.
+INDEX_FORMAT = 1
+IMAGE_MEMBER = "image"
+
+
+class WebDataset(ShardSource):
+    """Samples in WebDataset tars written by another tool: an image member and a label member per key.
+
+    Each tar is indexed on first use (its members' offsets, labels and image
+    sizes, read once; remote tars are fetched into the cache for it) and the
+    index is kept in ``cache_dir``: a later build reads only the indexes,
+    checked against each tar's size and modification time (ETag or modification time for URLs).
+    Then the tars are read as packed shards are, on every backend.
+
+    Samples without an image or a label, labels that are not a class,
+    members whose names DALI's index cannot hold, and tars that end early are
+    reported (:attr:`problems`) and the loader refuses or skips them by
+    ``on_error``; an image whose header cannot be read is a bad sample.
+
+    Args:
+        urls: tar paths or URLs, or brace patterns (``"shard-{000000..000099}.tar"``).
+        label: the label member: ``"cls"``, ``"txt"`` (the text is a class index or a class
+            name) or ``"json:<field>"`` (a field of the ``.json`` member; ``a.b`` for nested).
+        image: image extensions, ``;``-separated, in order of preference.
+        classes: class names; int labels index them, name labels are looked up. Without:
+            int labels ``0..max`` name their classes ``"0"``, ``"1"``, ...; name labels are
+            numbered in sorted order.
+        cache_dir, cache_limit, storage_options, retry: as for :class:`Shards`.
+        max_file_size: members larger than this are bad samples.
+
+    Raises:
+        ValueError: no tar, a malformed pattern, labels mixing indices and names, or no usable sample.
+        RemoteError: a remote tar cannot be read after the retries.
+    """
+
+    image_ext = IMAGE_MEMBER
+
+    def __init__(self, urls: Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]], *, label: str = "cls",
+                 image: str = "jpg;jpeg;png;webp", classes: Optional[Sequence[str]] = None, cache_dir=None,
+                 cache_limit="20GB", storage_options: Optional[Dict] = None, retry: Optional[Retry] = None,
+                 max_file_size: int = DEFAULT_MAX_FILE_SIZE) -> None:
+        locations = _expand(urls)
+        self.max_file_size = max_file_size
+        self.root = locations[0] if len(locations) == 1 else f"{locations[0]} .. ({len(locations)} tars)"
+        image_exts = [e.strip().lower().lstrip(".") for e in image.split(";") if e.strip()]
+        if not image_exts:
+            raise ValueError(f"WebDataset: image must name extensions such as 'jpg;png', got {image!r}")
+        folder = Path(cache_dir or default_cache_dir())
+        remote = [is_url(loc) for loc in locations]
+        cache = ShardCache(folder, byte_size(cache_limit, "cache_limit"), retry or Retry(), storage_options) \
+            if any(remote) else None
+        if cache is not None and not all(remote):
+            raise ValueError("WebDataset: give either local tars or URLs, not both")
+        indexer = _Indexer(folder / "wds-index", cache, image_exts, label, max_file_size)
+        with ThreadPoolExecutor(min(8, len(locations)), thread_name_prefix="gpupipe-wds-index") as pool:
+            indexes = list(pool.map(indexer.index, locations))
+        self.problems: List[Skipped] = [Skipped(name, reason) for _, idx in indexes for name, reason in idx.problems]
+        self.classes, labels = _classes(indexes, classes, self.problems)
+        self.entries, self.names, shard_of, label_list, sizes, damaged = [], [], [], [], [], {}
+        for number, (_, idx) in enumerate(indexes):
+            for k, (_, member, _) in enumerate(idx.samples):
+                if labels[number][k] is None:
+                    continue
+                if k in idx.bad:
+                    damaged[len(self.names)] = idx.bad[k]
+                self.entries.append({IMAGE_MEMBER: member})
+                self.names.append(f"{locations[number]}#{member.name}")
+                shard_of.append(number)
+                label_list.append(labels[number][k])
+                sizes.append(idx.sizes[k])
+        if not self.names:
+            raise ValueError(f"WebDataset: no usable sample in {self.root}" +
+                             (f" ({len(self.problems)} problems, the first: {self.problems[0]})" if self.problems else ""))
+        tar_sizes = [meta["size"] for meta, _ in indexes]
+        if cache is not None:
+            self.store = CachedStore(locations, tar_sizes, [meta.get("sha256") for meta, _ in indexes], cache)
+        else:
+            self.store = LocalStore(locations)
+        self.shard_of = shard_of
+        self._init_tables()
+        self.labels = np.asarray(label_list, np.int64)
+        self.validate_members(tar_sizes, [IMAGE_MEMBER])
+        self.damaged.update(damaged)
+        self.image_sizes = np.asarray(sizes, np.int64).reshape(-1, 2)
+
+
+def _expand(urls) -> List[str]:
+    items = [urls] if isinstance(urls, (str, os.PathLike)) else list(urls)
+    out: List[str] = []
+    for item in items:
+        text = str(item)
+        expanded = expand_braces(text)
+        out.extend(e if is_url(e) else str(Path(e).expanduser().absolute()) for e in expanded)
+    if not out:
+        raise ValueError("WebDataset: no tar given")
+    return out
+
+
+class _Indexer:
+    """Indexes tars, keeping each index in ``folder`` keyed by the tar and the settings."""
+
+    def __init__(self, folder: Path, cache: Optional[ShardCache], image_exts: List[str], label: str,
+                 max_file_size: int) -> None:
+        self.folder, self.cache, self.image_exts, self.label = folder, cache, image_exts, label
+        self.max_file_size = max_file_size
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def index(self, location: str):
+        """``(meta, TarIndex)`` of one tar: from the kept index when the tar is unchanged."""
+        meta = self._meta(location)
+        settings = {"format": INDEX_FORMAT, "image": self.image_exts, "label": self.label, "location": location}
+        key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:32]
+        path = self.folder / f"{key}.json"
+        kept = _load(path)
+        if kept is not None and kept.get("meta", {}).get("stamp") == meta["stamp"]:
+            try:
+                return kept["meta"], _from_json(kept["index"])
+            except (KeyError, TypeError, ValueError):
+                logger.warning("WebDataset: the kept index %s of %s is damaged; indexing the tar again", path, location)
+        if self.cache is not None:
+            pin = self.cache.get(location, size=meta["size"])
+            try:
+                index = index_tar(pin.path, self.image_exts, self.label)
+                meta["sha256"] = self.cache.sha256(location)
+            finally:
+                pin.release()
+            index.problems = [(n.replace(pin.path, location), r) for n, r in index.problems]
+        else:
+            index = index_tar(location, self.image_exts, self.label)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps({"meta": meta, "index": _to_json(index)}))
+        os.replace(tmp, path)
+        logger.info("WebDataset: indexed %s: %d samples, %d problems", location, len(index.samples),
+                    len(index.problems))
+        return meta, index
+
+    def _meta(self, location: str) -> Dict:
+        """The tar's size and what tells a changed tar apart (mtime, or the server's ETag or modification time)."""
+        if self.cache is None:
+            try:
+                st = os.stat(location)
+            except OSError as err:
+                raise ValueError(f"WebDataset: cannot read {location}: {err.strerror or err}") from None
+            return {"location": location, "size": st.st_size, "stamp": [st.st_size, st.st_mtime_ns]}
+        info = remote_info(location, self.cache.retry, self.cache.storage_options)
+        return {"location": location, "size": info["size"], "stamp": [info["size"], info["version"]]}
+
+
+def _classes(indexes, classes: Optional[Sequence[str]], problems: List[Skipped]):
+    """Class names, and per tar and sample its label (``None`` where it names no class: listed in ``problems``)."""
+    values = [v for _, idx in indexes for _, _, v in idx.samples]
+    names = [v for v in values if isinstance(v, str)]
+    if classes is not None:
+        classes = [str(c) for c in classes]
+    elif names and len(names) != len(values):
+        raise ValueError("WebDataset: labels mix class indices and class names; pass classes=[...] to name them")
+    elif names:
+        classes = sorted(set(names))
+    else:
+        classes = [str(i) for i in range(max(values, default=-1) + 1)]
+    lookup = {name: i for i, name in enumerate(classes)}
+    labels = []
+    for meta, idx in indexes:
+        row = []
+        for _, member, value in idx.samples:
+            label = lookup.get(value) if isinstance(value, str) else (value if 0 <= value < len(classes) else None)
+            if label is None:
+                problems.append(Skipped(f"{meta['location']}#{member.name}",
+                                        f"label {value!r} is not one of the {len(classes)} classes"))
+            row.append(label)
+        labels.append(row)
+    return classes, labels
+
+
+def _load(path: Path) -> Optional[Dict]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _to_json(index: TarIndex) -> Dict:
+    return {"samples": [[key, m.name, m.offset, m.size, value] for key, m, value in index.samples],
+            "sizes": [list(s) for s in index.sizes], "bad": {str(k): v for k, v in index.bad.items()},
+            "problems": [list(p) for p in index.problems]}
+
+
+def _from_json(data: Dict) -> TarIndex:
+    return TarIndex(samples=[(key, shardfmt.Member(name, offset, size), value)
+                             for key, name, offset, size, value in data["samples"]],
+                    sizes=[tuple(s) for s in data["sizes"]], bad={int(k): v for k, v in data["bad"].items()},
+                    problems=[tuple(p) for p in data["problems"]])
+
+
+__all__ = ["WebDataset"]

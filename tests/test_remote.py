@@ -1,0 +1,148 @@
+"""Packs behind URLs, against real servers on 127.0.0.1 (Python's HTTP server, moto's S3 server): the
+same samples as the local pack, a cache that keeps its limit, downloads checked and retried, clear
+errors when the server goes away, one download per node."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import gpupipe
+from gpupipe.pack import PackSettings, pack
+from gpupipe.remote import RemoteError, Retry
+from helpers import CPU_BACKENDS, flat_folder, two_ranks
+from servers import FolderServer, S3Server
+
+pytest.importorskip("aiohttp")
+PIPELINE = [gpupipe.Decode(), gpupipe.Resize((16, 16)), gpupipe.Output("uint8")]
+QUICK = Retry(attempts=2, backoff=0.05, timeout=5)
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory):
+    root = tmp_path_factory.mktemp("remote")
+    pack(flat_folder(root / "images", 120, classes=3, size=(24, 32)), root / "packed",
+         PackSettings(shard_size=64 * 1024), workers=1, progress=False)
+    return root / "packed"
+
+
+@pytest.fixture
+def server(packed):
+    srv = FolderServer(packed)
+    yield srv
+    srv.stop()
+
+
+def shard_bytes(packed: Path) -> int:
+    return max(p.stat().st_size for p in packed.glob("*.tar"))
+
+
+def epochs(source, backend, n=2, **kwargs):
+    loader = gpupipe.loader(source, PIPELINE, batch_size=8, backend=backend, num_threads=1, seed=1, **kwargs)
+    return [[(x.clone(), y.clone()) for x, y in loader] for _ in range(n)]
+
+
+def same(a, b) -> bool:
+    return len(a) == len(b) and all(len(x) == len(y) and all(torch.equal(i, j) and torch.equal(k, m)
+                                                           for (i, k), (j, m) in zip(x, y)) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_a_pack_over_http_gives_the_local_samples(packed, server, tmp_path, backend):
+    remote = gpupipe.Shards(server.url, cache_dir=tmp_path / "cache", retry=QUICK)
+    assert remote.labels.tolist() == gpupipe.Shards(packed).labels.tolist()
+    assert same(epochs(remote, backend), epochs(packed, backend))
+    tars = len(list(packed.glob("*.tar")))
+    assert len(server.tar_gets()) == tars and set(server.tar_gets().values()) == {1}, "fetched once, then cached"
+
+
+@pytest.fixture(scope="module")
+def s3():
+    pytest.importorskip("s3fs")
+    pytest.importorskip("moto")
+    server = S3Server()
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_a_pack_on_s3_gives_the_local_samples(packed, s3, tmp_path, backend, monkeypatch):
+    url = s3.upload(packed, "bucket", f"data/packed-{backend}")
+    monkeypatch.setenv("GPUPIPE_CACHE", str(tmp_path / "cache"))
+    assert same(epochs(url, backend, n=1), epochs(packed, backend, n=1)), "gpupipe.loader('s3://...')"
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_the_cache_keeps_its_limit_and_evicts(packed, server, tmp_path, backend):
+    limit = 4 * shard_bytes(packed)
+    remote = gpupipe.Shards(server.url, cache_dir=tmp_path / "cache", cache_limit=limit, retry=QUICK)
+    assert remote.shards_per_run == 2
+    loader = gpupipe.loader(remote, PIPELINE, batch_size=8, backend=backend, num_threads=1, seed=1)
+    cache = remote.store.cache
+    peak = 0
+    for _ in range(2):
+        for _ in loader:
+            peak = max(peak, cache.cached_bytes())
+    assert 0 < peak <= limit
+    tars = len(list(packed.glob("*.tar")))
+    assert len(list((tmp_path / "cache").glob("*.tar"))) < tars, "older shards were evicted"
+    assert sum(server.tar_gets().values()) > tars, "evicted shards are fetched again in the next epoch"
+
+
+def test_a_corrupted_download_is_detected_and_fetched_again(packed, server, tmp_path):
+    server.corrupt.add("/shard-000001.tar")
+    remote = gpupipe.Shards(server.url, cache_dir=tmp_path / "cache", retry=QUICK)
+    assert same(epochs(remote, "torchvision", n=1), epochs(packed, "torchvision", n=1))
+    assert server.tar_gets()["/shard-000001.tar"] == 2 and server.tar_gets()["/shard-000002.tar"] == 1
+
+
+def test_a_cached_file_changed_on_disk_is_fetched_again(packed, server, tmp_path):
+    remote = gpupipe.Shards(server.url, cache_dir=tmp_path / "cache", retry=QUICK)
+    epochs(remote, "torchvision", n=1)
+    cached = Path(remote.store.paths[0])
+    data = bytearray(cached.read_bytes())
+    data[600] ^= 0xFF
+    cached.write_bytes(bytes(data))
+    again = gpupipe.Shards(server.url, cache_dir=tmp_path / "cache", retry=QUICK)
+    assert same(epochs(again, "torchvision", n=1), epochs(packed, "torchvision", n=1))
+    assert server.tar_gets()["/" + Path(remote.store.urls[0]).name] == 2
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_the_server_stopping_mid_epoch_gives_a_clear_error(packed, server, tmp_path, backend):
+    remote = gpupipe.Shards(server.url, cache_dir=tmp_path / "cache", cache_limit=2 * shard_bytes(packed),
+                            retry=QUICK)
+    loader = gpupipe.loader(remote, PIPELINE, batch_size=4, backend=backend, num_threads=1, seed=1)
+    it = iter(loader)
+    next(it)
+    server.stop()
+    started = time.monotonic()
+    with pytest.raises(RemoteError, match=rf"{server.url}/shard-\d+\.tar failed after 2 attempts"):
+        for _ in it:
+            pass
+    assert time.monotonic() - started < 60
+
+
+def test_a_missing_pack_and_an_unreachable_server_are_named(server, tmp_path):
+    with pytest.raises(ValueError, match="is not a gpupipe pack: no manifest.json there"):
+        gpupipe.Shards(server.url + "/nothing", cache_dir=tmp_path / "cache", retry=QUICK)
+    server.stop()
+    with pytest.raises(RemoteError, match=rf"reading {server.url}/manifest.json failed after 2 attempts"):
+        gpupipe.Shards(server.url, cache_dir=tmp_path / "cache", retry=QUICK)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_two_ranks_on_one_node_fetch_each_shard_once(packed, server, tmp_path, backend):
+    ranks = two_ranks(tmp_path, f"""
+src = gpupipe.Shards({server.url!r}, cache_dir={str(tmp_path / 'cache')!r})
+loader = gpupipe.loader(src, [gpupipe.Decode(), gpupipe.Resize((16, 16)), gpupipe.Output("uint8")], batch_size=4,
+                        backend={backend!r}, num_threads=1, seed=1)
+result = [int(v) for _, y in loader for v in y]
+""")
+    assert len(ranks[0]) + len(ranks[1]) == 120
+    tars = len(list(packed.glob("*.tar")))
+    assert len(server.tar_gets()) == tars and set(server.tar_gets().values()) == {1}, server.tar_gets()
