@@ -7,9 +7,10 @@ manifest goes through here.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 #: Default cap on one file's size (images, masks, annotation files): 1 GiB.
 DEFAULT_MAX_FILE_SIZE = 1 << 30
@@ -123,3 +124,14 @@ def byte_size(value, what: str, minimum: int = 1) -> int:
     if size < minimum:
         raise ValueError(f"{what} must be at least {minimum:,} bytes, got {value!r}")
     return size
+
+
+def read_json_object(path) -> Optional[Dict]:
+    """The JSON object in the file ``path`` (a cache's own record), or ``None`` when it is missing,
+    unreadable or not a JSON object."""
+    try:
+        with open(path, "rb") as fh:
+            data = json.loads(fh.read())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

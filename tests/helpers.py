@@ -201,3 +201,23 @@ def two_ranks(tmp_path: Path, body: str, timeout: int = 300) -> List:
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+def load_example(name: str):
+    """``examples/<name>.py`` imported as a module (the tests call its functions)."""
+    spec = importlib.util.spec_from_file_location(f"example_{name}",
+                                                  Path(__file__).parents[1] / "examples" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def rest_and_resumed(first, second) -> Tuple[list, list]:
+    """Takes one batch from ``first`` and saves its state; returns the rest of that epoch as ``first``
+    gives it and as ``second`` gives it after loading the state: two lists of ``(images, targets)``."""
+    it = iter(first)
+    next(it)
+    state = first.state_dict()
+    rest = list(it)
+    second.load_state_dict(state)
+    return rest, list(second)

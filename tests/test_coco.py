@@ -14,7 +14,7 @@ from PIL import Image
 import gpupipe
 from gpupipe import ops
 from gpupipe.pack import ConvertSettings, PackError, PackSettings, pack, verify
-from helpers import CPU_BACKENDS, make_detection_set, two_ranks
+from helpers import CPU_BACKENDS, load_example, make_detection_set, two_ranks
 
 
 @pytest.fixture(scope="module")
@@ -163,19 +163,9 @@ result = {{"len": len(loader), "counts": counts, "names": names}}
     assert all(sum(r["counts"]) > 0 for r in ranks)
 
 
-def _example():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("det_example", Path(__file__).parents[1] / "examples" /
-                                                  "train_detection.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_the_swapped_detection_loader_trains(det_data, backend):
-    example = _example()
+    example = load_example("train_detection")
     loader = example.gpupipe_version(*map(str, det_data), size=128, batch_size=4, backend=backend)
     losses = example.train(loader, num_classes=3, steps=12)
     assert np.mean(losses[-3:]) < 0.7 * np.mean(losses[:3]), losses
@@ -183,7 +173,7 @@ def test_the_swapped_detection_loader_trains(det_data, backend):
 
 
 def test_the_original_detection_dataloader_still_runs(det_data):
-    example = _example()
+    example = load_example("train_detection")
     loader = example.dataloader_version(*map(str, det_data), size=128, batch_size=4)
     losses = example.train(loader, num_classes=3, steps=12)
     assert np.mean(losses[-3:]) < 0.7 * np.mean(losses[:3]), losses

@@ -8,7 +8,8 @@ import torch
 
 import gpupipe
 from gpupipe import ops
-from helpers import BACKEND_DEVICES, CPU_BACKENDS, DALI_BACKEND_DEVICES, make_detection_set, object_pixels
+from helpers import (BACKEND_DEVICES, CPU_BACKENDS, DALI_BACKEND_DEVICES, make_detection_set, object_pixels,
+                     rest_and_resumed)
 
 #: Lowest IoU of a box with its object's visible pixel extent (measured lowest 0.80 over these
 #: pipelines, on both CPU backends: resampling blurs edges by about a pixel).
@@ -193,14 +194,10 @@ def test_ops_that_cannot_carry_boxes_are_refused_naming_op_target_and_backend(de
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_resume_with_boxes_continues_exactly(det_data, backend):
     pipeline = gpupipe.presets.detection_ssd(64)
-    first = gpupipe.loader(coco(det_data), pipeline, batch_size=5, backend=backend, num_threads=1, seed=8)
-    it = iter(first)
-    next(it)
-    state = first.state_dict()
-    rest = [t for _, t in it]
-    second = gpupipe.loader(coco(det_data), pipeline, batch_size=5, backend=backend, num_threads=1, seed=8)
-    second.load_state_dict(state)
-    again = [t for _, t in second]
+    make = lambda: gpupipe.loader(coco(det_data), pipeline, batch_size=5, backend=backend,  # noqa: E731
+                                  num_threads=1, seed=8)
+    rest, again = rest_and_resumed(make(), make())
+    rest, again = [t for _, t in rest], [t for _, t in again]
     assert len(rest) == len(again) == 4
     for a, b in zip(rest, again):
         assert torch.equal(a["labels"], b["labels"]) and torch.equal(a["boxes"], b["boxes"])

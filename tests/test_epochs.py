@@ -18,6 +18,7 @@ from gpupipe import backends
 from gpupipe.backends import REGISTRY, BackendInfo, RunConfig
 from gpupipe.epochs import EpochCursor
 from gpupipe.spec import build_spec
+from helpers import rest_and_resumed
 
 
 class FakeBackend:
@@ -177,13 +178,9 @@ def test_resume_point_is_exact_on_every_backend_with_augmentations(image_folder)
     pytest.importorskip("nvidia.dali")
     pipeline = [gpupipe.Decode(), gpupipe.RandomResizedCrop(24), gpupipe.HorizontalFlip(), gpupipe.Output("uint8")]
     a = gpupipe.loader(image_folder, pipeline, batch_size=4, backend="dali-cpu", num_threads=1, seed=9)
-    it = iter(a)
-    next(it)
-    state = a.state_dict()
-    rest = [x for x, _ in it]
     b = gpupipe.loader(image_folder, pipeline, batch_size=4, backend="torchvision", num_threads=0, seed=9)
-    b.load_state_dict(state)
-    again = [x for x, _ in b]
+    rest, again = rest_and_resumed(a, b)
+    rest, again = [x for x, _ in rest], [x for x, _ in again]
     assert len(again) == len(rest)
     for x, y in zip(rest, again):
         # DALI's and torchvision's antialiased resizes differ by ~1-2 levels (more along the borders);

@@ -13,7 +13,7 @@ from PIL import Image
 import gpupipe
 from gpupipe import ops
 from gpupipe.pack import PackSettings, pack, verify
-from helpers import BACKEND_DEVICES, CPU_BACKENDS, two_ranks
+from helpers import BACKEND_DEVICES, CPU_BACKENDS, load_example, rest_and_resumed, two_ranks
 
 IGNORE = 255
 COLOURS = {1: (230, 40, 40), 2: (40, 220, 60)}
@@ -188,14 +188,11 @@ def test_shrunk_masks_stay_class_ids(seg_data, tmp_path):
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_resume_with_masks_continues_exactly(seg_data, backend):
     pipeline = gpupipe.presets.segmentation_train(crop=32, base=50)
-    first = gpupipe.loader(source(seg_data), pipeline, batch_size=4, backend=backend, num_threads=1, seed=8)
-    it = iter(first)
-    next(it)
-    state = first.state_dict()
-    rest = [m for _, m in it]
-    second = gpupipe.loader(source(seg_data), pipeline, batch_size=4, backend=backend, num_threads=1, seed=8)
-    second.load_state_dict(state)
-    assert all(torch.equal(a, b) for a, b in zip(rest, [m for _, m in second]))
+    make = lambda: gpupipe.loader(source(seg_data), pipeline, batch_size=4, backend=backend,  # noqa: E731
+                                  num_threads=1, seed=8)
+    rest, again = rest_and_resumed(make(), make())
+    rest, again = [m for _, m in rest], [m for _, m in again]
+    assert all(torch.equal(a, b) for a, b in zip(rest, again))
 
 
 @pytest.mark.slow
@@ -213,19 +210,9 @@ result = {{"len": len(loader), "sums": seen, "names": [src.names[i] for i in loa
     assert all(len(r["sums"]) == 8 for r in ranks)
 
 
-def _example():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("seg_example", Path(__file__).parents[1] / "examples" /
-                                                  "train_segmentation.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_the_swapped_segmentation_loader_trains(seg_data, backend):
-    example = _example()
+    example = load_example("train_segmentation")
     loader = example.gpupipe_version(str(seg_data / "images"), str(seg_data / "masks"), crop=32, batch_size=4,
                                      backend=backend)
     losses = example.train(loader, num_classes=3, epochs=6)
@@ -233,7 +220,7 @@ def test_the_swapped_segmentation_loader_trains(seg_data, backend):
 
 
 def test_the_original_segmentation_dataloader_still_runs(seg_data):
-    example = _example()
+    example = load_example("train_segmentation")
     loader = example.dataloader_version(str(seg_data / "images"), str(seg_data / "masks"), crop=32, batch_size=4)
     losses = example.train(loader, num_classes=3, epochs=6)
     assert losses[-1] < 0.6 * losses[0], losses

@@ -1,16 +1,12 @@
 """A DataLoader training script switches to gpupipe by its loader lines alone, and learns."""
 
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from helpers import CPU_BACKENDS, textured_image, write_image
+from helpers import CPU_BACKENDS, load_example, textured_image, write_image
 
-spec = importlib.util.spec_from_file_location("train_example", Path(__file__).parents[1] / "examples" / "train_imagefolder.py")
-example = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(example)
+example = load_example("train_imagefolder")
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Dict, Optional
 
+from ..fileio import read_json_object
 from .fetch import Retry, download
 
 logger = logging.getLogger("gpupipe.remote")
@@ -169,11 +170,7 @@ class ShardCache:
 
     @staticmethod
     def _read_record(path: str) -> Optional[Dict]:
-        try:
-            record = json.loads(Path(path + ".ok").read_text())
-        except (OSError, ValueError):
-            return None
-        return record if isinstance(record, dict) else None
+        return read_json_object(path + ".ok")
 
     # -- eviction -----------------------------------------------------------------
 
@@ -200,10 +197,9 @@ class ShardCache:
         fd = os.open(str(self.folder / ".evict.lock"), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            _remove_dead_parts(self._entries(with_parts=True))
-            entries = sorted(e for e in self._entries() if ".part-" not in e[2])
-            total = self.cached_bytes() + incoming
-            for _, size, path in entries:
+            present = _without_dead_parts(self._entries(with_parts=True))
+            total = sum(size for _, size, _ in present) + incoming
+            for _, size, path in sorted(e for e in present if ".part-" not in e[2]):
                 if total <= self.limit:
                     break
                 if self._evict(path):
@@ -243,21 +239,24 @@ def _close(fd: int) -> None:
         pass
 
 
-def _remove_dead_parts(entries) -> None:
-    """Removes partial downloads left by processes that died."""
-    for _, _, path in entries:
-        if ".part-" not in path:
-            continue
-        try:
-            pid = int(path.rsplit(".part-", 1)[1].split("-")[0])
-            os.kill(pid, 0)
-        except ProcessLookupError:
+def _without_dead_parts(entries):
+    """Removes partial downloads left by processes that died; returns the other entries."""
+    alive = []
+    for entry in entries:
+        path = entry[2]
+        if ".part-" in path:
             try:
-                os.unlink(path)
-            except FileNotFoundError:
+                os.kill(int(path.rsplit(".part-", 1)[1].split("-")[0]), 0)
+            except ProcessLookupError:
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+                continue
+            except (ValueError, PermissionError):
                 pass
-        except (ValueError, PermissionError):
-            continue
+        alive.append(entry)
+    return alive
 
 
 __all__ = ["ShardCache", "Pin", "default_cache_dir"]

@@ -14,7 +14,7 @@ from typing import Dict, List, Optional, Sequence, Union
 import numpy as np
 
 from ..errors import Skipped
-from ..fileio import DEFAULT_MAX_FILE_SIZE, byte_size
+from ..fileio import DEFAULT_MAX_FILE_SIZE, byte_size, read_json_object
 from ..remote import CachedStore, LocalStore, Retry, ShardCache, default_cache_dir, expand_braces, is_url
 from ..remote.fetch import remote_info
 from .. import shardfmt
@@ -136,7 +136,7 @@ class _Indexer:
         settings = {"format": INDEX_FORMAT, "image": self.image_exts, "label": self.label, "location": location}
         key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:32]
         path = self.folder / f"{key}.json"
-        kept = _load(path)
+        kept = read_json_object(path)
         if kept is not None and kept.get("meta", {}).get("stamp") == meta["stamp"]:
             try:
                 return kept["meta"], _from_json(kept["index"])
@@ -195,14 +195,6 @@ def _classes(indexes, classes: Optional[Sequence[str]], problems: List[Skipped])
             row.append(label)
         labels.append(row)
     return classes, labels
-
-
-def _load(path: Path) -> Optional[Dict]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def _to_json(index: TarIndex) -> Dict:
