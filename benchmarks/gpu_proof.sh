@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
 # The GPU proof in one command (see benchmarks/gpu_proof.py and benchmarks/NOTES.md):
-#   bash benchmarks/gpu_proof.sh OUT      -- every result, log and summary.md into OUT
-# Without a CUDA GPU it says so and exits 2, doing nothing else.
+#   bash benchmarks/gpu_proof.sh OUT [--rehearse]   -- every result, log and summary.md into OUT
+# Without a CUDA GPU it says so and exits 2, doing nothing else (--rehearse: every step on the CPU).
+# The bench extra and the test tools come from .gpu-extras/extras.tar.xz where the machine
+# lacks them (benchmarks/gpu_extras.sh makes it; it is unpacked here once).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${1:?usage: gpu_proof.sh OUT}
+out=${1:?usage: gpu_proof.sh OUT [--rehearse]}
+if [ -f .gpu-extras/extras.tar.xz ]; then
+  if [ ! -f .gpu-extras/site/.done ]; then
+    mkdir -p .gpu-extras/site && xz -dc .gpu-extras/extras.tar.xz | tar -C .gpu-extras/site -xf - \
+      && touch .gpu-extras/site/.done || { echo "cannot unpack .gpu-extras/extras.tar.xz" >&2; exit 1; }
+  fi
+  export PYTHONPATH=$PWD/.gpu-extras/site${PYTHONPATH:+:$PYTHONPATH}
+fi
 export PYTHONUNBUFFERED=1
-python3 benchmarks/gpu_proof.py --out "$out" 2>&1 | tee -a "$out.log"
+python3 benchmarks/gpu_proof.py --out "$out" "${@:2}" 2>&1 | tee -a "$out.log"
 exit "${PIPESTATUS[0]}"

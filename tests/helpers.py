@@ -221,3 +221,13 @@ def rest_and_resumed(first, second) -> Tuple[list, list]:
     rest = list(it)
     second.load_state_dict(state)
     return rest, list(second)
+
+
+def env_without(folder: Path, modules: Sequence[str]) -> Dict[str, str]:
+    """An environment for a child Python in which importing each of ``modules`` fails as if it
+    were not installed (a package of that name raising ModuleNotFoundError shadows the real one)."""
+    for name in modules:
+        (folder / name).mkdir(parents=True, exist_ok=True)
+        (folder / name / "__init__.py").write_text(
+            f"raise ModuleNotFoundError({'No module named ' + repr(name)!r}, name={name!r})\n")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))}

@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from helpers import make_image_folder
+from helpers import env_without, make_image_folder
 from gpupipe.bench import demo, measure, report
 from gpupipe.bench.__main__ import parse_args
 
@@ -145,6 +145,14 @@ def test_bad_data_is_one_line(tmp_path, make):
                           capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.startswith("error: --data: ")
     assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_a_missing_bench_extra_is_one_line_naming_it(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "gpupipe.bench", "--data", str(tmp_path)], capture_output=True,
+                          text=True, env=env_without(tmp_path / "absent", ["psutil", "matplotlib"]), timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr == ("error: python -m gpupipe.bench needs the bench extra (missing: psutil, matplotlib): "
+                           "pip install 'gpupipe[bench]'\n")
 
 
 def test_bench_end_to_end_on_tiny_data(tmp_path):

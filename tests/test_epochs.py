@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+
+pytest.importorskip("hypothesis")  # the test extra; plain pytest skips this module
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

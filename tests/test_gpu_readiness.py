@@ -3,6 +3,7 @@ and the background build, decoder settings, threads, and dali-cpu feeding a GPU 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import gpupipe
 from gpupipe import backends
 from gpupipe.batch import _constants, normalize_uint8
 from gpupipe.spec import build_spec
-from helpers import flat_folder, make_image_folder, needs_dali
+from helpers import env_without, flat_folder, make_image_folder, needs_dali
 
 
 class FakeEvent:
@@ -142,3 +143,54 @@ def test_gpu_proof_refuses_without_a_gpu():
                           timeout=120, env={**os.environ})
     assert proc.returncode == 2 and "no CUDA GPU" in proc.stderr
     assert not Path("/tmp/never-written").exists()
+
+
+NOT_ON_THE_GPU_MACHINE = ("hypothesis", "moto", "s3fs", "aiohttp", "matplotlib", "psutil")
+
+
+@pytest.mark.slow
+def test_the_cuda_tests_collect_on_a_machine_with_only_torch_and_pytest(tmp_path):
+    """The GPU machine has torch, torchvision and pytest but not the test extra: the proof's
+    ``pytest -m cuda`` must collect the same tests there instead of stopping at an import."""
+    def collect(env):
+        proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "cuda",
+                               "-p", "no:cacheprovider", "tests"], cwd=Path(__file__).parents[1], env=env,
+                              capture_output=True, text=True, timeout=300)
+        return proc.returncode, sorted(line for line in proc.stdout.splitlines() if "::" in line), proc.stdout
+
+    full_exit, full, _ = collect(dict(os.environ))
+    bare_env = {**env_without(tmp_path, NOT_ON_THE_GPU_MACHINE), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    bare_exit, bare, bare_out = collect(bare_env)
+    assert full_exit == 0 and len(full) > 100
+    assert bare_exit == 0, bare_out[-3000:]
+    assert bare == full
+
+
+def _proof(out: Path, *args: str, cache: Path) -> subprocess.CompletedProcess:
+    script = Path(__file__).parents[1] / "benchmarks" / "gpu_proof.py"
+    return subprocess.run([sys.executable, str(script), "--out", str(out), *args], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "GPUPIPE_CACHE": str(cache)})
+
+
+def test_gpu_proof_steps_are_checked_before_anything_runs(tmp_path):
+    proc = _proof(tmp_path / "out", "--steps", "epochs,bench-resnet5", cache=tmp_path / "cache")
+    assert proc.returncode == 2 and "--steps: unknown bench-resnet5; choose from tests, data," in proc.stderr
+    assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.slow
+@needs_dali
+def test_gpu_proof_runs_in_parts_whose_figures_add_up(tmp_path):
+    """Device calls are limited to minutes: the proof runs a few steps per call into one OUT."""
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    first = _proof(out, "--rehearse", "--steps", "epochs", cache=cache)
+    assert first.returncode == 0, first.stderr[-2000:]
+    second = _proof(out, "--rehearse", "--steps", "hw_decoder_load", cache=cache)
+    assert second.returncode == 0, second.stderr[-2000:]
+    figures = json.loads((out / "figures.json").read_text())
+    assert set(figures["seconds"]) == {"data", "epochs", "hw_decoder_load"}, "data came along; tests did not"
+    assert figures["epochs"]["batches_per_epoch"] == 5 and set(figures["hw_decoder_load"]) == {"0.0", "0.3", "0.65",
+                                                                                                "0.9", "1.0"}
+    summary = (out / "summary.md").read_text()
+    assert '"batches_per_epoch": 5' in summary and '"0.65":' in summary and "Failed steps" not in summary
+    assert not [p for p in out.rglob("*") if p.suffix in (".tar", ".jpg")], "the data stay in the cache, not in OUT"

@@ -1,6 +1,9 @@
 """Epoch orders and rank shares: properties over many dataset and world sizes."""
 
 import numpy as np
+import pytest
+
+pytest.importorskip("hypothesis")  # the test extra; plain pytest skips this module
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

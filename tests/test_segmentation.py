@@ -129,6 +129,23 @@ def test_palette_masks_give_class_ids_not_colours(seg_data):
         assert torch.equal(next(iter(dali))[1], masks)
 
 
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_masks_are_resized_by_pixel_centres_on_every_backend(tmp_path, backend):
+    """Nearest-exact sampling: output column j reads input column floor((j + 0.5) * 10 / 4), whichever
+    torchvision is installed (before 0.29, its Mask resize ignored the interpolation asked for)."""
+    (tmp_path / "images").mkdir()
+    (tmp_path / "masks").mkdir()
+    Image.fromarray(np.full((6, 10, 3), 128, np.uint8)).save(tmp_path / "images" / "a.png")
+    Image.fromarray(np.tile(np.arange(10, dtype=np.uint8), (6, 1)), "L").save(tmp_path / "masks" / "a.png")
+    folder = gpupipe.SegmentationFolder(tmp_path / "images", tmp_path / "masks", classes=[str(i) for i in range(10)])
+    for pipeline, size in (([ops.Decode(), ops.Resize((6, 4)), ops.Output("uint8")], (6, 4)),
+                           ([ops.Decode(), ops.RandomResizedCrop(4, scale=(1.0, 1.0), ratio=(10 / 6, 10 / 6)),
+                             ops.Output("uint8")], (4, 4))):
+        loader = gpupipe.loader(folder, pipeline, batch_size=1, backend=backend, num_threads=1, shuffle=False)
+        masks = next(iter(loader))[1]
+        assert masks.shape == (1, *size) and masks[0].tolist() == [[1, 3, 6, 8]] * size[0], pipeline[1]
+
+
 def test_unpaired_files_and_bad_masks_are_reported(tmp_path):
     rng = np.random.default_rng(1)
     for i in range(5):

@@ -178,6 +178,7 @@ def test_an_index_is_kept_until_its_tar_changes(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_foreign_tars_over_http(tars, tmp_path, backend):
+    pytest.importorskip("aiohttp")  # the http extra
     folder, expected = tars
     server = FolderServer(folder)
     try:

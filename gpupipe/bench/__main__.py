@@ -10,6 +10,7 @@ the device), and says which backends are input-bound and why.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
@@ -142,9 +143,25 @@ def _log_to_stderr() -> None:
     root.setLevel(logging.INFO)
 
 
+def missing_extras() -> List[str]:
+    """The modules of the ``bench`` extra that this Python cannot import (nvidia-ml-py is optional)."""
+    missing = []
+    for name in ("psutil", "matplotlib"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    return missing
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     _log_to_stderr()
     args = parse_args(argv)
+    missing = missing_extras()
+    if missing:
+        print(f"error: python -m gpupipe.bench needs the bench extra (missing: {', '.join(missing)}): "
+              "pip install 'gpupipe[bench]'", file=sys.stderr)
+        return 2
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     started = time.perf_counter()
     spec = demo.DemoSpec(classes=10, per_class=max(1, args.demo_images // 10))

@@ -78,6 +78,13 @@ def _paste(x: torch.Tensor, top: int, left: int, h: int, w: int, fill) -> torch.
     return out
 
 
+def _as_plain(kernel):
+    """Runs a mask kernel on the Mask's plain tensor and wraps the result back. torchvision's Mask
+    kernels pick their own sampling: ``resized_crop`` always, and ``resize`` before 0.29, sample
+    NEAREST whatever ``interpolation`` asks, where DALI and the plan sample pixel centres."""
+    return lambda mask: tv_tensors.wrap(kernel(mask.as_subclass(torch.Tensor)), like=mask)
+
+
 def _fill(op) -> tuple:
     return tuple(int(round(v)) for v in op.fill)
 
@@ -86,13 +93,14 @@ def _resized_crop(item: Item, p: Params, size) -> None:
     top, left, h, w = int(p["top"]), int(p["left"]), int(p["height"]), int(p["width"])
     size = [int(v) for v in size]
     item.geometry(p, lambda x: F.resized_crop(x, top, left, h, w, size, antialias=True),
-                  lambda m: F.resized_crop(m, top, left, h, w, size, interpolation=InterpolationMode.NEAREST_EXACT))
+                  _as_plain(lambda m: F.resized_crop(m, top, left, h, w, size,
+                                                     interpolation=InterpolationMode.NEAREST_EXACT)))
 
 
 def _resize(item: Item, p: Params) -> None:
     size = [int(v) for v in p["size"]]
     item.geometry(p, lambda x: F.resize(x, size, antialias=True),
-                  lambda m: F.resize(m, size, interpolation=InterpolationMode.NEAREST_EXACT))
+                  _as_plain(lambda m: F.resize(m, size, interpolation=InterpolationMode.NEAREST_EXACT)))
 
 
 def _flip(item: Item, p: Params) -> None:
@@ -103,7 +111,8 @@ def _flip(item: Item, p: Params) -> None:
 def _rotate(item: Item, p: Params, spec: PipelineSpec) -> None:
     angle = float(p["angle"])
     item.geometry(p, lambda x: F.rotate(x, angle, interpolation=InterpolationMode.BILINEAR, fill=0),
-                  lambda m: F.rotate(m, angle, interpolation=InterpolationMode.NEAREST, fill=spec.ignore_index))
+                  _as_plain(lambda m: F.rotate(m, angle, interpolation=InterpolationMode.NEAREST,
+                                               fill=spec.ignore_index)))
 
 
 def _iou_crop(item: Item, p: Params, spec: PipelineSpec) -> None:
