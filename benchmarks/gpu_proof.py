@@ -2,19 +2,24 @@
 
     python benchmarks/gpu_proof.py --out proof/        (or: bash benchmarks/gpu_proof.sh proof/)
 
-In one go (~8 minutes on one H100/H200 with 16 cores), writing everything into OUT:
+The steps (``--steps`` names; about 8 minutes in all, estimated, on one H100/H200 with 16
+cores), writing everything into OUT:
 
-1. ``tests.log``, ``tests.xml``: the ``cuda`` tests (pytest -m cuda);
-2. the data: a demo set of 50 batches and its packed copy (``--max-size 256``);
-3. ``stream_safety.json``: a training-like consumer that reads each batch late, without
-   synchronising, compared with a synchronised reference (and without gpupipe's buffer
-   keep-alive, to see whether DALI alone orders the buffer's reuse);
-4. ``epochs.json``: GPU memory (torch and NVML) after epochs 1, 2 and 5, and every epoch
-   boundary's time against the median batch;
-5. ``hw_decoder_load.json``: loader-alone images/s for hw_decoder_load 0 .. 1;
-6. ``bench-*``: ``python -m gpupipe.bench`` with ResNet-50 and ResNet-18 (standard), heavy
-   augmentation, and the packed shards;
-7. ``summary.md``: every figure and the targets, met or missed.
+1. ``tests``: ``tests.log``, ``tests.xml``, the ``cuda`` tests (pytest -m cuda);
+2. ``data``: a demo set of 50 batches and its packed copy (``--max-size 256``), in the cache;
+3. ``stream_safety``: ``stream_safety.json``, a training-like consumer that reads each batch
+   late, without synchronising, compared with a synchronised reference (and without
+   gpupipe's buffer keep-alive, to see whether DALI alone orders the buffer's reuse);
+4. ``decode_tolerance``: ``decode_tolerance.json``, per image the mean absolute difference
+   between the GPU decode and PIL's, for hw_decoder_load 0, 0.65 and 1;
+5. ``epochs``: ``epochs.json``, GPU memory (torch and NVML) after epochs 1, 2 and 5, and every
+   epoch boundary's time against the median batch;
+6. ``hw_decoder_load``: ``hw_decoder_load.json``, loader-alone images/s for hw_decoder_load 0 .. 1;
+7. ``bench-resnet50``, ``bench-resnet18``, ``bench-heavy``, ``bench-shards``: ``bench-*``,
+   ``python -m gpupipe.bench`` with ResNet-50 and ResNet-18 (standard), heavy augmentation,
+   and the packed shards;
+
+and, after any of them, ``summary.md``: every figure and the targets, met or missed.
 
 Without a CUDA GPU it says so and exits 2, doing nothing else. ``--rehearse`` runs every
 step on the CPU (``dali-cpu``, tiny sizes) to check this script itself.
@@ -179,10 +184,12 @@ class Proof:
             loader = self.loader(pipeline=[gpupipe.Decode(), crop, gpupipe.Output(dtype="uint8")], shuffle=False,
                                  batch_size=32, hw_decoder_load=load)
             diffs = []
-            for images, _ in loader:
+            for images, _ in loader:  # shuffle=False: the folder's order, as the references
                 for image in images.permute(0, 2, 3, 1).cpu().numpy().astype(np.int16):
                     if len(diffs) < len(references):
                         diffs.append(float(np.abs(image - references[len(diffs)]).mean()))
+                if len(diffs) == len(references):
+                    break
             results[str(load)] = {"images": len(diffs), "mean": round(statistics.mean(diffs), 3),
                                   "p99": round(float(np.percentile(diffs, 99)), 3), "max": round(max(diffs), 3)}
         self.figures["decode_tolerance"] = results

@@ -185,10 +185,14 @@ def test_gpu_proof_runs_in_parts_whose_figures_add_up(tmp_path):
     out, cache = tmp_path / "out", tmp_path / "cache"
     first = _proof(out, "--rehearse", "--steps", "epochs", cache=cache)
     assert first.returncode == 0, first.stderr[-2000:]
-    second = _proof(out, "--rehearse", "--steps", "hw_decoder_load", cache=cache)
+    second = _proof(out, "--rehearse", "--steps", "hw_decoder_load,decode_tolerance", cache=cache)
     assert second.returncode == 0, second.stderr[-2000:]
     figures = json.loads((out / "figures.json").read_text())
-    assert set(figures["seconds"]) == {"data", "epochs", "hw_decoder_load"}, "data came along; tests did not"
+    assert set(figures["seconds"]) == {"data", "epochs", "hw_decoder_load", "decode_tolerance"}, \
+        "data came along; tests did not"
+    tolerance = figures["decode_tolerance"]
+    assert [tolerance[k]["images"] for k in ("0.0", "0.65", "1.0")] == [32, 32, 32]
+    assert max(v["max"] for v in tolerance.values()) <= 0.5, "dali-cpu decodes as PIL does (both libjpeg-turbo)"
     assert figures["epochs"]["batches_per_epoch"] == 5 and set(figures["hw_decoder_load"]) == {"0.0", "0.3", "0.65",
                                                                                                 "0.9", "1.0"}
     summary = (out / "summary.md").read_text()
