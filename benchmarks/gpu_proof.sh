@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The GPU proof in one command (see benchmarks/gpu_proof.py and benchmarks/NOTES.md):
-#   bash benchmarks/gpu_proof.sh OUT [--rehearse]   -- every result, log and summary.md into OUT
+#   bash benchmarks/gpu_proof.sh OUT [--rehearse] [--steps a,b]   -- results, logs and summary.md into OUT
 # Without a CUDA GPU it says so and exits 2, doing nothing else (--rehearse: every step on the CPU).
 # The bench extra and the test tools come from .gpu-extras/extras.tar.xz where the machine
 # lacks them (benchmarks/gpu_extras.sh makes it; it is unpacked here once).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${1:?usage: gpu_proof.sh OUT [--rehearse]}
+out=${1:?usage: gpu_proof.sh OUT [--rehearse] [--steps a,b]}
 if [ -f .gpu-extras/extras.tar.xz ]; then
   if [ ! -f .gpu-extras/site/.done ]; then
     mkdir -p .gpu-extras/site && xz -dc .gpu-extras/extras.tar.xz | tar -C .gpu-extras/site -xf - \
