@@ -36,7 +36,7 @@ import gpupipe  # noqa: E402
 from gpupipe.backends import default_threads  # noqa: E402
 from gpupipe.bench import demo  # noqa: E402
 from gpupipe.bench.measure import Stream, time_loader, warm_up  # noqa: E402
-from gpupipe.scan import default_cache_dir  # noqa: E402
+from gpupipe.env import cache_dir  # noqa: E402
 
 MEAN, STD = gpupipe.ops.IMAGENET_MEAN, gpupipe.ops.IMAGENET_STD
 SIZE = 224
@@ -171,7 +171,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     args = parser.parse_args()
     spec = demo.DemoSpec(per_class=30, scale=args.large_photos) if args.large_photos else demo.DemoSpec()
-    data = args.data or demo.ensure_demo(default_cache_dir(), spec)
+    data = args.data or demo.ensure_demo(cache_dir(), spec)
     report = {"data": str(data), "data_stats": demo.folder_stats(data), "threads": args.threads, "cores": psutil.cpu_count(), "rounds": args.rounds,
               "steps": args.steps, "results": {}}
     rng = random.Random(0)

@@ -15,8 +15,8 @@ from pathlib import Path
 from nvidia.dali import fn, pipeline, types
 
 import gpupipe
-from gpupipe.scan import default_cache_dir
 from gpupipe.bench.demo import DemoSpec, ensure_demo
+from gpupipe.env import cache_dir
 
 STAGES = ("read", "decode (full image)", "decode (ROI)", "+ resize 224 (antialias)", "+ resize 224 (no antialias)",
           "+ crop_mirror_normalize")
@@ -46,7 +46,7 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=32)
     args = parser.parse_args()
-    data = args.data or ensure_demo(default_cache_dir(), DemoSpec())
+    data = args.data or ensure_demo(cache_dir(), DemoSpec())
     source = gpupipe.ImageFolder(data)
     for stage in STAGES:
         pipe = build(stage, source.paths, source.labels, args.threads, args.batch_size)

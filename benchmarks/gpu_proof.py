@@ -18,6 +18,11 @@ cores), writing everything into OUT:
 7. ``bench-resnet50``, ``bench-resnet18``, ``bench-heavy``, ``bench-shards``: ``bench-*``,
    ``python -m gpupipe.bench`` with ResNet-50 and ResNet-18 (standard), heavy augmentation,
    and the packed shards;
+8. ``peer_compare``: ``peer_compare.json``, gpupipe ``dali`` against a hand-written DALI pipeline
+   of the same graph and a ``torchvision.io`` GPU loader, loader alone and ResNet-18/50 end to
+   end, with the host time inside ``next()`` (``benchmarks/peer_compare.py``);
+9. ``op_costs``: ``op_costs.json``, milliseconds per batch each op of the heavy setting adds on
+   the GPU (``benchmarks/op_costs.py``);
 
 and, after any of them, ``summary.md``: every figure and the targets, met or missed.
 
@@ -27,7 +32,7 @@ step on the CPU (``dali-cpu``, tiny sizes) to check this script itself.
 ``--steps a,b`` runs some steps only (the data step comes along where a step needs it), so that
 the proof fits in calls of a few minutes each: OUT keeps what earlier calls measured
 (``figures.json``, ``bench-*/bench.json``) and ``summary.md`` is rewritten from all of it each
-time. The data live in the cache folder (``$GPUPIPE_CACHE``, else ``~/.cache/gpupipe``), never in
+time. The data live in gpupipe's cache folder (``gpupipe.env.cache_dir()``), never in
 OUT, so OUT can be committed as it is.
 """
 
@@ -54,7 +59,7 @@ import torch  # noqa: E402
 logger = logging.getLogger("gpu_proof")
 
 STEPS = ("tests", "data", "stream_safety", "decode_tolerance", "epochs", "hw_decoder_load", "bench-resnet50",
-         "bench-resnet18", "bench-heavy", "bench-shards")
+         "bench-resnet18", "bench-heavy", "bench-shards", "peer_compare", "op_costs")
 TESTS_TIMEOUT_S = 480  # the whole ``pytest -m cuda`` run; one test may take 240 s where pytest-timeout is there
 
 TARGETS = {
@@ -81,7 +86,10 @@ class Proof:
                 self.figures.update(kept)
         self.figures["bench"] = {name[len("bench-"):]: json.loads((out / name / "bench.json").read_text())
                                  for name in STEPS if (out / name / "bench.json").exists()}
-        self.cache = Path(os.environ.get("GPUPIPE_CACHE") or Path.home() / ".cache" / "gpupipe")
+        from gpupipe import env
+
+        self.cache = env.cache_dir()
+        self.figures["machine"] = machine()  # this call's machine: a proof run in parts may have no bench yet
 
     @property
     def failures(self) -> List[str]:
@@ -249,6 +257,16 @@ class Proof:
         self.figures.setdefault("bench", {})[name] = report
         return report
 
+    def script(self, name: str, script: str, *args: str) -> None:
+        """Runs ``benchmarks/<script> ... --out OUT/<name>.json`` (its log: ``<name>.log``)."""
+        out = self.out / f"{name}.json"
+        cmd = [sys.executable, str(ROOT / "benchmarks" / script), *args, "--out", str(out)]
+        exit_code = _run_logged(cmd, self.out / f"{name}.log", 400,
+                                env={**os.environ, "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"})
+        if exit_code != 0:
+            raise RuntimeError(f"{script} exited {exit_code}")
+        self.figures[name] = json.loads(out.read_text())
+
     def run(self, wanted: List[str]) -> None:
         """Runs the ``wanted`` steps in the proof's order; the data step first where another step needs it."""
         steps = {
@@ -261,6 +279,14 @@ class Proof:
                                               "--backends", "dali,torchvision"),
             "bench-shards": lambda: self.bench("shards", "--data", str(self.shards), "--model", "resnet50",
                                                "--backends", "dali,dali-cpu,torchvision"),
+            "peer_compare": lambda: self.script(
+                "peer_compare", "peer_compare.py", "--data", str(self.folder),
+                *(["--tiny-models", "--batch-size", "8", "--steps", "3", "--train-steps", "2", "--warmup", "2",
+                   "--rounds", "1"] if self.rehearse else ["--models", "resnet18,resnet50"])),
+            "op_costs": lambda: self.script(
+                "op_costs", "op_costs.py", str(self.folder),
+                *(["--backend", "dali-cpu", "--batch", "8", "--batches", "2", "--rounds", "1", "--size", "64"]
+                  if self.rehearse else ["--backend", "dali"])),
         }
         for name in STEPS:
             if name == "data" and any(w not in ("tests", "data") for w in wanted):
@@ -271,6 +297,15 @@ class Proof:
                 self.figures["failures"][name] = f"{name}: not run, the data step failed"
                 continue
             self.step(name, steps[name])
+
+
+def machine() -> Dict:
+    """GPU, usable cores, CPU model and versions of this machine (no psutil: the GPU machine may lack it)."""
+    from gpupipe import env
+    from gpupipe.amp import cpu_info
+
+    return {"gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "cpu_cores_usable": env.cores(), "cpu": cpu_info()["model"], "versions": env.versions()}
 
 
 def _run_logged(cmd: List[str], log: Path, timeout: float, env=None) -> int:
@@ -330,11 +365,18 @@ def _met(value, bound) -> str:
     return "-" if value is None else ("met" if value >= bound else "MISSED")
 
 
+def machine_of_bench(figures: Dict) -> Dict:
+    """The machine a bench step recorded (figures of proofs made before the proof recorded its own)."""
+    return next(iter(figures.get("bench", {}).values()), {}).get("machine", {})
+
+
 def summary(proof: Proof) -> str:
     f = proof.figures
     lines = ["# GPU proof" + (" (CPU rehearsal: not a GPU result)" if f["rehearsal"] else ""), ""]
-    machine = next(iter(f.get("bench", {}).values()), {}).get("machine", {})
-    lines += [f"Machine: {machine.get('gpu') or 'no GPU'}, {machine.get('cpu_cores_usable')} cores "
+    machine = f.get("machine") or machine_of_bench(f)
+    gpu = machine.get("gpu")
+    gpu = gpu.get("name") if isinstance(gpu, dict) else gpu  # the bench's record holds a dict
+    lines += [f"Machine: {gpu or 'no GPU'}, {machine.get('cpu_cores_usable')} cores "
               f"({machine.get('cpu')}); versions: {json.dumps(machine.get('versions', {}))}", ""]
     lines += ["## Targets", "", "| target | measured | |", "|---|---|---|"]
     lines += [f"| {t} | {m} | {ok} |" for t, m, ok in targets(f)]
@@ -344,6 +386,8 @@ def summary(proof: Proof) -> str:
               f"by hw_decoder_load: {json.dumps(f.get('decode_tolerance', '-'))}",
               f"- epochs: {json.dumps(f.get('epochs', '-'))}",
               f"- hw_decoder_load sweep (img/s): {json.dumps(f.get('hw_decoder_load', '-'))}",
+              f"- peer comparison: {json.dumps(f.get('peer_compare', '-'))}",
+              f"- per-op cost, heavy setting (ms per batch): {json.dumps(f.get('op_costs', {}).get('rows', '-'))}",
               f"- seconds per step: {json.dumps(f.get('seconds', {}))}"]
     for name, report in sorted(f.get("bench", {}).items(), key=lambda kv: STEPS.index(f"bench-{kv[0]}")):
         from gpupipe.bench.report import table

@@ -19,8 +19,8 @@ from pathlib import Path
 import gpupipe
 from gpupipe.backends import available, default_threads
 from gpupipe.bench import measure
-from gpupipe.scan import default_cache_dir
 from gpupipe.bench.demo import DemoSpec, ensure_demo
+from gpupipe.env import cache_dir
 from gpupipe.pack import ConvertSettings, PackSettings, pack
 
 
@@ -53,7 +53,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=10)
     args = parser.parse_args()
     workers = default_threads()
-    demo = ensure_demo(default_cache_dir(), DemoSpec())
+    demo = ensure_demo(cache_dir(), DemoSpec())
     work = Path(tempfile.mkdtemp(prefix="gpupipe-packbench-"))
     try:
         packing = {

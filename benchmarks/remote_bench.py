@@ -29,17 +29,17 @@ import fsspec
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the test servers
 
 import gpupipe  # noqa: E402
+from gpupipe import env  # noqa: E402
 from gpupipe.backends import available, default_threads  # noqa: E402
 from gpupipe.bench.demo import DemoSpec, ensure_demo  # noqa: E402
 from gpupipe.pack import ConvertSettings, PackSettings, pack  # noqa: E402
-from gpupipe.scan import default_cache_dir  # noqa: E402
 from servers import FolderServer, S3Server  # noqa: E402
 
 
 def epoch_rate(where, backend: str, cache_dir) -> float:
     """Images per second over one epoch from a new source and loader, start-up included."""
     started = time.perf_counter()
-    source = gpupipe.Shards(where, cache_dir=cache_dir) if cache_dir else gpupipe.Shards(where)
+    source = gpupipe.Shards(where, cache_dir=cache_dir)  # None: the default cache (unused by a local pack)
     loader = gpupipe.loader(source, "train", batch_size=32, backend=backend, device="cpu",
                             num_threads=default_threads(), channels_last=True)
     images = sum(len(labels) for _, labels in loader)
@@ -70,7 +70,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--rate-mib", type=float, default=20.0, help="the limited link, MiB/s per connection")
     args = parser.parse_args()
-    demo = ensure_demo(default_cache_dir(), DemoSpec())
+    demo = ensure_demo(env.cache_dir(), DemoSpec())
     work = Path(tempfile.mkdtemp(prefix="gpupipe-remotebench-"))
     s3 = S3Server()
     servers = []

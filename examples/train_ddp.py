@@ -16,7 +16,8 @@ every --save-every steps, at the end of every epoch and at --max-steps;
 run again, it resumes where it stopped (and says where), and a finished
 run does nothing more. After each epoch it validates on --val (default:
 DATA) with even_batches=False: every image counted exactly once over all
-ranks, the accuracy summed with one all_reduce.
+ranks, the accuracy summed with one all_reduce. The step autocasts to bf16
+where the machine runs it well, else float32 (--amp).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import argparse
 import os
 from pathlib import Path
 
+import _common
 import torch
 import torch.distributed as dist
 import torchvision
@@ -32,28 +34,39 @@ from torch.nn.parallel import DistributedDataParallel
 
 import gpupipe
 
+#: How to start this script, said when it is run without torchrun.
+USAGE = "torchrun --standalone --nproc_per_node=2 examples/train_ddp.py DATA [options]"
+
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("data", help="image folder root/<class>/<image>, list file or packed shards")
-    parser.add_argument("--val", help="validation data (default: DATA)")
+    parser = _common.parser(__doc__)
+    parser.add_argument("data", type=_common.existing_path,
+                        help="image folder root/<class>/<image>, list file or packed shards")
+    parser.add_argument("--val", type=_common.existing_path, help="validation data (default: DATA)")
     parser.add_argument("--model", default="resnet18", help="torchvision model name")
-    parser.add_argument("--epochs", type=int, default=1, help="epochs to train")
-    parser.add_argument("--batch-size", type=int, default=32, help="per rank")
-    parser.add_argument("--size", type=int, default=128, help="training crop size in pixels")
+    parser.add_argument("--epochs", type=_common.positive_int, default=1, help="epochs to train")
+    parser.add_argument("--batch-size", type=_common.positive_int, default=32, help="per rank")
+    parser.add_argument("--size", type=_common.positive_int, default=128, help="training crop size in pixels")
     parser.add_argument("--backend", default="auto", help="gpupipe backend")
+    parser.add_argument("--amp", choices=_common.AMP_CHOICES, default="auto",
+                        help="autocast precision: auto (bf16 where the machine runs it well, else float32), "
+                             "bf16, fp16 or off (float32)")
     parser.add_argument("--checkpoint", type=Path, help="folder for checkpoints (resumes from it)")
     parser.add_argument("--save-every", type=int, default=50, help="steps between checkpoints (0: epoch ends only)")
     parser.add_argument("--max-steps", type=int, default=0, help="stop after this many steps in all (0: no limit)")
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.model not in torchvision.models.list_models(torchvision.models):
+        parser.error(f"argument --model: {args.model!r} is not a torchvision classification model")
+    if _common.torchrun_rank() is None:
+        _common.fail(f"examples/train_ddp.py runs under torchrun, one process per GPU (or CPU share): {USAGE}")
+    return args
 
 
-def evaluate(model, loader, device) -> float:
+def evaluate(model, loader, device, amp) -> float:
     """Top-1 accuracy over every validation image exactly once (even_batches=False), all ranks together."""
     model.eval()
     totals = torch.zeros(2, dtype=torch.float64, device=device)
-    with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16):
+    with torch.no_grad(), amp.autocast(device.type):
         for images, labels in loader:
             totals[0] += (model(images).argmax(dim=1) == labels).sum()
             totals[1] += len(labels)
@@ -76,8 +89,11 @@ def main() -> None:
     val_loader = gpupipe.loader(args.val or args.data, gpupipe.presets.val(args.size, resize=args.size * 8 // 7),
                                 batch_size=args.batch_size, backend=loader.backend, device=device, shuffle=False,
                                 even_batches=False, channels_last=True)
+    amp = _common.amp(device, args.amp)
+    scaler = torch.amp.GradScaler(device.type, enabled=amp.needs_scaler)
     if rank == 0:
         print(f"gpupipe backend: {loader.backend} ({loader.backend_reason})")
+        print(f"autocast: {amp.name} ({amp.reason})")
     model = torchvision.models.get_model(args.model, num_classes=len(loader.classes))
     model = DistributedDataParallel(model.to(device, memory_format=torch.channels_last),
                                     device_ids=[device.index] if cuda else None)
@@ -90,13 +106,15 @@ def main() -> None:
         if ckpt is not None:
             ckpt.parent.mkdir(parents=True, exist_ok=True)
             torch.save({"model": model.module.state_dict(), "optimizer": optimizer.state_dict(),
-                        "loader": loader.state_dict(), "step": step}, ckpt)
+                        "loader": loader.state_dict(), "scaler": scaler.state_dict(), "step": step}, ckpt)
 
     if ckpt is not None and ckpt.exists():
         state = torch.load(ckpt, map_location=device, weights_only=True)
         model.module.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         loader.load_state_dict(state["loader"])  # continues mid-epoch, exactly
+        if state.get("scaler"):  # saved by an fp16 run (bf16 and float32 need no scaler)
+            scaler.load_state_dict(state["scaler"])
         step = state["step"]
         print(f"rank {rank}: resumed at epoch {state['loader']['epoch']}, batch {state['loader']['batches_done']}, "
               f"step {step}")
@@ -109,11 +127,12 @@ def main() -> None:
             break
         loader.set_epoch(epoch)
         for images, labels in loader:
-            with torch.autocast(device.type, dtype=torch.bfloat16):
+            with amp.autocast(device.type):
                 loss = torch.nn.functional.cross_entropy(model(images), labels)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
             step += 1
             if (args.save_every and step % args.save_every == 0) or done():
                 save()
@@ -123,12 +142,13 @@ def main() -> None:
                 break
         else:  # the epoch ended
             save()
-            accuracy = evaluate(model, val_loader, device)
+            stats = loader.stats(reset=True)  # this epoch's training batches
+            accuracy = evaluate(model, val_loader, device, amp)
             if rank == 0:
-                print(f"epoch {epoch}: validation accuracy {accuracy:.3f} over {len(val_loader.source)} images")
-                print(f"input pipeline, rank 0: {loader.stats(reset=True)}")
+                print(f"epoch {epoch}: validation accuracy {accuracy:.3f} over {len(val_loader.source)} images; "
+                      f"input pipeline, rank 0: {stats}", flush=True)
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    main()
+    _common.run(main)

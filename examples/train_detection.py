@@ -9,10 +9,11 @@ recipe is torchvision's SSD one (photometric distortion, zoom out, IoU crop, fli
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
+from typing import Callable, Optional
 
+import _common
 import torch
 from PIL import Image
 from torchvision import tv_tensors
@@ -46,7 +47,8 @@ class CocoBoxes(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         record = self.records[i]
-        image = tv_tensors.Image(v2.functional.pil_to_tensor(Image.open(self.root / record["file_name"]).convert("RGB")))
+        pixels = Image.open(self.root / record["file_name"]).convert("RGB")
+        image = tv_tensors.Image(v2.functional.pil_to_tensor(pixels))
         found = self.boxes[record["id"]]
         boxes = tv_tensors.BoundingBoxes(torch.tensor([b for b, _ in found], dtype=torch.float32).reshape(-1, 4),
                                          format="XYXY", canvas_size=image.shape[-2:])
@@ -68,14 +70,18 @@ def gpupipe_version(images: str, annotations: str, size: int, batch_size: int, b
     return gpupipe.DetectionLists(loader, label_offset=1)
 
 
-def train(loader, num_classes: int, steps: int, device: str = "cpu") -> list:
-    """The unchanged training loop; returns the loss of each step."""
+def train(loader, num_classes: int, steps: int, device: str = "cpu",
+          on_epoch: Optional[Callable[[int, list], None]] = None) -> list:
+    """The unchanged training loop; returns the loss of each step (``on_epoch`` gets each epoch's
+    losses as it ends, and the last epoch's when ``steps`` stops it early)."""
     torch.manual_seed(0)
     model = ssdlite320_mobilenet_v3_large(weights=None, weights_backbone=None, num_classes=num_classes + 1).to(device)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3)
-    losses = []
+    losses: list = []
+    epoch = 0
     while len(losses) < steps:
+        first = len(losses)
         for images, targets in loader:
             images = [image.to(device) for image in images]
             targets = [{k: v.to(device) for k, v in t.items()} for t in targets]
@@ -86,34 +92,47 @@ def train(loader, num_classes: int, steps: int, device: str = "cpu") -> list:
             losses.append(loss.item())
             if len(losses) == steps:
                 break
+        if len(losses) == first:
+            raise ValueError("the loader gave no batch: fewer images than --batch-size")
+        if on_epoch is not None:
+            on_epoch(epoch, losses[first:])
+        epoch += 1
     return losses
 
 
+def category_count(annotations: str) -> int:
+    """The number of categories in a COCO annotation file."""
+    try:
+        return len(json.loads(Path(annotations).read_text())["categories"])
+    except (KeyError, TypeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{annotations}: not a COCO annotation file ({type(err).__name__}: {err})") from None
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("images")
-    parser.add_argument("annotations")
+    parser = _common.parser(__doc__)
+    parser.add_argument("images", type=_common.existing_folder, help="folder of images")
+    parser.add_argument("annotations", type=_common.existing_file, help="COCO annotation file (JSON)")
     parser.add_argument("--loader", choices=["dataloader", "gpupipe"], default="gpupipe")
     parser.add_argument("--backend", default="auto", help="gpupipe backend")
-    parser.add_argument("--classes", type=int, required=True, help="number of categories in the annotations")
-    parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--size", type=int, default=320)
-    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--classes", type=_common.positive_int,
+                        help="number of categories (default: as many as the annotations name)")
+    parser.add_argument("--steps", type=_common.positive_int, default=50)
+    parser.add_argument("--size", type=_common.positive_int, default=320)
+    parser.add_argument("--batch-size", type=_common.positive_int, default=8)
     args = parser.parse_args()
+    classes = args.classes or category_count(args.annotations)
     if args.loader == "dataloader":
         loader = dataloader_version(args.images, args.annotations, args.size, args.batch_size)
     else:
         loader = gpupipe_version(args.images, args.annotations, args.size, args.batch_size, args.backend)
         print(f"gpupipe backend: {loader.backend} ({loader.backend_reason})")
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    losses = train(loader, args.classes, args.steps, device)
-    for step in range(0, len(losses), 10):
-        print(f"step {step}: loss {losses[step]:.3f}")
-    print(f"last step: loss {losses[-1]:.3f}")
-    if args.loader == "gpupipe":
-        print(f"input pipeline: {loader.stats()}")
+
+    def report(epoch: int, losses: list) -> None:
+        extra = f" (mean of {len(losses)} steps, last {losses[-1]:.3f})"
+        print(_common.epoch_line(epoch, sum(losses) / len(losses), loader, extra), flush=True)
+
+    train(loader, classes, args.steps, _common.device(), on_epoch=report)
 
 
 if __name__ == "__main__":
-    main()
+    _common.run(main)

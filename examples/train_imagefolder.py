@@ -7,8 +7,9 @@ one you already have. Run ``python examples/train_imagefolder.py DATA
 
 from __future__ import annotations
 
-import argparse
+from typing import Callable, Optional
 
+import _common
 import torch
 import torchvision
 from torch import nn
@@ -33,8 +34,10 @@ def gpupipe_version(root: str, size: int, batch_size: int, backend: str = "auto"
     return gpupipe.loader(root, gpupipe.presets.train(size), batch_size=batch_size, backend=backend)
 
 
-def train(loader, num_classes: int, epochs: int, device: str = "cpu") -> list[float]:
-    """The unchanged training loop; returns the mean loss of each epoch."""
+def train(loader, num_classes: int, epochs: int, device: str = "cpu",
+          on_epoch: Optional[Callable[[int, float], None]] = None) -> list[float]:
+    """The unchanged training loop; returns the mean loss of each epoch (also given to ``on_epoch`` as
+    each epoch ends)."""
     torch.manual_seed(0)
     model = nn.Sequential(
         nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.ReLU(),
@@ -43,7 +46,7 @@ def train(loader, num_classes: int, epochs: int, device: str = "cpu") -> list[fl
     ).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     losses = []
-    for _ in range(epochs):
+    for epoch in range(epochs):
         total, count = 0.0, 0
         for images, labels in loader:
             images, labels = images.to(device), labels.to(device)
@@ -53,18 +56,19 @@ def train(loader, num_classes: int, epochs: int, device: str = "cpu") -> list[fl
             optimizer.step()
             total, count = total + loss.item() * len(labels), count + len(labels)
         losses.append(total / count)
+        if on_epoch is not None:
+            on_epoch(epoch, losses[-1])
     return losses
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("root", help="image folder: root/<class>/<image>")
+    parser = _common.parser(__doc__)
+    parser.add_argument("root", type=_common.image_folder, help="image folder: root/<class>/<image>")
     parser.add_argument("--loader", choices=["dataloader", "gpupipe"], default="gpupipe")
     parser.add_argument("--backend", default="auto", help="gpupipe backend")
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--size", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--epochs", type=_common.positive_int, default=3)
+    parser.add_argument("--size", type=_common.positive_int, default=64)
+    parser.add_argument("--batch-size", type=_common.positive_int, default=32)
     args = parser.parse_args()
     if args.loader == "dataloader":
         loader = dataloader_version(args.root, args.size, args.batch_size)
@@ -73,12 +77,9 @@ def main() -> None:
         loader = gpupipe_version(args.root, args.size, args.batch_size, args.backend)
         num_classes = len(loader.classes)
         print(f"gpupipe backend: {loader.backend} ({loader.backend_reason})")
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    for epoch, loss in enumerate(train(loader, num_classes, args.epochs, device)):
-        print(f"epoch {epoch}: loss {loss:.3f}")
-        if args.loader == "gpupipe":
-            print(f"input pipeline: {loader.stats(reset=True)}")  # input-bound or compute-bound, measured
+    train(loader, num_classes, args.epochs, _common.device(),
+          on_epoch=lambda epoch, loss: print(_common.epoch_line(epoch, loss, loader), flush=True))
 
 
 if __name__ == "__main__":
-    main()
+    _common.run(main)

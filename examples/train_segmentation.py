@@ -9,9 +9,11 @@ IMAGES/<name>.jpg pairs with MASKS/<name>.png (8-bit class ids, or a palette PNG
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
+from typing import Callable, Optional
 
+import _common
+import numpy as np
 import torch
 from PIL import Image
 from torch import nn
@@ -42,8 +44,9 @@ class MaskFolder(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         image = tv_tensors.Image(v2.functional.pil_to_tensor(Image.open(self.images[i]).convert("RGB")))
-        mask = tv_tensors.Mask(torch.as_tensor(list(Image.open(self.masks / f"{self.images[i].stem}.png").getdata()),
-                                               dtype=torch.int64).view(image.shape[-2:]))
+        # np.asarray of a gray or palette PNG gives its class ids (a palette image's indices)
+        mask = tv_tensors.Mask(torch.from_numpy(np.asarray(Image.open(self.masks / f"{self.images[i].stem}.png"),
+                                                           dtype=np.int64)))
         return self.transform(image, mask)
 
 
@@ -59,14 +62,16 @@ def gpupipe_version(images: str, masks: str, crop: int, batch_size: int, backend
                           backend=backend, drop_last=True)
 
 
-def train(loader, num_classes: int, epochs: int, device: str = "cpu") -> list:
-    """The unchanged training loop; returns the mean loss of each epoch."""
+def train(loader, num_classes: int, epochs: int, device: str = "cpu",
+          on_epoch: Optional[Callable[[int, float], None]] = None) -> list:
+    """The unchanged training loop; returns the mean loss of each epoch (also given to ``on_epoch`` as
+    each epoch ends)."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(),
                           nn.Conv2d(16, num_classes, 1)).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     losses = []
-    for _ in range(epochs):
+    for epoch in range(epochs):
         total, count = 0.0, 0
         for images, masks in loader:
             images, masks = images.to(device), masks.to(device)
@@ -76,32 +81,30 @@ def train(loader, num_classes: int, epochs: int, device: str = "cpu") -> list:
             optimizer.step()
             total, count = total + loss.item() * len(masks), count + len(masks)
         losses.append(total / count)
+        if on_epoch is not None:
+            on_epoch(epoch, losses[-1])
     return losses
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("images")
-    parser.add_argument("masks")
+    parser = _common.parser(__doc__)
+    parser.add_argument("images", type=_common.existing_folder, help="folder of images")
+    parser.add_argument("masks", type=_common.existing_folder, help="folder of masks: <image name>.png")
     parser.add_argument("--loader", choices=["dataloader", "gpupipe"], default="gpupipe")
     parser.add_argument("--backend", default="auto", help="gpupipe backend")
-    parser.add_argument("--classes", type=int, default=21)
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--crop", type=int, default=128)
-    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--classes", type=_common.positive_int, default=21, help="classes (mask values below it)")
+    parser.add_argument("--epochs", type=_common.positive_int, default=3)
+    parser.add_argument("--crop", type=_common.positive_int, default=128)
+    parser.add_argument("--batch-size", type=_common.positive_int, default=8)
     args = parser.parse_args()
     if args.loader == "dataloader":
         loader = dataloader_version(args.images, args.masks, args.crop, args.batch_size)
     else:
         loader = gpupipe_version(args.images, args.masks, args.crop, args.batch_size, args.backend)
         print(f"gpupipe backend: {loader.backend} ({loader.backend_reason})")
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    for epoch, loss in enumerate(train(loader, args.classes, args.epochs, device)):
-        print(f"epoch {epoch}: loss {loss:.3f}")
-    if args.loader == "gpupipe":
-        print(f"input pipeline: {loader.stats()}")
+    train(loader, args.classes, args.epochs, _common.device(),
+          on_epoch=lambda epoch, loss: print(_common.epoch_line(epoch, loss, loader), flush=True))
 
 
 if __name__ == "__main__":
-    main()
+    _common.run(main)

@@ -8,18 +8,22 @@
 ``import gpupipe`` does not import DALI; a backend imports its library when used.
 """
 
-from . import ops, presets, sources
-from .errors import OnError, SampleError, Skipped
-from .loader import Loader, loader
+__version__ = "0.2.0"  # before the imports: gpupipe.pack.manifest reads it
+
+from . import ops, pack, presets, sources
+from .amp import autocast_dtype, choose_amp
+from .build import loader
+from .errors import Error, OnError, SampleError, Skipped
+from .loader import Loader
 from .ops import *  # noqa: F401,F403 -- every op by name: gpupipe.Decode(), gpupipe.MixUp(), ...
+from .pack import PackError
+from .remote import RemoteError
 from .sampling import RankShare
 from .sources import CocoDetection, FileList, ImageFolder, SegmentationFolder, Shards, WebDataset
 from .stats import StatsSummary
 from .targets import DetectionLists, TargetKind, to_detection_inputs, to_detection_targets
 
-__version__ = "0.2.0"
-
-__all__ = ["loader", "Loader", "ops", "presets", "sources", "ImageFolder", "FileList", "SegmentationFolder",
+__all__ = ["loader", "Loader", "ops", "presets", "sources", "autocast_dtype", "choose_amp", "ImageFolder", "FileList", "SegmentationFolder",
            "CocoDetection", "Shards", "WebDataset", "RankShare", "to_detection_inputs", "DetectionLists",
            "OnError", "Skipped", "SampleError", "StatsSummary", "TargetKind", "to_detection_targets",
-           *ops.__all__, "__version__"]
+           "pack", "Error", "PackError", "RemoteError", *ops.__all__, "__version__"]

@@ -9,13 +9,21 @@ masks, or a dict of padded boxes and labels) are on the same device.
 from __future__ import annotations
 
 import functools
-from typing import Any, Iterable, Iterator, Optional, Tuple
+from typing import Any, Iterable, Iterator, Optional, Sequence, Tuple
 
 import torch
 
 from .spec import PipelineSpec
 
 Batch = Tuple[torch.Tensor, Any]
+
+
+def take_rows(images: torch.Tensor, targets: Any, rows: Sequence[int]) -> Batch:
+    """The batch made of rows ``rows`` of ``(images, targets)`` (targets: a tensor or a dict of tensors)."""
+    index = torch.as_tensor(list(rows), dtype=torch.int64, device=images.device)
+    if isinstance(targets, dict):
+        return images[index], {k: v[index.to(v.device)] for k, v in targets.items()}
+    return images[index], targets[index.to(targets.device)]
 
 
 @functools.lru_cache(maxsize=32)

@@ -29,13 +29,16 @@ class BatchMixer:
         self.ops = tuple(ops)
         self.num_classes = num_classes
 
-    def __call__(self, images: torch.Tensor, labels: torch.Tensor, key: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    def __call__(self, images: torch.Tensor, labels: torch.Tensor, key: int, *, inplace: bool = False
+                 ) -> Tuple[torch.Tensor, torch.Tensor]:
         """Mixes ``images`` ``(B, 3, H, W)`` float with itself rolled by one along the batch.
 
         Args:
             images: the batch.
             labels: ``(B,)`` class indices, or ``(B, num_classes)`` float targets (multi-hot).
             key: seeds the draw (see :func:`gpupipe.seeding.batch_key`).
+            inplace: write into ``images`` (the loader's own batch): MixUp is one fused pass
+                (``lerp_``) after the roll, CutMix copies only its box.
 
         Returns:
             ``(images, targets)``: the mixed images and ``(B, num_classes)`` float32 soft targets.
@@ -49,25 +52,25 @@ class BatchMixer:
             targets = torch.nn.functional.one_hot(labels, self.num_classes).to(torch.float32)
         if len(labels) < 2:
             return images, targets
-        rolled = images.roll(1, 0)
         if isinstance(op, MixUp):
-            images = images.mul(lam).add_(rolled, alpha=1.0 - lam)
+            rolled = images.roll(1, 0)
+            images = images.lerp_(rolled, 1.0 - lam) if inplace else images.mul(lam).add_(rolled, alpha=1.0 - lam)
         else:
-            images, lam = _paste_box(images, rolled, lam, rng)
+            images, lam = _paste_box(images if inplace else images.clone(), lam, rng)
         targets = targets.mul(lam).add_(targets.roll(1, 0), alpha=1.0 - lam)
         return images, targets
 
 
-def _paste_box(images: torch.Tensor, rolled: torch.Tensor, lam: float, rng: random.Random):
-    """CutMix's box of area ``1 - lam`` at a random centre (clipped); returns the images and the kept share."""
+def _paste_box(images: torch.Tensor, lam: float, rng: random.Random):
+    """CutMix's box of area ``1 - lam`` at a random centre (clipped), pasted into ``images`` from the
+    batch rolled by one; returns the images and the kept share."""
     height, width = images.shape[-2:]
     cut = math.sqrt(1.0 - lam)
     box_h, box_w = int(height * cut), int(width * cut)
     cy, cx = rng.randrange(height), rng.randrange(width)
     y0, y1 = max(cy - box_h // 2, 0), min(cy + box_h // 2, height)
     x0, x1 = max(cx - box_w // 2, 0), min(cx + box_w // 2, width)
-    images = images.clone()
-    images[..., y0:y1, x0:x1] = rolled[..., y0:y1, x0:x1]
+    images[..., y0:y1, x0:x1] = images[..., y0:y1, x0:x1].roll(1, 0)
     return images, 1.0 - (y1 - y0) * (x1 - x0) / (height * width)
 
 

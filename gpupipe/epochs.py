@@ -81,6 +81,10 @@ class EpochCursor:
         self._next_epoch = epoch
         self._resume = (epoch, done) if done else None
 
+    def skip(self, done: int) -> None:
+        """The next pass starts at batch ``done`` of the epoch it reads (as :meth:`load` of that epoch)."""
+        self.load(self._next_epoch, done)
+
     def state(self) -> Tuple[int, int]:
         """``(epoch, batches done)``: where the next batch comes from."""
         current = self._pass

@@ -1,5 +1,6 @@
 """One vocabulary for bad input, used by the loader, the backends, the scan and the packer.
 
+* :class:`Error` is the base of every gpupipe exception.
 * :class:`OnError` is the policy: ``"raise"`` stops naming the file,
   ``"skip"`` leaves it out and lists it.
 * :class:`Skipped` is one left-out file and its reason (the only shape a
@@ -55,7 +56,17 @@ class Skipped:
         return f"{self.path}: {self.reason}"
 
 
-class DecodeError(RuntimeError):
+class Error(Exception):
+    """The base of every exception gpupipe defines: ``except gpupipe.Error`` catches any of them.
+
+    Each also keeps its built-in base (``ValueError``, ``RuntimeError``), so
+    code that catches those still works. Argument errors raised while a
+    loader is built are plain ``ValueError`` / ``TypeError``, as in Python
+    itself.
+    """
+
+
+class DecodeError(Error, RuntimeError):
     """A sample that failed while it was being loaded.
 
     Attributes:
@@ -67,7 +78,7 @@ class DecodeError(RuntimeError):
         super().__init__(f"cannot decode {path}: {reason}")
 
 
-class SampleError(RuntimeError):
+class SampleError(Error, RuntimeError):
     """A sample that could not be used while loading (``on_error="raise"``); ``str(err)`` is
     ``"<path>: <reason>"``.
 

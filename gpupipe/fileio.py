@@ -10,13 +10,15 @@ from __future__ import annotations
 import json
 import os
 import stat
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional
+
+from .errors import Error
 
 #: Default cap on one file's size (images, masks, annotation files): 1 GiB.
 DEFAULT_MAX_FILE_SIZE = 1 << 30
 
 
-class UnreadableFile(ValueError):
+class UnreadableFile(Error, ValueError):
     """A file that cannot be read as data; ``reason`` says why in one line."""
 
     def __init__(self, reason: str) -> None:
@@ -91,15 +93,6 @@ def read_range(fd: int, offset: int, size: int, what: str) -> bytes:
     if len(data) != size:
         raise UnreadableFile(f"{what} is cut short: {len(data)} of {size} bytes at offset {offset}")
     return data
-
-
-def stat_key(path: str) -> Tuple[int, int]:
-    """``(size, mtime_ns)`` of a file, ``(-1, -1)`` when it cannot be stat-ed."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return -1, -1
-    return st.st_size, st.st_mtime_ns
 
 
 def byte_size(value, what: str, minimum: int = 1) -> int:

@@ -10,13 +10,15 @@ from __future__ import annotations
 import io
 import warnings
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Tuple
+from typing import BinaryIO, Callable, Dict, Literal, Tuple
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from .errors import Error
 
-class ImageRefused(ValueError):
+
+class ImageRefused(Error, ValueError):
     """A file that is not an image, has an unreadable header, or has too many pixels; ``reason`` says which."""
 
     def __init__(self, reason: str) -> None:
@@ -179,7 +181,8 @@ def _exif_orientation(app1: bytes) -> int:
     if app1[:6] != b"Exif\x00\x00" or len(app1) < 14:
         return 1
     tiff = app1[6:]
-    order = {b"II": "little", b"MM": "big"}.get(tiff[:2])
+    orders: Dict[bytes, Literal["little", "big"]] = {b"II": "little", b"MM": "big"}
+    order = orders.get(tiff[:2])
     if order is None:
         return 1
     ifd = int.from_bytes(tiff[4:8], order)

@@ -1,34 +1,33 @@
 """The PyTorch-facing loader: a drop-in for ``torch.utils.data.DataLoader``.
 
-:func:`loader` checks every argument before any work starts (see
-:mod:`gpupipe.options`); :class:`Loader` decides each epoch's order (the
-same on every backend), keeps the epoch bookkeeping (:mod:`gpupipe.epochs`)
+:func:`gpupipe.loader` (:mod:`gpupipe.build`) checks every argument before
+any work starts and builds a :class:`Loader`, which decides each epoch's
+order (the same on every backend), keeps the epoch bookkeeping
+(:mod:`gpupipe.epochs`), keeps its share in step with ``torch.distributed``
 and hands ``(images, targets)`` batches per the batch contract from
 whichever backend runs the pipeline.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import os
 import warnings
 import weakref
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
-from . import backends, options, presets
+from . import backends, env, frameworks, options
 from .backends import EpochRead
-from .batch import Batch
+from .batch import Batch, take_rows
 from .batchaug import BatchMixer
 from .epochs import EpochCursor
-from .errors import Skipped, SkipLog
-from .fileio import DEFAULT_MAX_FILE_SIZE
-from .ops import Op, Output
+from .errors import Skipped
 from .sampling import RankShare, batches_per_epoch, per_rank, split
 from .seeding import batch_key
-from .sources import Source, as_source
-from .spec import PipelineSpec, build_spec
+from .sources import Source
+from .spec import PipelineSpec
 from .stats import LoadStats, StatsSummary
 
 logger = logging.getLogger(__name__)
@@ -52,13 +51,17 @@ class Loader:
         backend: the backend's name (``"dali"``, ``"dali-cpu"``, ``"torchvision"``).
         backend_reason: why ``backend="auto"`` chose it.
         device: where batches land.
-        rank, world_size: this process's part of the data (see :mod:`gpupipe.sampling`).
+        rank, world_size: this process's part of the data (see :mod:`gpupipe.sampling`); a share not
+            given is taken again from ``torch.distributed`` when iteration starts (see :meth:`__iter__`).
         batch_size, drop_last, even_batches, shuffle, seed: as given; ``batch_size`` is per rank.
+        num_threads: DALI threads or DataLoader workers.
+        sampler, batch_sampler: where frameworks call ``set_epoch`` (see :mod:`gpupipe.frameworks`).
     """
 
     def __init__(self, source: Source, spec: PipelineSpec, config: backends.RunConfig, *, backend: str,
-                 shuffle: bool, rank: int = 0, world_size: int = 1, even_batches: bool = True,
-                 backend_reason: str = "", log_every: Optional[int] = None) -> None:
+                 shuffle: bool, world: Optional[options.World] = None, even_batches: bool = True,
+                 backend_reason: str = "", log_every: Optional[int] = None, auto_threads: bool = False,
+                 auto_device: bool = False) -> None:
         self.source = source
         self.spec = spec
         self.batch_size = config.batch_size
@@ -67,16 +70,22 @@ class Loader:
         self.on_error = config.on_error
         self.shuffle = shuffle
         self.seed = config.seed
-        self.rank = rank
-        self.world_size = world_size
+        self._world = world or options.World(0, 1, "argument")
+        self._settled = False  # threads not yet fitted to a process group
+        self._auto_threads, self._auto_device = auto_threads, auto_device
         self.even_batches = even_batches
+        self.num_threads = config.num_threads
         self.backend_reason = backend_reason
+        self._config = config
         self._skip_log = config.skip_log
+        self._dropped = 0
+        self.sampler = frameworks.EpochSampler(self)
+        self.batch_sampler = frameworks.EpochBatchSampler(self.sampler)
         self._backend = backends.create(backend, source, spec, config)
         self.backend = self._backend.name
         self._mixer = BatchMixer(spec.batch_ops, len(source.classes)) if spec.batch_ops else None
         self._cursor = EpochCursor()
-        self._stats = LoadStats(self.backend, self.device.type == "cuda", log_every)
+        self._stats = LoadStats(self.backend, self.device.type == "cuda", log_every, source=source)
         self._live: Optional[weakref.ref] = None
         prepare = getattr(self._backend, "prepare", None)
         if prepare is not None and len(self):
@@ -84,17 +93,70 @@ class Loader:
 
     # -- the DataLoader surface -------------------------------------------------
 
+    @property
+    def rank(self) -> int:
+        return self._settle().rank
+
+    @property
+    def world_size(self) -> int:
+        return self._settle().world_size
+
+    @property
+    def dataset(self):
+        """Not there: a gpupipe loader is no ``torch.utils.data.DataLoader`` (AttributeError says what to use)."""
+        raise AttributeError(frameworks.NO_DATASET)
+
+    def _settle(self) -> options.World:
+        """The share, checked against ``torch.distributed`` as it is now (see :func:`options.settle_world`).
+
+        A share taken before the process group existed gives way to the
+        group's, and what was left to gpupipe (``num_threads``, the CUDA device) is
+        chosen again once, for the processes of this host (:meth:`_refit`).
+        """
+        group = env.process_group()
+        world = options.settle_world(self._world, group)
+        if world != self._world:
+            if (world.rank, world.world_size) != (self._world.rank, self._world.world_size):
+                logger.info("gpupipe loader: %s from torch.distributed (the loader was built before the process "
+                            "group)", world)
+                options.check_batch_fits(self.source, self, world.world_size)
+            self._world = world
+        if group is not None and not self._settled:
+            self._settled = self._refit()
+        return world
+
+    def _refit(self) -> bool:
+        """Threads and CUDA device left to gpupipe, chosen again once the framework has set up its
+        processes (the backend is rebuilt, between passes only); whether that is done."""
+        if self._cursor.current is not None or "_backend" not in self.__dict__:
+            return False  # a pass is under way (at the next, then), or the loader is closed
+        threads = env.default_threads() if self._auto_threads else self.num_threads
+        device = self.device
+        if self._auto_device and device.type == "cuda":
+            device = torch.device("cuda", torch.cuda.current_device())  # the framework has chosen this rank's GPU
+        if (threads, device) == (self.num_threads, self.device):
+            return True
+        logger.info("gpupipe loader: %d threads (%d processes on this host), device %s", threads,
+                    env.local_world_size(), device)
+        self._config = dataclasses.replace(self._config, num_threads=threads, device=device)
+        self._backend.close()
+        self._backend = backends.create(self.backend, self.source, self.spec, self._config)
+        self.num_threads, self.device = threads, device
+        return True
+
     def __len__(self) -> int:
         """Batches per epoch on this rank (the same on every rank unless ``even_batches=False``)."""
-        samples = per_rank(len(self.source), self.world_size, drop_last=self.drop_last,
-                           even_batches=self.even_batches, rank=self.rank)
+        world = self._settle()
+        samples = per_rank(len(self.source), world.world_size, drop_last=self.drop_last,
+                           even_batches=self.even_batches, rank=world.rank)
         return batches_per_epoch(samples, self.batch_size, self.drop_last)
 
     def rank_share(self, epoch: Optional[int] = None) -> RankShare:
         """This rank's samples for ``epoch`` (default: the next or current pass), with padding counts."""
         epoch = self._cursor.epoch if epoch is None else epoch
+        world = self._settle()
         order = self.source.epoch_order(seed=self.seed, epoch=epoch, shuffle=self.shuffle)
-        return split(order, rank=self.rank, world_size=self.world_size, drop_last=self.drop_last,
+        return split(order, rank=world.rank, world_size=world.world_size, drop_last=self.drop_last,
                      even_batches=self.even_batches)
 
     def shard(self, epoch: Optional[int] = None) -> RankShare:
@@ -106,9 +168,15 @@ class Loader:
         return EpochRead(epoch=epoch, share=self.rank_share(epoch), batches=len(self))
 
     def __iter__(self) -> Iterator[Batch]:
+        """Starts a pass over the next epoch (ending any pass still under way).
+
+        Raises:
+            ValueError: the loader's share disagrees with the initialised process group (see :meth:`_settle`).
+        """
         live = self._live() if self._live is not None else None
         if live is not None:
             live.close()  # a new pass ends the previous one
+        self._settle()
         generator = self._pass()
         self._live = weakref.ref(generator)  # weak: the pass refers to the loader, not the other way round
         return generator
@@ -116,11 +184,13 @@ class Loader:
     def _pass(self) -> Iterator[Batch]:
         current = self._cursor.begin(len(self))
         read = self._read(current.epoch)
-        if read.share.padded and self.rank == 0:
+        rank, world_size = self._world.rank, self._world.world_size
+        if read.share.padded and rank == 0:
             logger.debug("epoch %d: %d samples repeated to give %d ranks equal shares",
-                         current.epoch, read.share.padded, self.world_size)
+                         current.epoch, read.share.padded, world_size)
         batches = self._backend.iter_epoch(read, current.start, upcoming=self._read)
         self._stats.pass_started()
+        accelerate = frameworks.begin_pass(self._remainder(read), read.share.padded)
         try:
             while current.live and current.done < current.total:
                 asked = self._stats.asking()
@@ -129,17 +199,40 @@ class Loader:
                 except StopIteration:
                     raise RuntimeError(f"the {self.backend} backend ended epoch {current.epoch} after "
                                        f"{current.done} of {current.total} batches") from None
+                if not self.even_batches:
+                    images, targets = self._without_stand_ins(images, targets, read, current.done)
                 if self._mixer is not None:  # MixUp / CutMix: soft targets (B, num_classes)
-                    images, targets = self._mixer(images, targets, key=batch_key(
-                        self.seed, current.epoch, self.rank, current.done))
+                    images, targets = self._mixer(images, targets, inplace=True, key=batch_key(
+                        self.seed, current.epoch, rank, current.done))
                 current.done += 1
                 self._stats.delivered(asked, int(images.shape[0]))
+                if accelerate is not None:
+                    accelerate.end_of_dataloader = current.done == current.total
                 yield images, targets
         finally:
             current.live = False
+            frameworks.end_pass(accelerate)
             close = getattr(batches, "close", None)
             if close is not None:
                 close()
+
+    def _remainder(self, read: EpochRead) -> int:
+        """Real samples in the epoch's last batch gathered over all ranks when some are padding, else 0."""
+        if not read.share.padded or not read.batches:
+            return 0
+        return len(self.source) - (read.batches - 1) * self.batch_size * self._world.world_size
+
+    def _without_stand_ins(self, images, targets, read: EpochRead, batch: int) -> Batch:
+        """Exact evaluation (``even_batches=False``): a sample that failed to load is dropped from
+        its batch and counted (:meth:`stats`), never replaced by another, which would count twice."""
+        if not len(self._skip_log):
+            return images, targets
+        indices = read.share.indices[batch * self.batch_size:(batch + 1) * self.batch_size]
+        keep = [k for k, i in enumerate(indices) if self.source.names[i] not in self._skip_log]
+        if len(keep) == len(indices):
+            return images, targets
+        self._dropped += len(indices) - len(keep)
+        return take_rows(images, targets, keep)
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch whose order and augmentations the next pass reads.
@@ -151,6 +244,21 @@ class Loader:
         if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
             raise ValueError(f"set_epoch: epoch must be an int >= 0, got {epoch!r}")
         self._cursor.set_epoch(epoch)
+
+    def skip(self, batches: int) -> "Loader":
+        """The next pass starts at batch ``batches`` of the epoch it reads (Accelerate's
+        ``skip_first_batches``, without rebuilding anything); returns the loader.
+
+        Not needed after ``load_state_dict`` (or Accelerate's ``load_state`` of a
+        registered loader): the state already says where to continue.
+
+        Raises:
+            ValueError: ``batches`` outside ``0 .. len(loader)``.
+        """
+        if isinstance(batches, bool) or not isinstance(batches, int) or not 0 <= batches <= len(self):
+            raise ValueError(f"skip: batches must be an int in 0..{len(self)}, got {batches!r}")
+        self._cursor.skip(batches)
+        return self
 
     @property
     def epoch(self) -> int:
@@ -192,9 +300,10 @@ class Loader:
             the verdict the bench would give (``"input-bound"`` when at least
             10 % of the time is spent waiting), with a suggestion.
         """
-        summary = self._stats.summary()
+        summary = dataclasses.replace(self._stats.summary(), dropped=self._dropped)
         if reset:
             self._stats.reset()
+            self._dropped = 0
         return summary
 
     # -- checkpointing ----------------------------------------------------------
@@ -209,8 +318,9 @@ class Loader:
         per rank: in DDP save each rank's.
         """
         epoch, done = self._cursor.state()
-        return {"format": STATE_FORMAT, "epoch": epoch, "batches_done": done, "seed": self.seed, "rank": self.rank,
-                "world_size": self.world_size, "backend": self.backend}
+        world = self._settle()
+        return {"format": STATE_FORMAT, "epoch": epoch, "batches_done": done, "seed": self.seed, "rank": world.rank,
+                "world_size": world.world_size, "backend": self.backend}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continues from :meth:`state_dict`: the next pass gives exactly the batches that would have come next.
@@ -264,108 +374,3 @@ class Loader:
     def __repr__(self) -> str:
         return (f"gpupipe.Loader(backend={self.backend!r}, device={str(self.device)!r}, "
                 f"batch_size={self.batch_size}, batches={len(self)}, source={self.source!r})")
-
-
-def loader(
-    source: Union[Source, str, os.PathLike],
-    pipeline: Union[str, Sequence[Op]] = "train",
-    *,
-    batch_size: int,
-    backend: str = "auto",
-    device: options.DeviceArg = None,
-    shuffle: bool = True,
-    drop_last: bool = False,
-    even_batches: bool = True,
-    seed: int = 0,
-    num_threads: Optional[int] = None,
-    dtype: Union[None, str, torch.dtype] = None,
-    channels_last: Optional[bool] = None,
-    prefetch: int = 2,
-    rank: Optional[int] = None,
-    world_size: Optional[int] = None,
-    on_error: str = "raise",
-    max_pixels: int = 100_000_000,
-    max_file_size: int = DEFAULT_MAX_FILE_SIZE,
-    hw_decoder_load: float = 0.65,
-    preallocate: Union[str, None, Tuple[int, int]] = "auto",
-    log_every: Optional[int] = None,
-    reduced_decode: bool = True,
-) -> Loader:
-    """Builds a loader: the drop-in replacement for a ``DataLoader``.
-
-    Args:
-        source: an image folder (``root/<class>/<image>``), a list file, a
-            packed folder, or a :class:`~gpupipe.sources.Source`.
-        pipeline: ``"train"`` or ``"val"`` (ImageNet presets at 224 px) or a
-            list of ops starting with ``Decode()``.
-        batch_size: samples per batch (per process).
-        backend: ``"auto"``, ``"dali"``, ``"dali-cpu"`` or ``"torchvision"``.
-        device: where batches land; by default the current CUDA device if
-            there is one, else the CPU.
-        shuffle: a new order every epoch (from ``seed`` and the epoch).
-        drop_last: drop the last, partial batch.
-        even_batches: every rank reads as many samples (padding repeats a few,
-            as ``DistributedSampler``); ``False`` reads each sample exactly once
-            over all ranks, and ranks may differ by one batch (exact evaluation).
-        seed: seeds the order and the random augmentations.
-        num_threads: DALI threads or DataLoader workers; by default the CPU
-            cores this process may use, divided by ``LOCAL_WORLD_SIZE`` under torchrun.
-        dtype: ``float32`` (default), ``float16``, ``bfloat16`` (normalised) or
-            ``uint8`` (unnormalised), as a name or a ``torch.dtype``.
-        channels_last: images in channels_last memory format.
-        prefetch: batches prepared ahead (DALI queue depth, or DataLoader
-            prefetch factor per worker).
-        rank, world_size: this process's share of the data; by default
-            taken from ``torch.distributed`` when a process group is
-            initialised, else ``0`` and ``1``.
-        on_error: what to do with a sample that cannot be used: ``"raise"``
-            (stop with an error naming it; bad files found by the scan are
-            all listed when the loader is built) or ``"skip"`` (leave it out,
-            log it once, list it in :attr:`Loader.skipped`).
-        max_pixels: images with more pixels are refused, without decoding
-            them (decompression bombs).
-        max_file_size: larger files are refused (bytes, default 1 GiB).
-        hw_decoder_load: DALI on a GPU: share of JPEGs given to the hardware decoder.
-        preallocate: DALI decoders' preallocation ``(width, height)``;
-            ``"auto"`` takes the 99th percentile of the scanned image sizes,
-            ``None`` grows buffers at run time.
-        log_every: log the loader's statistics every this many batches (logger ``gpupipe.stats``).
-        reduced_decode: torchvision backend: when a ``RandomResizedCrop`` right after ``Decode``
-            has a window at least 2, 4 or 8 times its output size, decode the JPEG at 1/2, 1/4 or
-            1/8 scale in the DCT domain (faster, itself an area-averaging downscale; pixels differ
-            slightly from a full decode). ``False`` decodes every pixel.
-
-    Returns:
-        A :class:`Loader`.
-
-    Raises:
-        ValueError: a bad argument, named, before any work starts.
-        ImportError: the backend's library is missing (the message gives the pip command).
-    """
-    args = options.check_arguments(
-        batch_size=batch_size, shuffle=shuffle, drop_last=drop_last, even_batches=even_batches, seed=seed,
-        num_threads=num_threads, prefetch=prefetch, on_error=on_error, max_pixels=max_pixels,
-        max_file_size=max_file_size, hw_decoder_load=hw_decoder_load, preallocate=preallocate, log_every=log_every,
-        reduced_decode=reduced_decode)
-    device, backend, why = options.choose_device_and_backend(device, backend, num_threads)
-    rank, world_size = options.resolve_world(rank, world_size)
-    ops = presets.get(pipeline) if isinstance(pipeline, str) else list(pipeline)
-    own_output = ops.pop() if ops and isinstance(ops[-1], Output) else None
-    output = options.output_of(own_output, dtype, channels_last)
-    build_spec(ops, output, target=None)  # the structure, before the source is listed
-
-    source = as_source(source)
-    spec = build_spec(ops, output, target=source.kind, ignore_index=source.ignore_index)
-    backends.check_lowerings(backend, spec)
-    skip_log = SkipLog()
-    source = options.without_bad_files(source, args, skip_log)
-    options.check_batch_fits(source, args, world_size)
-
-    config = backends.RunConfig(
-        batch_size=args.batch_size, drop_last=args.drop_last, device=device,
-        num_threads=backends.default_threads() if args.num_threads is None else args.num_threads, seed=args.seed,
-        prefetch=args.prefetch, on_error=args.on_error, skip_log=skip_log,
-        decoder=options.decoder_settings(args, source), reduced_decode=args.reduced_decode,
-    )
-    return Loader(source, spec, config, backend=backend, shuffle=args.shuffle, rank=rank, world_size=world_size,
-                  even_batches=args.even_batches, backend_reason=why, log_every=args.log_every)

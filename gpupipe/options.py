@@ -16,8 +16,8 @@ from typing import Any, Optional, Tuple, Union
 import numpy as np
 import torch
 
-from . import backends
-from .errors import OnError, Skipped, SkipLog, listing, plural
+from . import backends, env
+from .errors import OnError, SkipLog, Skipped, listing, plural
 from .ops import Output
 from .sampling import per_rank
 from .sources import Source
@@ -41,7 +41,7 @@ class Arguments:
     on_error: OnError
     max_pixels: int
     max_file_size: int
-    hw_decoder_load: float
+    hw_decoder_load: Union[float, str]
     preallocate: Union[str, None, Tuple[int, int]]
     log_every: Optional[int]
     reduced_decode: bool = True
@@ -73,9 +73,10 @@ def check_arguments(*, batch_size, shuffle, drop_last, even_batches, seed, num_t
                        ("reduced_decode", reduced_decode)):
         if not isinstance(flag, bool):
             raise ValueError(f"{name} must be a bool, got {flag!r}")
-    if isinstance(hw_decoder_load, bool) or not isinstance(hw_decoder_load, (int, float)) or \
-            not 0.0 <= hw_decoder_load <= 1.0:
-        raise ValueError(f"hw_decoder_load must be a number in [0, 1], got {hw_decoder_load!r}")
+    if hw_decoder_load != "auto" and (isinstance(hw_decoder_load, bool) or
+                                      not isinstance(hw_decoder_load, (int, float)) or
+                                      not 0.0 <= hw_decoder_load <= 1.0):
+        raise ValueError(f"hw_decoder_load must be 'auto' or a number in [0, 1], got {hw_decoder_load!r}")
     if not (preallocate is None or preallocate == "auto" or (
             isinstance(preallocate, (tuple, list)) and len(preallocate) == 2 and
             all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in preallocate))):
@@ -83,7 +84,7 @@ def check_arguments(*, batch_size, shuffle, drop_last, even_batches, seed, num_t
     return Arguments(
         batch_size=int(batch_size), shuffle=shuffle, drop_last=drop_last, even_batches=even_batches, seed=int(seed),
         num_threads=num_threads, prefetch=int(prefetch), on_error=OnError.parse(on_error), max_pixels=int(max_pixels),
-        max_file_size=int(max_file_size), hw_decoder_load=float(hw_decoder_load),
+        max_file_size=int(max_file_size), hw_decoder_load=hw_decoder_load if hw_decoder_load == "auto" else float(hw_decoder_load),
         preallocate=tuple(preallocate) if isinstance(preallocate, list) else preallocate, log_every=log_every,
         reduced_decode=reduced_decode,
     )
@@ -127,19 +128,62 @@ def choose_device_and_backend(device: DeviceArg, backend: str, num_threads: Opti
     return wanted, name, why
 
 
-def resolve_world(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int]:
-    """``(rank, world_size)`` from the arguments, else from torch.distributed, else ``(0, 1)``."""
-    import torch.distributed as dist
+@dataclass(frozen=True)
+class World:
+    """This process's share of the data: ``rank`` of ``world_size``, and where it came from.
 
-    in_group = dist.is_available() and dist.is_initialized()
-    if world_size is None:
-        world_size = dist.get_world_size() if in_group else 1
-    if rank is None:
-        rank = dist.get_rank() if in_group else 0
+    Attributes:
+        rank, world_size: the share.
+        origin: ``"argument"`` (given to :func:`gpupipe.loader`), ``"group"`` (an
+            initialised process group), or ``"launcher"`` (``RANK`` / ``WORLD_SIZE``, or
+            ``(0, 1)``, before any group existed: replaced by the group's once there is one).
+    """
+
+    rank: int
+    world_size: int
+    origin: str
+
+    def __str__(self) -> str:
+        return f"rank {self.rank} of {self.world_size}"
+
+
+def resolve_world(rank: Optional[int], world_size: Optional[int]) -> World:
+    """The share from the arguments, else from torch.distributed, else from the launcher, else ``(0, 1)``.
+
+    Raises:
+        ValueError: a rank outside ``[0, world_size)`` or a world size below 1.
+    """
+    group = env.process_group()
+    default_rank, default_world = group if group is not None else env.rank_and_world()
+    origin = "argument" if rank is not None or world_size is not None else "group" if group is not None else "launcher"
+    world_size = default_world if world_size is None else world_size
+    rank = (default_rank if default_rank < world_size else 0) if rank is None else rank
     positive_int("world_size", world_size)
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
         raise ValueError(f"rank must be an int in [0, world_size={world_size}), got {rank!r}")
-    return rank, world_size
+    return World(rank, int(world_size), origin)
+
+
+def settle_world(world: World, group: Optional[Tuple[int, int]]) -> World:
+    """The share to read once an initialised process group says ``group`` (``(rank, world_size)``, or ``None``).
+
+    A launcher's share gives way to the group's; an explicit ``world_size=1``
+    (this process reads everything, as asked) stands; any other share that
+    disagrees with the group is refused, since each rank would read the wrong part.
+
+    Raises:
+        ValueError: one line naming both shares.
+    """
+    if group is None:
+        return world
+    if group == (world.rank, world.world_size) or world.origin == "launcher":
+        return World(group[0], group[1], "group" if world.origin == "launcher" else world.origin)
+    if world.origin == "argument" and world.world_size == 1:
+        return world
+    how = "was given" if world.origin == "argument" else "took from torch.distributed when it was built"
+    raise ValueError(f"this gpupipe loader {how} {world}, but the initialised process group has rank {group[0]} "
+                     f"of {group[1]}: its ranks would read the wrong shares; build the loader with the group's rank "
+                     f"and world size (or leave both out)")
 
 
 def output_of(pipeline_output: Optional[Output], dtype, channels_last) -> Output:
@@ -183,6 +227,9 @@ def _skipped(source: Source, index: int, reason: str) -> Skipped:
 def check_batch_fits(source: Source, args: Arguments, world_size: int) -> None:
     """``drop_last=True`` with fewer samples per rank than a batch would yield nothing.
 
+    ``args`` may be anything with ``batch_size``, ``drop_last`` and ``even_batches`` (a loader, when its
+    world is settled after it was built).
+
     Raises:
         ValueError: naming the batch size and the samples per rank.
     """
@@ -210,5 +257,5 @@ def decoder_settings(args: Arguments, source: Source) -> backends.DecoderSetting
     return backends.DecoderSettings(hw_decoder_load=args.hw_decoder_load, width_hint=width, height_hint=height)
 
 
-__all__ = ["Arguments", "check_arguments", "choose_device_and_backend", "resolve_world", "output_of",
-           "without_bad_files", "check_batch_fits", "decoder_settings"]
+__all__ = ["Arguments", "check_arguments", "choose_device_and_backend", "World", "resolve_world", "settle_world",
+           "output_of", "without_bad_files", "check_batch_fits", "decoder_settings"]

@@ -32,6 +32,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from . import env
 from .fileio import UnreadableFile, check_regular, describe
 from .images import ImageRefused, header_at
 
@@ -56,14 +57,6 @@ class ScanResult:
 
     bad: Dict[int, str]
     sizes: np.ndarray
-
-
-def default_cache_dir() -> Path:
-    """``$GPUPIPE_CACHE``, else ``$XDG_CACHE_HOME/gpupipe``, else ``~/.cache/gpupipe``."""
-    if os.environ.get("GPUPIPE_CACHE"):
-        return Path(os.environ["GPUPIPE_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "gpupipe"
 
 
 def check_file(path: str, *, max_pixels: int, max_file_size: int) -> Tuple[Optional[str], int, int]:
@@ -144,13 +137,13 @@ def scan(paths: Sequence[str], *, max_pixels: int, max_file_size: int, cache_dir
     """
     started = time.perf_counter()
     paths = list(paths)
-    world = _world()
+    world = env.process_group() or (0, 1)
     mine = np.arange(world[0], len(paths), world[1]) if world[1] > 1 else np.arange(len(paths))
     cache = _Cache(cache_dir, paths, max_pixels, max_file_size) if cache_dir is not None else None
     cached = cache.load() if cache is not None else None
 
     global _PATHS
-    workers = workers or _cores()
+    workers = workers or env.cores()
     try:
         _PATHS = [paths[i] for i in mine] if world[1] > 1 else paths
         keys = np.concatenate(_in_parts(_stat_part, len(mine), (), workers, _PARALLEL_STAT_FROM))
@@ -183,24 +176,6 @@ def scan(paths: Sequence[str], *, max_pixels: int, max_file_size: int, cache_dir
     logger.info("scanned %d files (%d read, %d from the cache) in %.2f s: %d bad",
                 len(paths), checked, len(paths) - checked, time.perf_counter() - started, len(bad))
     return ScanResult(bad=bad, sizes=result_sizes)
-
-
-def _cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:
-        return max(1, os.cpu_count() or 1)
-
-
-def _world() -> Tuple[int, int]:
-    """``(rank, world_size)`` of an initialised ``torch.distributed`` group, else ``(0, 1)``."""
-    try:
-        import torch.distributed as dist
-    except ImportError:
-        return 0, 1
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
 
 
 def _exchange(part):

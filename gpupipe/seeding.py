@@ -16,6 +16,8 @@ workers or the history of the process:
 
 from __future__ import annotations
 
+from typing import Union
+
 import numpy as np
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -57,11 +59,12 @@ def order_generator(seed: int, epoch: int):
     return torch.Generator().manual_seed(mix_int(ORDER, seed, epoch))
 
 
-def sample_keys(seed: int, epoch: int, positions: np.ndarray) -> np.ndarray:
+def sample_keys(seed: int, epoch: Union[int, np.ndarray], positions: np.ndarray) -> np.ndarray:
     """One uint64 key per slot: the root of that slot's augmentation draws.
 
     Args:
-        seed, epoch: the loader's seed and the epoch.
+        seed: the loader's seed.
+        epoch: the epoch, or ``(B,)`` each slot's epoch (a run spanning epochs).
         positions: ``(B,)`` slots in the epoch's global order.
     """
     return mix(SAMPLE, seed, epoch, np.asarray(positions, np.int64))

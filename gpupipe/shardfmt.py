@@ -37,6 +37,10 @@ TARGET_EXT = {"label": "cls", "multi_label": "json", "mask": "png", "boxes": "js
 IMAGE_EXT = "jpg"
 #: Cap on a manifest or index file read (they are small; a larger one is not ours).
 MAX_METADATA_BYTES = 1 << 30
+#: A local pack of at most this many bytes has its shards' sha256 checked whenever it is opened
+#: (well under a second); a larger one only when asked (``Shards(root, checksums=True)``) or by
+#: ``python -m gpupipe.pack --verify``. Sizes are checked always.
+CHECKSUM_AUTO_BYTES = 64 << 20
 
 
 def shard_name(number: int, prefix: str = "shard") -> str:
@@ -141,6 +145,44 @@ def confined(root: Path, name: Any, what: str) -> Path:
     if path.resolve() != base and base not in path.resolve().parents:
         raise ValueError(f"{root / MANIFEST}: {what} {name!r} leads outside the packed folder (a link?)")
     return path
+
+
+def sha256_of(path) -> str:
+    """The sha256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_shard_file(path, shard: Dict, size: int, root, checksum: bool) -> None:
+    """Checks a shard file against its manifest entry: its size, and its sha256 when ``checksum``
+    (and the manifest has one).
+
+    Raises:
+        ValueError: one line naming the shard and the command that checks the whole pack.
+    """
+    verify = f"check the pack with: python -m gpupipe.pack --verify {root}"
+    if size != shard["bytes"]:
+        raise ValueError(f"Shards: {path} is {size:,} bytes, the manifest says {shard['bytes']:,} (cut short or "
+                         f"changed since it was packed); {verify}")
+    if checksum and shard.get("sha256") and sha256_of(path) != shard["sha256"]:
+        raise ValueError(f"Shards: {path} differs from the shard packed (its sha256 does not match the manifest); "
+                         f"{verify}")
+
+
+def read_shard_index(path, shard: Dict, where=None) -> List[IndexEntry]:
+    """The index of one manifest shard, checked against the manifest's ``index_sha256`` and
+    ``samples`` (``where`` names it in messages; default ``path``).
+
+    Raises:
+        ValueError: as :func:`read_index`, or another number of samples than the manifest's.
+    """
+    entries = read_index(path, shard.get("index_sha256") or "")
+    if len(entries) != shard["samples"]:
+        raise ValueError(f"Shards: {where or path} lists {len(entries)} samples, the manifest {shard['samples']}")
+    return entries
 
 
 def read_manifest(root: Path) -> Dict:

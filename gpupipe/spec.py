@@ -10,7 +10,7 @@ fails when the loader is built. Sizes come from each op's own
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from .ops import HW, BatchOp, Decode, Effect, Normalize, Op, Output, SanitizeBoxes
 from .targets import TargetKind
@@ -78,17 +78,20 @@ def build_spec(ops: Sequence[Op], output: Optional[Output] = None,
             raise ValueError(f"pipeline[{i}] is not a gpupipe op: {op!r}")
     if not ops or not isinstance(ops[0], Decode):
         raise ValueError(f"a pipeline must start with Decode(), got {ops[:1]!r}")
-    if isinstance(ops[-1], Output):
-        if output is not None and output != ops[-1]:
-            raise ValueError(f"the pipeline's {ops[-1]!r} conflicts with the loader's {output!r}")
-        output = ops.pop()
+    last = ops[-1]
+    if isinstance(last, Output):
+        if output is not None and output != last:
+            raise ValueError(f"the pipeline's {last!r} conflicts with the loader's {output!r}")
+        output = last
+        ops.pop()
     output = output or Output()
     for op in ops:
         if target is not None and target not in op.carries:
             raise ValueError(_cannot_carry(op, target))
-    batch_ops = []
+    batch_ops: List[BatchOp] = []
     while ops and isinstance(ops[-1], BatchOp):
-        batch_ops.insert(0, ops.pop())
+        batch_ops.insert(0, ops[-1])
+        ops.pop()
     if batch_ops and output.dtype == "uint8":
         raise ValueError(f"{batch_ops[0].name} mixes float images; it cannot give uint8 batches")
 
@@ -125,7 +128,8 @@ def build_spec(ops: Sequence[Op], output: Optional[Output] = None,
         )
     return PipelineSpec(
         ops=tuple(image_ops), sizes=tuple(sizes), normalize=normalize, output=output, size=size,
-        batch_ops=tuple(batch_ops), target=target or TargetKind.LABEL, sanitize=sanitize or SanitizeBoxes(), ignore_index=ignore_index,
+        batch_ops=tuple(batch_ops), target=target or TargetKind.LABEL, sanitize=sanitize or SanitizeBoxes(),
+        ignore_index=ignore_index,
     )
 
 

@@ -9,7 +9,7 @@
 
 Ops declare which kinds they can carry (:attr:`gpupipe.ops.Op.carries`); a
 backend may refuse more (see its lowering table).
-"""
+"""  # noqa: E501  (a Markdown table row cannot be wrapped)
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ class TargetKind(str, enum.Enum):
     BOXES = "boxes"
 
     @property
-    def title(self) -> str:
+    def title(self) -> str:  # type: ignore[override]  # shadows str.title (TargetKind is a str Enum); public name
         return {"label": "class labels", "multi_label": "multi-label targets", "mask": "masks",
                 "boxes": "boxes"}[self.value]
 

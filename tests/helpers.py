@@ -204,9 +204,12 @@ def two_ranks(tmp_path: Path, body: str, timeout: int = 300) -> List:
 
 
 def load_example(name: str):
-    """``examples/<name>.py`` imported as a module (the tests call its functions)."""
-    spec = importlib.util.spec_from_file_location(f"example_{name}",
-                                                  Path(__file__).parents[1] / "examples" / f"{name}.py")
+    """``examples/<name>.py`` imported as a module (the tests call its functions); its folder goes on
+    ``sys.path``, as when the script is run, for the examples' shared ``_common``."""
+    folder = str(Path(__file__).parents[1] / "examples")
+    if folder not in sys.path:
+        sys.path.append(folder)
+    spec = importlib.util.spec_from_file_location(f"example_{name}", Path(folder) / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

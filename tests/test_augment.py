@@ -243,3 +243,17 @@ def test_pipeline_checks_for_augmentations():
         build_spec([Decode(), MixUp(), CenterCrop(size=8)])
     with pytest.raises(ValueError, match="cannot give uint8 batches"):
         build_spec([Decode(), CenterCrop(size=8), MixUp()], Output(dtype="uint8"))
+
+
+def test_mixing_in_place_gives_what_mixing_a_copy_gives():
+    """The loader mixes its own batch in place (one fused pass for MixUp, only the box for CutMix)."""
+    images = torch.rand(5, 3, 16, 16)
+    labels = torch.tensor([0, 1, 2, 1, 0])
+    for op in (MixUp(alpha=0.4), CutMix(alpha=1.0)):
+        mixer = BatchMixer([op], num_classes=3)
+        for key in range(4):
+            want, want_targets = mixer(images, labels, key=key)
+            batch = images.clone()
+            got, targets = mixer(batch, labels, key=key, inplace=True)
+            assert got.data_ptr() == batch.data_ptr(), "no new batch"
+            assert torch.allclose(got, want, atol=1e-6) and torch.equal(targets, want_targets)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import gpupipe
-from gpupipe import backends
+from gpupipe import backends, env
 from helpers import HAS_DALI
 
 
@@ -74,7 +74,7 @@ def test_registry_describes_every_backend():
 
 @pytest.mark.parametrize("local, cores, expected", [(None, 16, 16), ("8", 16, 2), ("4", 2, 1), ("x", 4, 4)])
 def test_default_threads_share_the_cores_among_local_ranks(monkeypatch, local, cores, expected):
-    monkeypatch.setattr(backends.os, "sched_getaffinity", lambda pid: set(range(cores)))
+    monkeypatch.setattr(env.os, "sched_getaffinity", lambda pid: set(range(cores)))
     if local is None:
         monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     else:

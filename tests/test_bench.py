@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from helpers import env_without, make_image_folder
-from gpupipe.bench import demo, measure, report
-from gpupipe.bench.__main__ import parse_args
+from gpupipe.bench import demo, estimate, measure, report, runner
+from gpupipe.bench.__main__ import BenchError, main, parse_args
 
 
 def fake_batches(sleep: float = 0.0, batch_size: int = 4):
@@ -130,13 +130,96 @@ def test_help_documents_every_flag():
     out = subprocess.run([sys.executable, "-m", "gpupipe.bench", "--help"], capture_output=True, text=True, check=True).stdout
     for flag in ("--data", "--backends", "--model", "--batch-size", "--image-size", "--steps", "--train-steps",
                  "--warmup", "--train-warmup", "--repeats", "--amp", "--threads", "--dtype", "--no-train", "--demo-images",
-                 "--cache-dir", "--out", "--augment"):
+                 "--cache-dir", "--out", "--augment", "--quick", "--thorough"):
         assert flag in out
 
 
-def test_bad_flags_are_rejected():
-    with pytest.raises(SystemExit):
-        parse_args(["--batch-size", "0"])
+@pytest.mark.parametrize("argv, message", [
+    (["--batch-size", "0"], "error: --batch-size must be >= 1, got 0"),
+    (["--amp", "bfloat"], "error: argument --amp: invalid choice: 'bfloat'"),
+    (["--backends", "nope"], "error: --backends: unknown backend 'nope'"),
+    (["--backends", ","], "error: --backends: none given"),
+    (["--quick", "--thorough"], "error: argument --thorough: not allowed with argument --quick"),
+    (["--no-such-flag"], "error: unrecognized arguments: --no-such-flag"),
+])
+def test_every_bench_error_is_one_line_and_exit_2(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message) and err.count("\n") == 1 and "usage:" not in err
+
+
+def test_quick_is_the_default_and_thorough_repeats_more():
+    quick, thorough = parse_args([]), parse_args(["--thorough"])
+    assert quick.mode == "quick" and thorough.mode == "thorough"
+    assert quick.repeats < thorough.repeats and quick.train_steps < thorough.train_steps
+    assert parse_args(["--thorough", "--repeats", "2"]).repeats == 2, "an explicit flag wins over the mode"
+    with pytest.raises(BenchError, match="--repeats must be >= 1"):
+        parse_args(["--repeats", "0"])
+
+
+def _config(tmp_path, **changes):
+    values = dict(data=tmp_path, backends=("baseline", "torchvision"), model="m", batch_size=32, image_size=224,
+                  steps=20, train_steps=6, warmup=10, train_warmup=3, repeats=3, amp="off", threads=2,
+                  device=torch.device("cpu"))
+    values.update(changes)
+    return runner.BenchConfig(**values)
+
+
+def test_the_estimate_follows_the_measured_speed_and_never_says_zero_minutes(tmp_path):
+    config = _config(tmp_path)
+    slow = estimate.estimate(config, demo_images=1000, demo_image_s=0.2, step_s=0.5, workers=2)
+    fast = estimate.estimate(config, demo_images=1000, demo_image_s=0.1, step_s=0.25, workers=2)
+    assert slow.demo == pytest.approx(100.0) and fast.demo == pytest.approx(50.0)
+    assert slow.rounds > fast.rounds > 0
+    cached = estimate.estimate(config, demo_images=0, demo_image_s=0.1, step_s=0.25, workers=2)
+    assert cached.demo == 0 and cached.rounds == fast.rounds
+    more = estimate.estimate(_config(tmp_path, repeats=6), demo_images=0, demo_image_s=0.1, step_s=0.25, workers=2)
+    assert more.rounds == pytest.approx(2 * cached.rounds)
+    assert estimate.revised(config, 1, 40.0) == pytest.approx(2 * 40.0 + estimate.FIXED_S / 2)
+    assert [estimate.duration(s) for s in (0.2, 12, 119, 125, 210)] == \
+        ["about 5 s", "about 10 s", "about 120 s", "about 2 min", "about 3.5 min"]
+
+
+def test_a_loader_alone_window_fits_in_one_epoch_where_it_can():
+    assert measure.loader_window(20, 10, 31) == 20
+    assert measure.loader_window(50, 10, 50) == 40, "the GPU demo set: 50 batches, 10 of them warm-up"
+    assert measure.loader_window(20, 10, 12) == 20, "too short an epoch: the window crosses it"
+    assert measure.loader_window(20, 10, None) == 20
+
+
+def test_the_bench_times_the_batches_a_plain_loop_would(tmp_path):
+    """Warm-up excluded, the same batches timed in every repeat, no epoch boundary inside the window,
+    no earlier loader's workers alive: what a separate loader-alone loop measures."""
+    make_image_folder(tmp_path / "data", {"a": 10, "b": 10}, sizes=(40, 60))
+    config = _config(tmp_path / "data", backends=("baseline", "torchvision"), batch_size=2, image_size=32,
+                     steps=50, warmup=3, repeats=2, threads=1, measure_training=False)
+    figures = runner.run(config)
+    for name in config.backends:
+        batches = figures["results"][name]["loader"]["batches"]
+        assert batches == [{"warmup": 3, "timed": 7, "boundaries_timed": 0, "leftover_processes": 0}] * 2, name
+
+
+def test_no_loop_always_runs_right_after_the_same_one():
+    names = ["ceiling", "baseline", "dali-cpu", "torchvision"]
+    orders = [runner.rotated(names, r) for r in range(5)]
+    assert orders[0] == names and all(sorted(order) == sorted(names) for order in orders)
+    for name in names:
+        before = {order[order.index(name) - 1] if order.index(name) else None for order in orders}
+        assert len(before) > 1, f"{name} always follows {before}"
+
+
+def test_an_earlier_loaders_workers_are_waited_for(tmp_path):
+    before = runner._children()
+    quick = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+    started = time.perf_counter()
+    assert runner.wait_for_children(before) == 0 and quick.poll() is not None
+    assert time.perf_counter() - started > 0.2
+    stuck = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert runner.wait_for_children(before, timeout=0.1) == 1
+    finally:
+        stuck.kill()
+        stuck.wait()
 
 
 @pytest.mark.parametrize("make", [lambda p: p / "missing", lambda p: (p / "empty").mkdir() or p / "empty"])
@@ -179,7 +262,12 @@ def test_bench_end_to_end_on_tiny_data(tmp_path):
     assert bench["ceiling"]["images_per_s"] > 0
     for entry in bench["results"].values():
         assert entry["loader"]["min"] <= entry["loader"]["images_per_s"] <= entry["loader"]["max"]
-    assert "| backend" in proc.stdout and "this bench will take about" in proc.stderr and "bench: 100%" in proc.stderr
+    assert "| backend" in proc.stdout and "this bench (quick mode) will take about" in proc.stderr
+    assert "bench: 100%" in proc.stderr and "mixed precision: " in proc.stderr
+    assert bench["amp"]["choice"] in ("bf16", "off") and bench["amp"]["reason"] in proc.stderr
+    assert set(bench["machine"]["cpu_flags"]) >= {"avx512_bf16", "amx_bf16"} and bench["machine"]["cpu"]
+    assert bench["machine"]["torch_build"] == {"torch": torch.__version__, "cuda": torch.version.cuda}
+    assert bench["estimate"]["planned_s"] > 0 and bench["settings"]["mode"] == "quick"
 
 
 def test_bench_heavy_augmentation_runs(tmp_path):

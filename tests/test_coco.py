@@ -120,6 +120,7 @@ def test_packed_shards_carry_boxes_scaled_with_the_images(det_data, tmp_path, ba
     assert shards.kind is gpupipe.TargetKind.BOXES and shards.classes == source.classes
     by_name = {Path(n).name: k for k, n in enumerate(source.names)}
     rows = [line.split("\t") for line in (dst / "sources.tsv").read_text().splitlines()[1:]]
+    assert len(rows) == len(shards) == len(source) == 12, "every image packed and listed once"
     for k, (_key, name, _) in enumerate(rows):
         original = by_name[Path(name).name]
         (h, w), (sh, sw) = source.sizes()[original], shards.sizes()[k]

@@ -165,6 +165,7 @@ def test_detection_targets_for_torchvision_models(det_data):
     images, targets = next(iter(loader))
     assert images.shape == (6, 3, 160, 160)
     inputs, per_image = gpupipe.to_detection_inputs(images, targets)
+    assert len(inputs) == len(per_image) == 6
     for k, (image, target) in enumerate(zip(inputs, per_image)):
         h, w = source.sizes()[k]
         scale = min(96 / min(h, w), 160 / max(h, w))

@@ -93,6 +93,7 @@ def test_packed_shards_shard_like_the_folder(ddp_runs):
 def test_same_seed_same_batches_across_runs(ddp_runs):
     run, resume = ddp_runs
     for rank in range(2):
+        assert len(run[rank]["folder"]["epochs"]["0"]) == 2, "two batches per rank"
         assert resume[rank]["folder"]["epochs"]["0"] == run[rank]["folder"]["epochs"]["0"]
 
 
@@ -100,6 +101,7 @@ def test_resume_in_a_new_process_continues_exactly(ddp_runs):
     run, resume = ddp_runs
     for rank in range(2):
         full_epoch = run[rank]["folder"]["epochs"]["1"]
+        assert len(full_epoch) == len(run[rank]["shards"]["epochs"]["1"]) == 2, "one batch left after the resume"
         assert resume[rank]["resumed"] == full_epoch[1:]
         assert resume[rank]["resumed_shards"] == run[rank]["shards"]["epochs"]["1"][1:]
 

@@ -175,6 +175,36 @@ def test_cursor_load_then_set_other_epoch_drops_the_resume_point():
     assert cursor.begin(10).start == 2
 
 
+def test_frameworks_find_set_epoch_on_the_sampler_and_on_the_batch_sampler():
+    own = make()
+    orders = [keys(own) for _ in range(3)]  # gpupipe's own epochs 0, 1, 2
+    assert orders[0] != orders[1]
+    for epoch, where in enumerate(["sampler", "batch_sampler", "sampler"]):
+        fresh = make()  # rebuilt every epoch (Lightning's reload_dataloaders_every_n_epochs)
+        (fresh.sampler if where == "sampler" else fresh.batch_sampler.sampler).set_epoch(epoch)
+        assert list(fresh.batch_sampler) == [[int(i) for i in idx] for _, idx in make_at(epoch)]
+        assert len(fresh.sampler) == 10 and len(fresh.batch_sampler) == len(fresh) == 4
+        assert keys(fresh) == orders[epoch], f"epoch {epoch} set through loader.{where}"
+
+
+def make_at(epoch):
+    loader = make()
+    loader.set_epoch(epoch)
+    return list(loader)
+
+
+def test_skip_starts_the_next_pass_at_a_batch_like_accelerates_skip_first_batches():
+    loader = make()
+    full = keys(loader)
+    loader.set_epoch(0)
+    assert keys(loader.skip(2)) == full[2:], "the rest of epoch 0"
+    assert [k[0] for k in keys(loader)] == [1, 1, 1, 1], "then epoch 1, from its start"
+    with pytest.raises(ValueError, match=r"skip: batches must be an int in 0\.\.4"):
+        loader.skip(5)
+    with pytest.raises(AttributeError, match=r"loader\.skip\(n\)"):
+        loader.dataset  # noqa: B018 -- what Accelerate's skip_first_batches reads first
+
+
 def test_resume_point_is_exact_on_every_backend_with_augmentations(image_folder):
     """Augmentations come from (seed, epoch, slot): a state from one backend resumes exactly on another."""
     pytest.importorskip("nvidia.dali")
@@ -183,7 +213,7 @@ def test_resume_point_is_exact_on_every_backend_with_augmentations(image_folder)
     b = gpupipe.loader(image_folder, pipeline, batch_size=4, backend="torchvision", num_threads=0, seed=9)
     rest, again = rest_and_resumed(a, b)
     rest, again = [x for x, _ in rest], [x for x, _ in again]
-    assert len(again) == len(rest)
+    assert len(again) == len(rest) == 4, "18 images in batches of 4, one taken before the state"
     for x, y in zip(rest, again):
         # DALI's and torchvision's antialiased resizes differ by ~1-2 levels (more along the borders);
         # another crop or flip would differ by 30 and more.
@@ -227,6 +257,7 @@ def test_stats_say_compute_bound_when_the_step_dominates_and_reset_on_request():
     for _ in loader:
         clock.now += 0.05
     summary = loader.stats(reset=True)
+    assert summary.batches == 10, "30 samples in batches of 3"
     assert summary.verdict == "compute-bound" and summary.wait_share < 0.05
     assert loader.stats().batches == 0
     assert "batches" in str(summary)

@@ -131,7 +131,9 @@ def test_a_resumed_or_jumping_loader_reads_the_same_batches_as_a_fresh_one(tmp_p
     third = [x for x, _ in long_run]  # epoch 3, read by a pipeline that started at epoch 0
     fresh = gpupipe.loader(root, pipeline, batch_size=4, backend="dali-cpu", num_threads=1, seed=2)
     fresh.set_epoch(3)
-    assert all(torch.equal(a, b) for a, b in zip(third, [x for x, _ in fresh])), \
+    again = [x for x, _ in fresh]
+    assert len(third) == len(again) == 3, "10 images in batches of 4"
+    assert all(torch.equal(a, b) for a, b in zip(third, again)), \
         "augmentations depend on (seed, epoch, slot), not on which pipeline read them"
 
 

@@ -67,6 +67,7 @@ def test_set_epoch_is_reproducible(image_folder, backend, device):
     first.set_epoch(2)
     second.set_epoch(2)
     a, b = collect(first), collect(second)
+    assert len(a) == len(b) == math.ceil(18 / 4)
     assert all(torch.equal(x[1], y[1]) for x, y in zip(a, b))
     assert all(torch.equal(x[0], y[0]) for x, y in zip(a, b)), "same seed and epoch, same augmentations"
 
@@ -112,7 +113,7 @@ def test_state_dict_resumes_after_k_batches(image_folder, backend, device, pipel
     resumed = make(image_folder, backend, device, pipeline=pipeline, seed=5)
     resumed.load_state_dict(restored)
     again = collect(resumed)
-    assert len(taken) + len(again) == len(original) and len(again) == len(rest)
+    assert len(taken) + len(again) == len(original) and len(again) == len(rest) == math.ceil(18 / 4) - 2
     for (x, y), (u, v) in zip(rest, again):
         assert torch.equal(y, v)
         assert torch.equal(x, u), "random augmentations continue exactly"
@@ -181,7 +182,7 @@ def test_presets_by_name(image_folder):
          "larger than the 2 samples per rank (8 ranks) of the dataset (18 samples in all)"),
         (dict(batch_size=4, num_threads=0, backend="dali-cpu"), "num_threads=0 (decode in the main process) is for"),
         (dict(batch_size=4, even_batches=1), "even_batches must be a bool, got 1"),
-        (dict(batch_size=4, hw_decoder_load=2), "hw_decoder_load must be a number in [0, 1], got 2"),
+        (dict(batch_size=4, hw_decoder_load=2), "hw_decoder_load must be 'auto' or a number in [0, 1], got 2"),
         (dict(batch_size=4, preallocate="big"), "preallocate must be 'auto', None or (width, height)"),
         (dict(batch_size=4, max_file_size=0), "max_file_size must be an int >= 1, got 0"),
         (dict(batch_size=4, rank=2, world_size=2), "rank must be an int in [0, world_size=2), got 2"),

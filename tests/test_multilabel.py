@@ -34,9 +34,12 @@ def test_a_list_with_several_labels_per_line_gives_multi_hot_targets(tagged, bac
     source = gpupipe.FileList(tagged)
     assert source.kind is gpupipe.TargetKind.MULTI_LABEL and source.classes == ["bird", "cat", "dog"]
     loader = gpupipe.loader(source, PIPELINE, batch_size=4, backend=backend, num_threads=1, seed=2)
+    seen = []
     for images, targets in loader:
         assert targets.dtype == torch.float32 and targets.shape == (len(images), 3)
         assert torch.equal(targets, expected(sample_ids(images), source.classes))
+        seen.extend(sample_ids(images))
+    assert sorted(seen) == sorted(TAGS), "every listed image once"
 
 
 def test_pairs_and_csv_give_multi_label_sources(tmp_path):

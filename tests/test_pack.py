@@ -101,6 +101,7 @@ def test_labels_match_the_folder_source(messy_folder, tmp_path):
     shards = gpupipe.Shards(dst)
     table = sources_table(dst)
     assert shards.classes == folder.classes
+    assert len(shards.entries) == len(shards.samples) == len(table) >= 11, "at least the 11 good photos"
     for entry, sample in zip(shards.entries, shards.samples):
         path, label = table[entry["jpg"].name[:-4]]
         assert sample.label == label == folder_label[path]
@@ -113,6 +114,7 @@ def test_max_size_shrinks_and_never_enlarges(tmp_path):
     dst = tmp_path / "packed"
     summary = pack(root, dst, PackSettings(convert=ConvertSettings(max_size=64)), workers=1, progress=False)
     source = gpupipe.Shards(dst)
+    assert len(sources_table(dst)) == len(source) == 4
     for i, (path, _) in enumerate(sources_table(dst).values()):
         with Image.open(path) as original:
             before = min(original.size)
@@ -175,6 +177,7 @@ def test_resume_after_an_interruption_gives_identical_shards(messy_folder, tmp_p
     summary = pack(root, interrupted, SMALL_SHARDS, workers=2, progress=False)
     assert summary.resumed_shards == 1
     assert not list(interrupted.glob("*.tmp"))
+    assert len(list(whole.glob("shard-*.tar"))) >= 2, "the interruption fell between shards"
     for original in sorted(whole.glob("shard-*")):
         assert (interrupted / original.name).read_bytes() == original.read_bytes(), original.name
     assert (interrupted / "manifest.json").read_text() == (whole / "manifest.json").read_text()
@@ -193,12 +196,16 @@ def test_on_error_raise_names_the_file(messy_folder, tmp_path):
     with pytest.raises(PackError, match=r"(empty|truncated|text|gzip|bomb)\.(jpg|png): "):
         pack(root, tmp_path / "dst", on_error="raise", workers=1, progress=False)
     proc = run_cli(root, tmp_path / "dst2", "--on-error", "raise", "-q")
-    assert proc.returncode == 1 and "error:" in proc.stderr
+    assert proc.returncode == 2 and proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
 
 
 def test_cli_argument_errors(tmp_path):
-    assert run_cli(tmp_path / "a", tmp_path / "b", "--shard-size", "lots").returncode == 2
-    assert "SRC and DST are required" in run_cli(tmp_path / "b").stderr
+    """Every error is one line, ``error: ...``, and exit status 2, without argparse's usage or a traceback."""
+    bad_size = run_cli(tmp_path / "a", tmp_path / "b", "--shard-size", "lots")
+    assert (bad_size.returncode, bad_size.stderr) == (2, "error: --shard-size: shard size must look like 256MB, 1G "
+                                                          "or 4096, got 'lots' (see python -m gpupipe.pack --help)\n")
+    assert run_cli(tmp_path / "b").stderr == ("error: SRC and DST are required (or --verify DST) "
+                                              "(see python -m gpupipe.pack --help)\n")
     assert parse_size("256MB") == 256 * 2**20 and parse_size("1.5G") == int(1.5 * 2**30)
     with pytest.raises(ValueError, match="shard size must be at least 65,536 bytes"):
         parse_size("10")
@@ -206,7 +213,8 @@ def test_cli_argument_errors(tmp_path):
         with pytest.raises(ValueError, match=f"shard size must look like 256MB, 1G or 4096, got {text!r}"):
             parse_size(text)
     missing = run_cli(tmp_path / "nothing", tmp_path / "out", "-q")
-    assert missing.returncode == 1 and "does not exist" in missing.stderr
+    assert missing.returncode == 2 and missing.stderr.startswith("error: ") and "does not exist" in missing.stderr
+    assert missing.stderr.count("\n") == 1, missing.stderr
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)

@@ -28,7 +28,7 @@ def test_a_second_packer_on_the_same_folder_fails_fast(tmp_path):
         started = time.perf_counter()
         proc = cli(src, dst, "-q")
         assert time.perf_counter() - started < 60
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert f"another pack is writing into {dst} (process {os.getpid()})" in proc.stderr
     assert not (dst / "manifest.json").exists()
 
@@ -43,7 +43,7 @@ def test_two_packers_started_together_leave_one_sound_folder(tmp_path):
             for _ in range(2)]
     results = [(run.wait(timeout=300), run.stderr.read()) for run in runs]
     codes = sorted(code for code, _ in results)
-    assert codes in ([0, 1], [0, 0]), results  # the second either lost the race for the lock or resumed after
+    assert codes in ([0, 2], [0, 0]), results  # the second either lost the race for the lock or resumed after
     for code, err in results:
         assert code == 0 or "another pack is writing into" in err, err
     assert verify(dst) == []
@@ -59,7 +59,7 @@ def test_a_full_disk_gives_one_clear_error_and_leaves_no_temporary_file(tmp_path
              f"sys.argv = ['gpupipe.pack', {str(src)!r}, {str(dst)!r}, '-q', '--workers', '1']; "
              "runpy.run_module('gpupipe.pack', run_name='__main__')")
     proc = subprocess.run([sys.executable, "-c", limit], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert proc.stderr.startswith(f"error: cannot write into {dst}: File too large")
     assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
     assert not list(dst.glob("*.tmp")) and not (dst / "manifest.json").exists()
@@ -74,7 +74,7 @@ def test_packing_into_a_folder_inside_the_source_is_refused(tmp_path):
     with pytest.raises(ValueError, match="lies inside the input"):
         pack(src, src, workers=1, progress=False)
     proc = cli(src, src / "class_0" / "out", "-q")
-    assert proc.returncode == 1 and "lies inside the input" in proc.stderr
+    assert proc.returncode == 2 and "lies inside the input" in proc.stderr
     assert not (src / "packed").exists()
 
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 import gpupipe
+from gpupipe.batch import take_rows
 from helpers import BACKEND_DEVICES, CPU_BACKENDS, flat_folder, sample_ids, two_ranks
 from imagecases import broken_inside_jpeg
 
@@ -75,6 +77,29 @@ def test_a_file_changed_after_the_scan_is_the_only_one_blamed(tmp_path, backend,
     batches = delivered(loader)
     assert [Path(s.path).name for s in loader.skipped] == ["s0005.png"], "the intact neighbours are not blamed"
     assert [ids for ids, _ in batches] == [[0, 1, 2, 3], [4, 6, 6, 7], [8, 9, 10, 11]]
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_exact_evaluation_drops_a_failed_sample_instead_of_repeating_another(tmp_path, backend):
+    root = flat_folder(tmp_path / "data", 12, classes=1)
+    bad = break_samples(root, [5])
+    loader = make(root, backend, even_batches=False)
+    for epoch in (1, 2):
+        batches = delivered(loader)
+        assert [ids for ids, _ in batches] == [[0, 1, 2, 3], [4, 6, 7], [8, 9, 10, 11]], "no sample twice"
+        assert [len(labels) for _, labels in batches] == [4, 3, 4]
+        assert loader.stats().dropped == epoch, "counted in every epoch that meets it"
+    assert {Path(s.path).name for s in loader.skipped} == bad
+
+
+def test_rows_left_out_keep_every_target_aligned():
+    images = torch.arange(4).view(4, 1, 1, 1).expand(4, 3, 2, 2)
+    targets = {"boxes": torch.arange(4.0).view(4, 1, 1).expand(4, 2, 4), "labels": torch.arange(8).view(4, 2),
+               "image_sizes": torch.arange(8).view(4, 2)}
+    kept, out = take_rows(images, targets, [0, 2, 3])
+    assert kept[:, 0, 0, 0].tolist() == [0, 2, 3] and out["boxes"][:, 0, 0].tolist() == [0.0, 2.0, 3.0]
+    assert out["labels"].tolist() == [[0, 1], [4, 5], [6, 7]] and out["image_sizes"].shape == (3, 2)
+    assert take_rows(images, torch.arange(4), [1])[1].tolist() == [1]
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)

@@ -7,6 +7,7 @@ pytest.importorskip("hypothesis")  # the test extra; plain pytest skips this mod
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpupipe.options import World, settle_world
 from gpupipe.sampling import RankShare, epoch_order, per_rank, split
 
 
@@ -64,3 +65,18 @@ def test_rank_share_repr_is_short():
     share = split(np.arange(100_000), rank=0, world_size=3, drop_last=False)
     assert repr(share) == "RankShare(33334 samples, padded=2, dropped=0)"
     assert isinstance(share, RankShare)
+
+
+def test_a_share_taken_before_the_process_group_gives_way_to_the_groups():
+    assert settle_world(World(0, 1, "launcher"), (1, 2)) == World(1, 2, "group")
+    assert settle_world(World(0, 1, "launcher"), None) == World(0, 1, "launcher"), "no group yet: wait"
+    assert settle_world(World(1, 2, "argument"), (1, 2)) == World(1, 2, "argument")
+    assert settle_world(World(0, 1, "argument"), (1, 2)) == World(0, 1, "argument"), "world_size=1, asked for"
+
+
+@pytest.mark.parametrize("world, group", [(World(0, 3, "argument"), (1, 2)), (World(0, 2, "group"), (3, 4))])
+def test_a_share_that_disagrees_with_the_process_group_is_one_clear_error(world, group):
+    with pytest.raises(ValueError) as info:
+        settle_world(world, group)
+    message = str(info.value)
+    assert "\n" not in message and str(world) in message and f"rank {group[0]} of {group[1]}" in message

@@ -90,8 +90,10 @@ def test_masks_stay_aligned_with_their_images(seg_data, backend, device, geometr
     pipeline = [ops.Decode(), *GEOMETRIES[geometry], ops.Output("uint8")]
     loader = gpupipe.loader(source(seg_data), pipeline, batch_size=8, backend=backend, device=device, num_threads=1,
                             seed=5)
+    samples = 0
     for _ in range(2):
         for images, masks in loader:
+            samples += len(images)
             assert masks.dtype == torch.int64 and masks.shape == (len(images), 48, 48)
             assert masks.device == images.device
             images, masks = images.cpu(), masks.cpu()
@@ -103,6 +105,7 @@ def test_masks_stay_aligned_with_their_images(seg_data, backend, device, geometr
             assert (images.float().amax(dim=1)[outside] < 30).all(), "no image where the mask says ignore"
             if geometry in ("flip-pad", "zoom-out", "rotation"):
                 assert (masks == IGNORE).any(), "padding and uncovered corners are ignore_index"
+    assert samples == 2 * 16, "two epochs of every pair"
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
@@ -209,6 +212,7 @@ def test_resume_with_masks_continues_exactly(seg_data, backend):
                                   num_threads=1, seed=8)
     rest, again = rest_and_resumed(make(), make())
     rest, again = [m for _, m in rest], [m for _, m in again]
+    assert len(rest) == len(again) == 16 // 4 - 1, "the epoch's batches after the first"
     assert all(torch.equal(a, b) for a, b in zip(rest, again))
 
 

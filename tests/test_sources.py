@@ -52,6 +52,31 @@ def test_image_folder_errors(tmp_path):
         ImageFolder(tmp_path / "noimg")
 
 
+def test_a_folder_of_split_folders_is_refused_naming_the_split(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    make_image_folder(tmp_path / "data" / "train", {"cat": 2, "dog": 2})
+    make_image_folder(tmp_path / "data" / "val", {"cat": 1, "dog": 1})
+    message = ("ImageFolder: data/ holds split folders train/, val/, each with class folders, not classes: "
+               "pass data/train")
+    for given in ("data", "data/"):
+        with pytest.raises(ValueError) as caught:
+            gpupipe.loader(given, "train", batch_size=2, backend="torchvision", num_threads=0)
+        assert str(caught.value) == message
+    assert ImageFolder("data/train").classes == ["cat", "dog"], "the split itself loads"
+    make_image_folder(tmp_path / "only" / "Validation", {"a": 1})
+    with pytest.raises(ValueError, match=r"split folders Validation/, .*: pass only/Validation$"):
+        ImageFolder("only")
+
+
+def test_classes_named_like_splits_that_hold_images_are_classes(tmp_path):
+    root = tmp_path / "data"
+    make_image_folder(root, {"train": 2, "test": 1})  # e.g. photos of trains: images, no class folders inside
+    assert ImageFolder(root).classes == ["test", "train"]
+    make_image_folder(tmp_path / "mixed" / "train", {"a": 1})
+    make_image_folder(tmp_path / "mixed", {"zebra": 1})  # not every folder is a split: classes as given
+    assert ImageFolder(tmp_path / "mixed").classes == ["train", "zebra"]
+
+
 def test_empty_class_keeps_its_index(tmp_path, caplog):
     root = tmp_path / "data"
     make_image_folder(root, {"a": 1, "c": 1})

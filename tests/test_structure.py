@@ -84,6 +84,8 @@ def test_a_sample_gets_the_same_parameters_in_any_batch():
     sizes = np.array([[60, 80], [100, 50], [40, 40]])
     together = planner.plan(2, np.array([7, 8, 9]), sizes)
     alone = planner.plan(2, np.array([8]), sizes[1:2])
+    assert len(together.steps) == len(alone.steps) == len(spec.ops)
+    assert sum(len(step) for step in together.steps) >= 2, "the crop and the flip draw parameters"
     for step_all, step_one in zip(together.steps, alone.steps):
         for name in step_all:
             assert np.array_equal(step_all[name][1], step_one[name][0]), name

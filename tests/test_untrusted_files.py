@@ -136,4 +136,5 @@ def test_partially_corrupt_jpegs_are_delivered_by_every_cpu_backend(tmp_path):
 def test_cli_reports_a_pack_error_in_one_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "gpupipe.pack", str(tmp_path / "none"), str(tmp_path / "out")],
                           capture_output=True, text=True)
-    assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("error: ") and "none" in proc.stderr

@@ -58,6 +58,11 @@ def last_member(dst: Path):
     return source, source.entries[-1]["jpg"], Path(source.tar_paths[-1])
 
 
+def refusal(error: str, tar: Path) -> bool:
+    """One line naming the shard and the command that checks the pack."""
+    return "\n" not in error and tar.name in error and "python -m gpupipe.pack --verify" in error
+
+
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_a_shard_cut_short_inside_its_last_member(packed, backend):
     source, member, tar = last_member(packed)
@@ -66,12 +71,32 @@ def test_a_shard_cut_short_inside_its_last_member(packed, backend):
     code = LOAD_ALL + f"print(json.dumps([load({str(packed)!r}, {backend!r}, m) for m in ('raise', 'skip')]))"
     proc = run_child(code)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    raised, skipped = json.loads(proc.stdout.splitlines()[-1])
-    assert "1 of 12 files cannot be used" in raised["error"] and f"#{member.name}: " in raised["error"]
-    assert "lie past the end of the tar" in raised["error"]
-    assert [Path(p).name for p, _ in skipped["skipped"]] == [f"{tar.name}#{member.name}"]
-    assert len(skipped["delivered"]) == 11, "the damaged member left out, every other sample read"
-    assert all(label == i % 3 for i, label in skipped["delivered"]), "every label is its sample's"
+    for result in json.loads(proc.stdout.splitlines()[-1]):
+        assert refusal(result["error"], tar) and "cut short" in result["error"], result
+
+
+@pytest.mark.parametrize("cut", [512, 1024])
+def test_a_shard_cut_only_in_its_end_blocks_is_refused_by_its_size(packed, cut):
+    tar = Path(gpupipe.Shards(packed).tar_paths[-1])
+    with open(tar, "r+b") as fh:
+        fh.truncate(tar.stat().st_size - cut)  # every member intact: only the manifest's size tells
+    with pytest.raises(ValueError) as info:
+        gpupipe.Shards(packed)
+    assert refusal(str(info.value), tar) and f"{tar.stat().st_size:,} bytes" in str(info.value)
+
+
+def test_an_altered_shard_is_refused_by_its_checksum_where_that_is_cheap(packed):
+    source = gpupipe.Shards(packed)
+    member, tar = source.entries[3]["jpg"], Path(source.tar_paths[0])
+    data = bytearray(tar.read_bytes())
+    data[member.offset + member.size // 2] ^= 0x55  # bit rot: same size, other pixels
+    tar.write_bytes(bytes(data))
+    with pytest.raises(ValueError) as info:
+        gpupipe.Shards(packed)  # a small pack: its shards are hashed when it is opened
+    assert refusal(str(info.value), tar) and "sha256" in str(info.value)
+    with pytest.raises(ValueError, match="sha256"):
+        gpupipe.Shards(packed, checksums=True)
+    assert len(gpupipe.Shards(packed, checksums=False)) == 12, "checksums=False: sizes only"
 
 
 @pytest.mark.parametrize("size", [80 * 1024, 8 * 2**30])
@@ -89,7 +114,9 @@ def test_an_index_member_size_past_the_tar_is_a_bad_sample(packed, size):
     code = LOAD_ALL + f"print(json.dumps([load({str(packed)!r}, b, 'skip') for b in ('dali-cpu', 'torchvision')]))"
     proc = run_child(code)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    for result in json.loads(proc.stdout.splitlines()[-1]):
+    results = json.loads(proc.stdout.splitlines()[-1])
+    assert len(results) == 2, "one result per backend"
+    for result in results:
         assert len(result["delivered"]) == 11 and len(result["skipped"]) == 1
 
 
@@ -134,8 +161,9 @@ def test_both_backends_take_labels_from_the_manifest_not_the_cls_bytes(packed, b
     cls = source.entries[0]["cls"]
     data[cls.offset:cls.offset + cls.size] = b"99999999"  # garbage class bytes
     tar.write_bytes(bytes(data))
-    loader = gpupipe.loader(packed, [gpupipe.Decode(), gpupipe.Resize((8, 8)), gpupipe.Output("uint8")], batch_size=12,
-                            backend=backend, shuffle=False, num_threads=1)
+    unhashed = gpupipe.Shards(packed, checksums=False)  # same size: only the sha256 would tell
+    loader = gpupipe.loader(unhashed, [gpupipe.Decode(), gpupipe.Resize((8, 8)), gpupipe.Output("uint8")],
+                            batch_size=12, backend=backend, shuffle=False, num_threads=1)
     _, labels = next(iter(loader))
     assert labels.tolist() == source.labels.tolist()
     assert any("class differs from the manifest's label" in p for p in verify(packed))

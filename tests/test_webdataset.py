@@ -79,6 +79,7 @@ def test_backends_agree_on_foreign_tars(tars, tmp_path):
     pipeline = [gpupipe.Decode(), gpupipe.RandomResizedCrop(8), gpupipe.HorizontalFlip(), gpupipe.Output("uint8")]
     runs = [[(x, y) for x, y in gpupipe.loader(source, pipeline, batch_size=8, backend=b, num_threads=1, seed=2)]
             for b in ("dali-cpu", "torchvision")]
+    assert len(runs[0]) == len(runs[1]) == 4, "30 samples in batches of 8"
     assert all(torch.equal(a[1], b[1]) and (a[0].float() - b[0].float()).abs().mean() < 1 for a, b in zip(*runs))
 
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterator, List, Optional, Protocol, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Protocol, Tuple, Union
 
 import torch
 
+from .. import env
 from ..errors import OnError, SkipLog
 from ..sampling import RankShare
 from ..sources import Source
@@ -74,11 +74,12 @@ class DecoderSettings:
 
     Attributes:
         hw_decoder_load: share of JPEGs sent to the GPU's hardware decoder
-            (where it has one); the rest go to the CUDA decoder.
+            (where it has one); the rest go to the CUDA decoder. ``"auto"``: measured
+            on the first batches (:mod:`gpupipe.backends.dali.calibrate`).
         width_hint, height_hint: sizes the decoders preallocate for (0: grown at run time).
     """
 
-    hw_decoder_load: float = 0.65
+    hw_decoder_load: Union[float, str] = "auto"
     width_hint: int = 0
     height_hint: int = 0
 
@@ -150,20 +151,9 @@ class Backend(Protocol):
 
 
 def default_threads() -> int:
-    """The CPU cores this process may use, shared among the processes of this node under torchrun.
-
-    ``LOCAL_WORLD_SIZE`` (set by torchrun) divides the usable cores, so 8
-    ranks on a 16-core node get 2 threads each rather than 16.
-    """
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    try:
-        local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    except ValueError:
-        local = 1
-    return max(1, cores // local)
+    """The CPU cores this process may use, shared among the processes of this job on this host
+    (:func:`gpupipe.env.default_threads`)."""
+    return env.default_threads()
 
 
 def require(backend: str) -> None:

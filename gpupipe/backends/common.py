@@ -4,14 +4,15 @@ samples, and the targets that are looked up on the host."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, FrozenSet, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Callable, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 import numpy as np
 import torch
 
-from ..errors import OnError, SampleError, Skipped, SkipLog
+from ..errors import Error, OnError, SampleError, SkipLog, Skipped
 from ..sampling import RankShare
 from ..sources import Source
+from ..sources.base import Indices
 from ..targets import ALL_TARGETS, TargetKind
 
 
@@ -36,7 +37,7 @@ def batch_slots(share: RankShare, batch: int, batch_size: int) -> Tuple[np.ndarr
     return share.indices[start:start + batch_size], share.positions[start:start + batch_size]
 
 
-class NoUsableSample(RuntimeError):
+class NoUsableSample(Error, RuntimeError):
     """Every sample of a rank's share failed: there is nothing to fill a batch with."""
 
 
@@ -99,7 +100,7 @@ class BadSamples:
         return out
 
 
-def host_targets(source: Source, indices: Sequence[int]) -> torch.Tensor:
+def host_targets(source: Source, indices: Indices) -> torch.Tensor:
     """The image-level targets of a batch, built on the host.
 
     Returns:
@@ -140,7 +141,7 @@ def targets_to(targets, device: torch.device, non_blocking: bool = True):
     return targets.to(device, non_blocking=non_blocking)
 
 
-def source_boxes(source: Source, indices: Sequence[int]) -> Optional[List[np.ndarray]]:
+def source_boxes(source: Source, indices: Indices) -> Optional[List[np.ndarray]]:
     """The boxes of a batch's samples (``None`` for sources without boxes)."""
     if source.kind is not TargetKind.BOXES:
         return None

@@ -15,36 +15,56 @@ import logging
 import os
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import torch
 
 from .. import backends as gp_backends
-from ..scan import default_cache_dir
-from .. import shardfmt
+from .. import env, shardfmt
+from ..amp import AMP_CHOICES, AmpChoice, choose_amp, cpu_info, probe_seconds, torch_build
+from ..cli import user_errors
+from ..env import cache_dir
+from ..errors import Error as GpupipeError
 from ..sources import as_source
 from . import demo, report
+from .estimate import duration, estimate, revised, time_demo_image
 from .monitor import ResourceMonitor
-from .runner import BASELINE, BenchConfig, rounds, run
+from .runner import BASELINE, BenchConfig, TrainStep, kept_batch, rounds, run
 
 logger = logging.getLogger("gpupipe.bench")
 
-#: Rough rates for the duration estimate printed before the run (images/s per CPU core, or on a GPU).
-ASSUMED_RATES = {"cpu": {"loader": 300.0, "train": 60.0}, "cuda": {"loader": 4000.0, "train": 2000.0}}
-#: Seconds to build, warm and shut down a loader, per timed round.
-ROUND_OVERHEAD_S = 2.0
+#: Per mode and device: timed repeats, loader-alone batches per repeat, training steps per repeat.
+MODES = {
+    "quick": {"cpu": dict(repeats=3, steps=20, train_steps=6), "cuda": dict(repeats=3, steps=40, train_steps=30)},
+    "thorough": {"cpu": dict(repeats=5, steps=20, train_steps=12), "cuda": dict(repeats=5, steps=40, train_steps=60)},
+}
+
+
+class BenchError(GpupipeError):
+    """A bad argument or input: printed as one line, ``error: ...``, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:
+        raise BenchError(message)
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
+    """The flags, with the machine's and the mode's defaults filled in.
+
+    Raises:
+        BenchError: a bad flag or value.
+    """
     on_gpu = torch.cuda.is_available()
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m gpupipe.bench",
         description=__doc__.split("\n\n")[0].split(": ", 1)[1],
         epilog=(
-            "Defaults depend on the machine: with a GPU, resnet50, batch 256, 50 loader / 30 train steps and a demo "
-            "set of 50 batches; without, shufflenet_v2_x0_5, batch 32, 20 loader / 6 train steps, 1000 images."
+            "Defaults depend on the machine and the mode. --quick (the default): 3 repeats; with a GPU, resnet50, "
+            "batch 256, 40 loader / 30 train steps and a demo set of 50 batches; without, shufflenet_v2_x0_5, "
+            "batch 32, 20 loader / 6 train steps, 1000 images. --thorough: 5 repeats and twice the training steps."
         ),
     )
     parser.add_argument("--data", type=Path, help="image folder root/<class>/<image>, or a folder packed by "
@@ -53,20 +73,31 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
         "--backends", default="all",
         help=f"comma-separated from {BASELINE},{','.join(gp_backends.BACKENDS)}; 'all' = every one this machine has",
     )
-    parser.add_argument("--model", help="torchvision model name (default: resnet50 on a GPU, shufflenet_v2_x0_5 on a CPU)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", dest="mode", action="store_const", const="quick",
+                      help="3 repeats: medians good to ~10-20 %% on a quiet machine, a few minutes (the default)")
+    mode.add_argument("--thorough", dest="mode", action="store_const", const="thorough",
+                      help="5 repeats and twice the training steps: tighter ranges, about twice as long")
+    parser.add_argument("--model",
+                        help="torchvision model name (default: resnet50 on a GPU, shufflenet_v2_x0_5 on a CPU)")
     parser.add_argument("--batch-size", type=int, help="images per batch (default: 256 on a GPU, 32 on a CPU)")
     parser.add_argument("--image-size", type=int, default=224, help="train-preset crop size in px (default: 224)")
-    parser.add_argument("--steps", type=int, help="batches per loader-alone repeat (default: 50 GPU / 20 CPU)")
-    parser.add_argument("--train-steps", type=int, help="steps per training repeat (default: 30 GPU / 6 CPU)")
+    parser.add_argument("--steps", type=int,
+                        help="batches per loader-alone repeat, fewer where warm-up and timing would not fit in one "
+                             "epoch (default: 40 GPU / 20 CPU)")
+    parser.add_argument("--train-steps", type=int, help="steps per training repeat (default: by mode, see below)")
     parser.add_argument("--warmup", type=int, default=10,
                         help="loader-alone batches before each timed repeat; more than the loader's prefetch "
                              "queue, so that no repeat starts on free, already-prepared batches (default: 10)")
     parser.add_argument("--train-warmup", type=int, default=3,
                         help="training steps before each timed repeat (default: 3)")
-    parser.add_argument("--repeats", type=int, default=5,
-                        help="timed repeats, interleaved across backends; medians and min-max are reported (default: 5)")
-    parser.add_argument("--amp", choices=["bf16", "fp16", "off"], default="bf16",
-                        help="autocast dtype; fp16 uses a GradScaler (default: bf16)")
+    parser.add_argument("--repeats", type=int,
+                        help="timed repeats, interleaved across backends; medians and min-max are reported "
+                             "(default: 3 quick, 5 thorough)")
+    parser.add_argument("--amp", choices=AMP_CHOICES, default="auto",
+                        help="autocast dtype; auto: bf16 on a GPU that has it, and on a CPU only where a short "
+                             "probe finds it faster than float32 (CPUs without avx512_bf16/amx_bf16: float32); "
+                             "fp16 uses a GradScaler; off: float32 (default: auto)")
     parser.add_argument("--threads", type=int,
                         help="gpupipe's DALI threads / DataLoader workers (default: the usable CPU cores; "
                              "the baseline always uses one worker per core)")
@@ -77,19 +108,18 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                              "MixUp 0.8 / CutMix 1.0 (default: standard)")
     parser.add_argument("--no-train", action="store_true", help="measure the loaders alone (no model)")
     parser.add_argument("--demo-images", type=int,
-                        help="size of the generated demo set, 10 classes (default: 1000; on a GPU 50 batches, so "
-                             "that epoch boundaries are under 2%% of the time)")
-    parser.add_argument("--cache-dir", type=Path, default=default_cache_dir(),
+                        help="size of the generated demo set, 10 classes (default: 1000; on a GPU 50 batches)")
+    parser.add_argument("--cache-dir", type=Path, default=cache_dir(),
                         help="where the demo data is built once (default: ~/.cache/gpupipe)")
     parser.add_argument("--out", type=Path, default=Path("bench-out"),
                         help="folder for bench.json and bench.png (default: ./bench-out)")
     args = parser.parse_args(argv)
+    args.mode = args.mode or "quick"
     defaults = {
         "model": "resnet50" if on_gpu else "shufflenet_v2_x0_5",
         "batch_size": 256 if on_gpu else 32,
-        "steps": 50 if on_gpu else 20,
-        "train_steps": 30 if on_gpu else 6,
         "threads": gp_backends.default_threads(),
+        **MODES[args.mode]["cuda" if on_gpu else "cpu"],
     }
     for name, value in defaults.items():
         if getattr(args, name) is None:
@@ -98,15 +128,19 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
         args.demo_images = max(1000, 50 * args.batch_size) if on_gpu else 1000
     for name in ("batch_size", "image_size", "steps", "train_steps", "repeats", "threads", "demo_images"):
         if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+            raise BenchError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     for name in ("warmup", "train_warmup"):
         if getattr(args, name) < 0:
-            parser.error(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+            raise BenchError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
     return args
 
 
 def choose_backends(spec: str, on_gpu: bool) -> List[str]:
-    """The backends to compare: ``all`` means the baseline plus every backend available here."""
+    """The backends to compare: ``all`` means the baseline plus every backend available here.
+
+    Raises:
+        BenchError: an unknown backend, or ``dali`` without a GPU.
+    """
     if spec == "all":
         names = [BASELINE] + [b for b in gp_backends.BACKENDS if gp_backends.available(b)]
         for missing in sorted(set(gp_backends.BACKENDS) - set(names)):
@@ -114,24 +148,14 @@ def choose_backends(spec: str, on_gpu: bool) -> List[str]:
         return names
     names = [n.strip() for n in spec.split(",") if n.strip()]
     known = (BASELINE,) + gp_backends.BACKENDS
+    if not names:
+        raise BenchError(f"--backends: none given; choose from {', '.join(known)}")
     for name in names:
         if name not in known:
-            raise SystemExit(f"--backends: unknown backend {name!r}; choose from {', '.join(known)}")
+            raise BenchError(f"--backends: unknown backend {name!r}; choose from {', '.join(known)}")
         if name == "dali" and not on_gpu:
-            raise SystemExit("--backends: 'dali' needs a CUDA GPU; this machine has none (use dali-cpu)")
+            raise BenchError("--backends: 'dali' needs a CUDA GPU; this machine has none (use dali-cpu)")
     return names
-
-
-def estimate_seconds(config: BenchConfig, demo_images: int, need_demo: bool) -> float:
-    """A rough duration: demo generation (measured cost per image) plus every round at assumed rates."""
-    kind = config.device.type
-    per_core = 1.0 if kind == "cuda" else config.threads
-    rates = {k: v * per_core for k, v in ASSUMED_RATES[kind].items()}
-    loader = len(config.backends) * (config.warmup + config.steps) * config.batch_size / rates["loader"]
-    train = (len(config.backends) + 1) * (config.train_warmup + config.train_steps) * config.batch_size / rates["train"] \
-        if config.measure_training else 0.0
-    generate = demo.SECONDS_PER_IMAGE * demo_images / config.threads if need_demo else 0.0
-    return generate + config.repeats * (loader + train) + rounds(config) * ROUND_OVERHEAD_S
 
 
 def _log_to_stderr() -> None:
@@ -155,23 +179,53 @@ def missing_extras() -> List[str]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """Runs the bench; every bad argument or input is one line, ``error: ...``, and exit status 2."""
+    try:
+        return _main(argv)
+    except BenchError as err:
+        message = str(err)
+    except user_errors() as err:  # bad data, a full disk: the library's own one-line message
+        message = str(err)
+    print(f"error: {message}".splitlines()[0], file=sys.stderr)
+    return 2
+
+
+def choose_precision(args: argparse.Namespace, device: torch.device, train_step: Optional[TrainStep], kept
+                     ) -> tuple:
+    """The autocast choice (probing the bench's own step where it decides) and seconds per training step."""
+    if train_step is None:
+        return AmpChoice("off", "no training measured (--no-train)"), None
+
+    def step(dtype: torch.dtype) -> None:
+        train_step.run(*kept, dtype)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    amp = choose_amp(device, args.amp, step=step)
+    step_s = amp.probe.get(str(amp.dtype).replace("torch.", ""))
+    if step_s is None:
+        step_s = probe_seconds(step, (amp.dtype,), repeats=2)[0]
+    train_step.use(amp)
+    return amp, step_s
+
+
+def _main(argv: Optional[List[str]]) -> int:
     _log_to_stderr()
     args = parse_args(argv)
     missing = missing_extras()
     if missing:
-        print(f"error: python -m gpupipe.bench needs the bench extra (missing: {', '.join(missing)}): "
-              "pip install 'gpupipe[bench]'", file=sys.stderr)
-        return 2
+        raise BenchError(f"python -m gpupipe.bench needs the bench extra (missing: {', '.join(missing)}): "
+                         "pip install 'gpupipe[bench]'")
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     started = time.perf_counter()
     spec = demo.DemoSpec(classes=10, per_class=max(1, args.demo_images // 10))
     packed = args.data is not None and shardfmt.is_packed(args.data)
+    num_classes = spec.classes
     if args.data is not None:
         try:
-            as_source(args.data)
+            num_classes = len(as_source(args.data).classes)
         except ValueError as err:
-            print(f"error: --data: {err}", file=sys.stderr)
-            return 2
+            raise BenchError(f"--data: {err}") from None
     names = choose_backends(args.backends, device.type == "cuda")
     if packed and BASELINE in names:
         logger.info("%s is packed: the tutorial baseline reads only image folders, so it is left out", args.data)
@@ -183,12 +237,23 @@ def main(argv: Optional[List[str]] = None) -> int:
         warmup=args.warmup, train_warmup=args.train_warmup, repeats=args.repeats, amp=args.amp, threads=args.threads,
         device=device, dtype=args.dtype, measure_training=not args.no_train, augment=args.augment,
     )
+    train_step, kept = None, None
+    if config.measure_training:
+        train_step, kept = TrainStep(config, num_classes), kept_batch(config, num_classes)
+    amp, step_s = choose_precision(args, device, train_step, kept)
+    config = replace(config, amp=amp.name)
+    if config.measure_training:
+        logger.info("mixed precision: %s (%s)", str(amp.dtype).replace("torch.", ""), amp.reason)
     need_demo = args.data is None and not demo.is_built(config.data)
-    logger.info("this bench will take about %.0f minutes (%d timed rounds%s); the progress bar gives the real ETA",
-                estimate_seconds(config, spec.classes * spec.per_class, need_demo) / 60, rounds(config),
-                f", after generating {spec.classes * spec.per_class} demo images" if need_demo else "")
+    demo_images = spec.classes * spec.per_class if need_demo else 0
+    planned = estimate(config, demo_images=demo_images, demo_image_s=time_demo_image(),
+                       step_s=step_s, workers=env.cores())
+    logger.info("this bench (%s mode) will take %s: %s%d timed rounds of %d repeats%s; the progress bar gives the "
+                "real ETA", args.mode, duration(planned.total + time.perf_counter() - started),
+                f"{demo_images} demo images first, " if need_demo else "", rounds(config), config.repeats,
+                ", re-estimated after the first repeat" if config.repeats > 1 else "")
     if args.data is None:
-        demo.ensure_demo(args.cache_dir, spec, workers=args.threads)
+        demo.ensure_demo(args.cache_dir, spec, progress=_demo_progress() if need_demo else None)
     stats = demo.folder_stats(config.data) if not packed else demo.packed_stats(config.data)
     logger.info(
         "data: %s: %d images in %d classes, mean %.1f KiB (median %.1f), mean %dx%d px, sides %d-%d px",
@@ -197,27 +262,58 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
     logger.info("device %s; backends %s; model %s; batch %d", device, ", ".join(config.backends), config.model,
                 config.batch_size)
-
-    from tqdm import tqdm
-
-    load = ResourceMonitor(interval=1.0)
-    loads = []
-    with load, tqdm(total=rounds(config), unit="round", desc="bench", file=sys.stderr) as progress:
-        figures = run(config, progress)
-        loads.append(os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0)
+    figures, loads, measured_s = _measure(config, train_step, kept)
     settings = {k: (str(v) if isinstance(v, (Path, torch.device)) else v) for k, v in asdict(config).items()}
-    full = {"machine": report.machine_info(device), "settings": settings, "data": stats, **figures,
-            "load_during": {"load_average": loads, "other_processes_cpu_percent":
-                            load.summary()["other_processes_cpu_percent"] or 0.0},
-            "elapsed_s": round(time.perf_counter() - started, 1)}
+    settings["mode"] = args.mode
+    elapsed = time.perf_counter() - started
+    full = {"machine": {**report.machine_info(device), "cpu_flags": cpu_info()["flags"], "torch_build": torch_build()},
+            "amp": amp.as_dict(), "settings": settings, "data": stats, **figures,
+            "load_during": {"load_average": loads["load"], "other_processes_cpu_percent": loads["others"]},
+            "estimate": {"planned_s": round(planned.total, 1), "rounds_planned_s": round(planned.rounds, 1),
+                         "rounds_measured_s": round(measured_s, 1)},
+            "elapsed_s": round(elapsed, 1)}
     full["machine"]["label"] = report.hardware_label(full["machine"])
     full["reliability"] = report.reliability(full)
     args.out.mkdir(parents=True, exist_ok=True)
     report.write_json(full, args.out / "bench.json")
     report.write_chart(full, args.out / "bench.png")
     print(report.table(full))
-    print(f"\nwrote {args.out / 'bench.json'} and {args.out / 'bench.png'} ({full['elapsed_s']:.0f} s)")
+    print(f"\nwrote {args.out / 'bench.json'} and {args.out / 'bench.png'} ({time.perf_counter() - started:.0f} s)")
     return 0
+
+
+def _demo_progress():
+    from tqdm import tqdm
+
+    bar = tqdm(unit="img", desc="demo images", file=sys.stderr)
+
+    def progress(done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done - bar.n)
+        if done >= total:
+            bar.close()
+
+    return progress
+
+
+def _measure(config: BenchConfig, train_step: Optional[TrainStep], kept) -> tuple:
+    """Runs the rounds under the machine-load monitor; prints the revised estimate after the first repeat."""
+    from tqdm import tqdm
+
+    load = ResourceMonitor(interval=1.0)
+    began = time.perf_counter()
+
+    def on_repeat(done: int) -> None:
+        if done == 1 and config.repeats > 1:
+            so_far = time.perf_counter() - began
+            left = duration(revised(config, 1, so_far))
+            progress.write(f"first repeat measured in {so_far:.0f} s: revised estimate {left} left", file=sys.stderr)
+
+    with load, tqdm(total=rounds(config), unit="round", desc="bench", file=sys.stderr) as progress:
+        figures = run(config, progress, train_step, kept, on_repeat)
+    loads: Dict = {"load": [round(os.getloadavg()[0], 2)] if hasattr(os, "getloadavg") else [0.0],
+                   "others": load.summary()["other_processes_cpu_percent"] or 0.0}
+    return figures, loads, time.perf_counter() - began
 
 
 if __name__ == "__main__":

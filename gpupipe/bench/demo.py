@@ -12,20 +12,24 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
+from .. import env
+
 logger = logging.getLogger(__name__)
 
-#: Bump when the generator changes, so cached folders are rebuilt.
-DEMO_VERSION = 1
-#: Core-seconds to generate one image (measured on the 2-core EPYC VM: ~0.1 s), for the bench's estimate.
-SECONDS_PER_IMAGE = 0.1
+#: Bump when the generator changes, so cached folders are rebuilt (2: a seed per image, for parallel chunks).
+DEMO_VERSION = 2
+#: Images per parallel job.
+CHUNK = 20
+
+#: ``progress(done, total)``.
+Progress = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)
@@ -42,43 +46,83 @@ class DemoSpec:
 
 def pink_noise(rng: np.random.Generator, height: int, width: int, exponent: float) -> np.ndarray:
     """Returns ``(H, W)`` float32 noise with amplitude spectrum ``1 / f**exponent``, unit std."""
-    fy = np.fft.fftfreq(height)[:, None]
-    fx = np.fft.rfftfreq(width)[None, :]
+    fy = np.fft.fftfreq(height).astype(np.float32)[:, None]
+    fx = np.fft.rfftfreq(width).astype(np.float32)[None, :]
     f = np.sqrt(fx * fx + fy * fy)
     f[0, 0] = 1.0
-    spectrum = (rng.standard_normal(f.shape) + 1j * rng.standard_normal(f.shape)) / f**exponent
+    spectrum = np.empty(f.shape, np.complex64)
+    spectrum.real = rng.standard_normal(f.shape, dtype=np.float32)
+    spectrum.imag = rng.standard_normal(f.shape, dtype=np.float32)
+    spectrum /= f**exponent
     spectrum[0, 0] = 0
-    noise = np.fft.irfft2(spectrum, s=(height, width)).astype(np.float32)
+    noise = np.fft.irfft2(spectrum, s=(height, width)).astype(np.float32, copy=False)
     return noise / (noise.std() + 1e-8)
+
+
+def leaves(rng: np.random.Generator, height: int, width: int, count: int, scale: float = 1.0
+           ) -> Iterator[Tuple[Tuple[slice, slice], np.ndarray]]:
+    """The "dead leaves" of one scene: per leaf, its bounding box and its boolean mask inside that box.
+
+    Leaf sizes follow a power law (as in the dead-leaves model); 70 % are
+    ellipses, the rest bars. ``scale`` enlarges every leaf.
+    """
+    for _ in range(count):
+        radius = (min(height, width) * 0.5 * rng.uniform(0.02, 1.0) ** 2.2 + 3) * scale
+        cy, cx = rng.uniform(0, height), rng.uniform(0, width)
+        ellipse = rng.random() < 0.7
+        stretch, angle = (rng.uniform(0.5, 2.0), 0.0) if ellipse else (1.0, rng.uniform(0, np.pi))
+        reach = radius / stretch if ellipse else 2.05 * radius  # half-width of the bounding box
+        tall = radius if ellipse else reach  # half-height of the bounding box
+        rows = slice(max(0, int(cy - tall)), min(height, int(cy + tall) + 2))
+        cols = slice(max(0, int(cx - reach)), min(width, int(cx + reach) + 2))
+        if rows.start >= rows.stop or cols.start >= cols.stop:
+            continue
+        yy, xx = np.mgrid[rows, cols].astype(np.float32)
+        if ellipse:
+            mask = (yy - cy) ** 2 + ((xx - cx) * stretch) ** 2 < radius**2
+        else:
+            along = (xx - cx) * np.cos(angle) + (yy - cy) * np.sin(angle)
+            across = -(xx - cx) * np.sin(angle) + (yy - cy) * np.cos(angle)
+            mask = (np.abs(along) < radius * 2) & (np.abs(across) < radius * 0.35)
+        yield (rows, cols), mask
+
+
+def photo_size(rng: np.random.Generator, low: int = 300, high: int = 500, longest: int = 700) -> Tuple[int, int]:
+    """``(height, width)``: shorter side in ``[low, high)``, ImageNet-like aspect ratio, longer side <= ``longest``."""
+    aspect = float(np.exp(rng.uniform(np.log(0.66), np.log(1.5))))
+    short = int(rng.uniform(low, high))
+    if aspect >= 1:
+        return short, int(min(longest, short * aspect))
+    return int(min(longest, short / aspect)), short
+
+
+def palette(hue: float) -> np.ndarray:
+    """An RGB base colour (float32) for a hue in radians."""
+    return np.array([np.cos(hue), np.cos(hue + 2.09), np.cos(hue + 4.19)], np.float32) * 40 + 120
+
+
+def background(rng: np.random.Generator, height: int, width: int, base: np.ndarray) -> np.ndarray:
+    """A ``(H, W, 3)`` float32 1/f noise background around ``base``."""
+    return base + pink_noise(rng, height, width, 1.0)[..., None] * rng.uniform(25, 40)
+
+
+def finish(image: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Adds sensor noise and clips to uint8."""
+    image += 2.0 * rng.standard_normal(image.shape, dtype=np.float32)
+    return np.clip(image, 0, 255, out=image).astype(np.uint8)
 
 
 def demo_image(rng: np.random.Generator, label: int, num_classes: int) -> np.ndarray:
     """One synthetic photo, ``(H, W, 3)`` uint8; the class shifts its palette."""
-    aspect = float(np.exp(rng.uniform(np.log(0.66), np.log(1.5))))
-    short = int(rng.uniform(300, 500))
-    height, width = (short, int(min(700, short * aspect))) if aspect >= 1 else (int(min(700, short / aspect)), short)
-    hue = 2 * np.pi * (label + rng.uniform(-0.3, 0.3)) / num_classes
-    base = np.array([np.cos(hue), np.cos(hue + 2.09), np.cos(hue + 4.19)], np.float32) * 40 + 120
-
-    image = base + pink_noise(rng, height, width, 1.0)[..., None] * rng.uniform(25, 40)
-    yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
+    height, width = photo_size(rng)
+    base = palette(2 * np.pi * (label + rng.uniform(-0.3, 0.3)) / num_classes)
+    image = background(rng, height, width, base)
     texture = pink_noise(rng, height, width, 0.85)
-    for _ in range(int(rng.integers(25, 60))):
-        # Leaf sizes follow a power law, as in the dead-leaves model.
-        radius = min(height, width) * 0.5 * rng.uniform(0.02, 1.0) ** 2.2 + 3
-        cy, cx = rng.uniform(0, height), rng.uniform(0, width)
-        if rng.random() < 0.7:
-            mask = (yy - cy) ** 2 + ((xx - cx) * rng.uniform(0.5, 2.0)) ** 2 < radius**2
-        else:
-            angle = rng.uniform(0, np.pi)
-            along = (xx - cx) * np.cos(angle) + (yy - cy) * np.sin(angle)
-            across = -(xx - cx) * np.sin(angle) + (yy - cy) * np.cos(angle)
-            mask = (np.abs(along) < radius * 2) & (np.abs(across) < radius * 0.35)
+    for box, mask in leaves(rng, height, width, int(rng.integers(25, 60))):
         colour = base + rng.normal(0, 55, 3).astype(np.float32)
-        shade = texture[mask] * rng.uniform(8, 30)
-        image[mask] = colour + shade[:, None]
-    image += rng.normal(0, 2.0, image.shape).astype(np.float32)  # sensor noise
-    return np.clip(image, 0, 255).astype(np.uint8)
+        shade = texture[box][mask] * rng.uniform(8, 30)
+        image[box][mask] = colour + shade[:, None]
+    return finish(image, rng)
 
 
 def _enlarge(image: np.ndarray, scale: float, rng: np.random.Generator) -> np.ndarray:
@@ -90,22 +134,45 @@ def _enlarge(image: np.ndarray, scale: float, rng: np.random.Generator) -> np.nd
     return np.clip(noisy, 0, 255).astype(np.uint8)
 
 
-def _write_class(args: Tuple[Path, DemoSpec, int]) -> int:
+def _write_images(args: Tuple[Path, DemoSpec, int, range]) -> None:
+    """Writes images ``indices`` of class ``label``; each image has its own seed, so any split gives the same set."""
     from PIL import Image
 
-    root, spec, label = args
-    rng = np.random.default_rng([spec.seed, label])
+    root, spec, label, indices = args
     folder = root / f"class_{label:02d}"
     folder.mkdir(parents=True, exist_ok=True)
-    total = 0
-    for i in range(spec.per_class):
-        path = folder / f"img_{i:05d}.jpg"
+    for i in indices:
+        rng = np.random.default_rng([spec.seed, label, i])
         image = demo_image(rng, label, spec.classes)
         if spec.scale != 1:
             image = _enlarge(image, spec.scale, rng)
-        Image.fromarray(image).save(path, quality=spec.quality)
-        total += path.stat().st_size
-    return total
+        Image.fromarray(image).save(folder / f"img_{i:05d}.jpg", quality=spec.quality)
+
+
+def run_parallel(fn: Callable[[Any], Any], jobs: List[Tuple], total: int, workers: Optional[int],
+                 progress: Optional[Progress]) -> List[Any]:
+    """``fn`` of every job, over ``workers`` processes (default: the usable cores), in order.
+
+    Each job's last element is the range of items it makes; ``progress(done, total)`` is
+    called as jobs finish.
+    """
+    workers = max(1, min(workers or env.cores(), len(jobs)))
+    done, results = 0, []
+    if progress is not None:
+        progress(0, total)
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        for job, result in zip(jobs, pool.map(fn, jobs) if workers > 1 else map(fn, jobs)):
+            done += len(job[-1])
+            results.append(result)
+            if progress is not None:
+                progress(done, total)
+    return results
+
+
+def chunks(count: int, size: Optional[int] = None) -> List[range]:
+    """``range(count)`` in pieces of ``size`` (default: :data:`CHUNK`)."""
+    size = size or CHUNK
+    return [range(start, min(count, start + size)) for start in range(0, count, size)]
 
 
 def folder_stats(root: Path) -> Dict[str, float]:
@@ -153,12 +220,16 @@ def packed_stats(root: Path) -> Dict[str, float]:
             "min_side": int(sizes.min()) if len(sizes) else 0, "max_side": int(sizes.max()) if len(sizes) else 0}
 
 
-def generate(root: Path, spec: DemoSpec = DemoSpec(), workers: Optional[int] = None) -> Path:
-    """Writes ``root/class_XX/img_XXXXX.jpg`` for ``spec``, over ``workers`` processes."""
+def generate(root: Path, spec: DemoSpec = DemoSpec(), workers: Optional[int] = None,
+             progress: Optional[Progress] = None) -> Path:
+    """Writes ``root/class_XX/img_XXXXX.jpg`` for ``spec`` over ``workers`` processes (default: all usable cores).
+
+    Args:
+        progress: called with ``(images written, total)`` as they are done.
+    """
     root = Path(root)
-    workers = workers or os.cpu_count() or 1
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        list(pool.map(_write_class, [(root, spec, label) for label in range(spec.classes)]))
+    jobs = [(root, spec, label, piece) for label in range(spec.classes) for piece in chunks(spec.per_class)]
+    run_parallel(_write_images, jobs, spec.classes * spec.per_class, workers, progress)
     (root / "demo.json").write_text(json.dumps({"version": DEMO_VERSION, **asdict(spec)}))
     return root
 
@@ -174,10 +245,11 @@ def is_built(root: Path) -> bool:
     return (Path(root) / "demo.json").is_file()
 
 
-def ensure_demo(cache_dir: Path, spec: DemoSpec = DemoSpec(), workers: Optional[int] = None) -> Path:
+def ensure_demo(cache_dir: Path, spec: DemoSpec = DemoSpec(), workers: Optional[int] = None,
+                progress: Optional[Progress] = None) -> Path:
     """Returns the demo folder under ``cache_dir``, generating it once (an interrupted one is rebuilt)."""
     root = demo_root(cache_dir, spec)
     if is_built(root):
         return root
     logger.info("generating %d demo images in %s (once; reused afterwards)", spec.classes * spec.per_class, root)
-    return generate(root, spec, workers)
+    return generate(root, spec, workers, progress)

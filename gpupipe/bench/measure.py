@@ -31,6 +31,7 @@ class Stream:
     Attributes:
         boundaries: seconds ``next()`` took for the first batch of each epoch after the first.
         epochs: epochs started.
+        yielded: batches handed out.
     """
 
     def __init__(self, loader: Iterable[Batch], clock=time.perf_counter) -> None:
@@ -38,7 +39,16 @@ class Stream:
         self.clock = clock
         self.boundaries: List[float] = []
         self.epochs = 0
+        self.yielded = 0
         self._iterator: Optional[Iterator[Batch]] = None
+
+    @property
+    def batches_per_epoch(self) -> Optional[int]:
+        """``len(loader)``, where the loader has one."""
+        try:
+            return len(self.loader)  # type: ignore[arg-type]
+        except TypeError:
+            return None
 
     def __iter__(self) -> "Stream":
         return self
@@ -46,7 +56,9 @@ class Stream:
     def __next__(self) -> Batch:
         if self._iterator is not None:
             try:
-                return next(self._iterator)
+                batch = next(self._iterator)
+                self.yielded += 1
+                return batch
             except StopIteration:
                 self._iterator = None
         started = self.clock()
@@ -58,6 +70,7 @@ class Stream:
             raise ValueError("the loader yielded no batch") from None
         if self.epochs > 1:
             self.boundaries.append(self.clock() - started)
+        self.yielded += 1
         return batch
 
     def close(self) -> None:
@@ -106,6 +119,24 @@ class Result:
     def spread(self) -> float:
         """``(max - min) / median`` of the repeats."""
         return (self.high - self.low) / self.images_per_s if self.images_per_s else 0.0
+
+
+#: The fewest batches a loader-alone repeat times when it shortens its window to fit in one epoch.
+MIN_WINDOW = 5
+
+
+def loader_window(steps: int, warmup: int, per_epoch: Optional[int]) -> int:
+    """Batches to time in a loader-alone repeat that starts at an epoch's first batch.
+
+    Warm-up and timing fit in one epoch where the epoch holds at least
+    ``warmup + MIN_WINDOW`` batches: an epoch boundary inside the window
+    would count the next epoch's start-up (the loader's and its workers')
+    as loading time, which a long training epoch spreads over thousands of
+    batches. The boundaries are measured on their own (``epoch_boundary_s``).
+    """
+    if per_epoch is None or warmup + steps <= per_epoch or per_epoch - warmup < MIN_WINDOW:
+        return steps
+    return per_epoch - warmup
 
 
 def warm_up(batches: Iterator[Batch], count: int, train_step: Optional[Callable] = None, sync=lambda: None) -> None:

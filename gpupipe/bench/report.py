@@ -11,6 +11,7 @@ from typing import Dict, List, Optional
 
 import torch
 
+from .. import env
 from .measure import SPREAD_WARNING
 
 #: Other processes using more than this share of the machine's CPU make the figures unreliable.
@@ -32,7 +33,7 @@ def machine_info(device: torch.device) -> Dict:
         "platform": platform.platform(),
         "cpu": cpu_model,
         "cpu_cores": os.cpu_count(),
-        "cpu_cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "cpu_cores_usable": env.cores(),
         "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
         "load_average": [round(v, 2) for v in os.getloadavg()] if hasattr(os, "getloadavg") else None,
         "gpu": None,
@@ -114,8 +115,8 @@ def _with_range(figure: Dict, spec: str) -> str:
     return f"{figure['images_per_s']:{spec}} ({figure['min']:{spec}}-{figure['max']:{spec}})"
 
 
-def table(report: Dict) -> str:
-    """A Markdown table of every backend's figures (medians, with the min-max of the repeats)."""
+def table_rows(report: Dict) -> List[List[str]]:
+    """The header and one row per backend of :func:`table` (the documentation site renders them too)."""
     rows: List[List[str]] = [[
         "backend", "loader img/s (min-max)", "x baseline", "train img/s (min-max)", "x baseline", "data wait",
         "of ceiling", "epoch boundary", "CPU %", "peak RSS MiB", "GPU util", "verdict",
@@ -138,6 +139,12 @@ def table(report: Dict) -> str:
             _fmt(res.get("gpu_util_percent"), ".0f", "%"),
             entry.get("verdict", {}).get("bound", "-"),
         ])
+    return rows
+
+
+def table(report: Dict) -> str:
+    """A Markdown table of every backend's figures (medians, with the min-max of the repeats)."""
+    rows = table_rows(report)
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths)) + " |" for row in rows]
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")

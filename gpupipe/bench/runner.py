@@ -2,8 +2,12 @@
 
 One loop measures everything (:func:`interleaved`): for each repeat, each
 phase (loader alone, then training, whose ceiling runs in the same rounds)
-and each backend, it builds a fresh loader, warms it up, times it under
-the resource monitor, and shuts it down.
+and each backend (in a new order each repeat, so that none always
+follows the same one), it waits until the previous loader's worker
+processes are gone, builds a fresh loader, warms it up, times it under the
+resource monitor, and shuts it down. A loader-alone repeat times the same
+batches a plain loop would: after ``warmup`` batches, ``steps`` batches,
+within the first epoch where it is long enough (:func:`measure.loader_window`).
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import random
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
@@ -18,10 +24,10 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 import torch
 
 import gpupipe
-from gpupipe.backends import default_threads
-from gpupipe.batchaug import BatchMixer
+from gpupipe.amp import AmpChoice, choose_amp
 
 from . import measure
+from .baseline import HEAVY, pipeline_of, tutorial_loader  # noqa: F401 -- HEAVY and pipeline_of: part of this API
 from .monitor import ResourceMonitor
 
 logger = logging.getLogger(__name__)
@@ -29,8 +35,8 @@ logger = logging.getLogger(__name__)
 #: The tutorial loader every backend is compared with.
 BASELINE = "baseline"
 CEILING = "ceiling"
-
-AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "off": None}
+#: Seconds to wait for a finished loader's worker processes to exit before the next round starts.
+LEFTOVER_WAIT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -55,58 +61,6 @@ class BenchConfig:
     augment: str = "standard"
 
 
-#: The ``heavy`` setting: RandAugment, random erasing and MixUp/CutMix, as timm's ImageNet recipes.
-HEAVY = dict(auto_augment="rand-m9-n2", random_erasing=0.25, mixup=0.8, cutmix=1.0)
-
-
-def pipeline_of(config: BenchConfig):
-    """The train preset, plain or with the heavy augmentations."""
-    return gpupipe.presets.train(config.image_size, **(HEAVY if config.augment == "heavy" else {}))
-
-
-def tutorial_loader(config: BenchConfig) -> Iterable:
-    """What the usual tutorials write: ImageFolder + PIL + ToTensor + Normalize in a DataLoader.
-
-    The heavy setting adds torchvision's RandAugment (on PIL images) and
-    RandomErasing, and mixes batches with the same MixUp/CutMix code as
-    gpupipe, on the device.
-    """
-    from torchvision import datasets, transforms
-
-    heavy = config.augment == "heavy"
-    steps = [transforms.RandomResizedCrop(config.image_size), transforms.RandomHorizontalFlip()]
-    if heavy:
-        steps.append(transforms.RandAugment(num_ops=2, magnitude=9))
-    steps += [transforms.ToTensor(), transforms.Normalize(gpupipe.ops.IMAGENET_MEAN, gpupipe.ops.IMAGENET_STD)]
-    if heavy:
-        steps.append(transforms.RandomErasing(p=HEAVY["random_erasing"]))
-    dataset = datasets.ImageFolder(str(config.data), transforms.Compose(steps))
-    loader = torch.utils.data.DataLoader(
-        dataset,
-        batch_size=config.batch_size,
-        shuffle=True,
-        num_workers=default_threads(),  # the tutorials' choice: one worker per core
-        pin_memory=config.device.type == "cuda",
-        drop_last=True,
-    )
-    if not heavy:
-        return loader
-    mixes = [op for op in pipeline_of(config) if isinstance(op, gpupipe.ops.BatchOp)]
-    return _Mixed(loader, BatchMixer(mixes, len(dataset.classes)), config.device)
-
-
-class _Mixed:
-    """A DataLoader whose batches are moved to the device and mixed (MixUp / CutMix) there."""
-
-    def __init__(self, loader, mixer: BatchMixer, device: torch.device) -> None:
-        self.loader, self.mixer, self.device = loader, mixer, device
-
-    def __iter__(self):
-        for step, (images, labels) in enumerate(self.loader):
-            images = images.to(self.device, non_blocking=True)
-            yield self.mixer(images, labels.to(self.device, non_blocking=True), key=step)
-
-
 def make_loader(backend: str, config: BenchConfig, source: gpupipe.sources.Source) -> Iterable:
     """The backend's loader for the train preset (``baseline``: the tutorial DataLoader).
 
@@ -119,34 +73,53 @@ def make_loader(backend: str, config: BenchConfig, source: gpupipe.sources.Sourc
                           drop_last=True)
 
 
-def make_train_step(config: BenchConfig, num_classes: int) -> Callable[[torch.Tensor, torch.Tensor], None]:
-    """One SGD step of a torchvision model, channels_last, under autocast (GradScaler for fp16)."""
-    import torchvision
+class TrainStep:
+    """One SGD step of a torchvision model, channels_last, under the chosen autocast (GradScaler for fp16).
 
-    device = config.device
-    if device.type == "cuda":
-        torch.backends.cudnn.benchmark = True  # fixed shapes: pick the fastest kernels once
-    model = torchvision.models.get_model(config.model, num_classes=num_classes)
-    model = model.to(device, memory_format=torch.channels_last).train()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
-    amp_dtype = AMP_DTYPES[config.amp]
-    scaler = torch.amp.GradScaler(device.type) if config.amp == "fp16" else None
+    Attributes:
+        amp: the precision of ``__call__`` (set it with :meth:`use`).
+    """
 
-    def train_step(images: torch.Tensor, labels: torch.Tensor) -> None:
-        images = images.to(device, non_blocking=True, memory_format=torch.channels_last)
-        labels = labels.to(device, non_blocking=True)
-        with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
-            loss = torch.nn.functional.cross_entropy(model(images), labels)
-        optimizer.zero_grad(set_to_none=True)
+    def __init__(self, config: BenchConfig, num_classes: int) -> None:
+        import torchvision
+
+        self.device = config.device
+        if self.device.type == "cuda":
+            torch.backends.cudnn.benchmark = True  # fixed shapes: pick the fastest kernels once
+        model = torchvision.models.get_model(config.model, num_classes=num_classes)
+        self.model = model.to(self.device, memory_format=torch.channels_last).train()
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
+        self.use(AmpChoice("off", "float32 until chosen"))
+
+    def use(self, amp: AmpChoice) -> None:
+        self.amp = amp
+        self.scaler = torch.amp.GradScaler(self.device.type) if amp.needs_scaler else None
+
+    def __call__(self, images: torch.Tensor, labels: torch.Tensor) -> None:
+        self.run(images, labels, self.amp.dtype)
+
+    def run(self, images: torch.Tensor, labels: torch.Tensor, dtype: torch.dtype) -> None:
+        """One step autocast to ``dtype`` (``torch.float32``: none); the probe calls it with each dtype."""
+        images = images.to(self.device, non_blocking=True, memory_format=torch.channels_last)
+        labels = labels.to(self.device, non_blocking=True)
+        with torch.autocast(self.device.type, dtype=dtype, enabled=dtype != torch.float32):
+            loss = torch.nn.functional.cross_entropy(self.model(images), labels)
+        self.optimizer.zero_grad(set_to_none=True)
+        scaler = self.scaler if dtype == torch.float16 else None
         if scaler is not None:
             scaler.scale(loss).backward()
-            scaler.step(optimizer)
+            scaler.step(self.optimizer)
             scaler.update()
         else:
             loss.backward()
-            optimizer.step()
+            self.optimizer.step()
 
-    return train_step
+
+def kept_batch(config: BenchConfig, num_classes: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The ceiling's batch: random images and labels, kept on the device."""
+    shape = (config.batch_size, 3, config.image_size, config.image_size)
+    return (torch.randn(shape, device=config.device).contiguous(memory_format=torch.channels_last),
+            torch.randint(0, num_classes, (config.batch_size,), device=config.device))
 
 
 def _sync_for(device: torch.device) -> Callable[[], None]:
@@ -198,32 +171,88 @@ class Phase:
     warm: Callable[[measure.Stream], None]
 
 
-def interleaved(phases: List[Phase], config: BenchConfig, source, kept_batch, progress=None) -> Dict:
+def interleaved(phases: List[Phase], config: BenchConfig, source, kept_batch, progress=None,
+                on_repeat: Optional[Callable[[int], None]] = None) -> Dict:
     """Times every loop of every phase ``config.repeats`` times, interleaving loops within each repeat.
 
+    Args:
+        on_repeat: called with the number of repeats done after each one.
+
     Returns:
-        ``{phase label: {name: {"runs", "waits", "boundaries", "resources"}}}``.
+        ``{phase label: {name: {"runs", "waits", "boundaries", "batches", "resources"}}}``; ``batches``
+        holds, per repeat, the batches warmed up and timed, the epoch boundaries inside the timed
+        window, and the worker processes of earlier loaders still alive when timing began.
     """
-    out: Dict = {p.label: {n: {"runs": [], "waits": [], "boundaries": []} for n in p.names} for p in phases}
+    out: Dict = {p.label: {n: {"runs": [], "waits": [], "boundaries": [], "batches": []} for n in p.names}
+                 for p in phases}
     monitors = {p.label: {n: _monitor(config) for n in p.names} for p in phases}
+    before = _children()
     for r in range(config.repeats):
         for phase in phases:
-            for name in phase.names:
+            for name in rotated(phase.names, r):
+                leftover = wait_for_children(before)
                 with fresh_stream(name, config, source, kept_batch) as stream:
                     phase.warm(stream)
+                    warmed, epochs = stream.yielded, stream.epochs
                     with monitors[phase.label][name]:
                         rate, wait = phase.timed(stream)
                     entry = out[phase.label][name]
                     entry["runs"].append(rate)
                     entry["waits"].append(wait)
                     entry["boundaries"].extend(stream.boundaries)
+                    entry["batches"].append({"warmup": warmed, "timed": stream.yielded - warmed,
+                                             "boundaries_timed": stream.epochs - epochs,
+                                             "leftover_processes": leftover})
                 logger.debug("[%s %d/%d] %-12s %8.1f images/s", phase.label, r + 1, config.repeats, name, rate)
                 if progress is not None:
                     progress.update(1)
+        if on_repeat is not None:
+            on_repeat(r + 1)
     for phase in phases:
         for name in phase.names:
             out[phase.label][name]["resources"] = monitors[phase.label][name].summary()
     return out
+
+
+def rotated(names: List[str], repeat: int) -> List[str]:
+    """``names`` in a new order for each repeat after the first (seeded by ``repeat``), so that no loop
+    always runs right after the same one (say, one whose workers take long to exit)."""
+    order = list(names)
+    if repeat:
+        random.Random(repeat).shuffle(order)
+    return order
+
+
+def _children() -> set:
+    import psutil
+
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def _running(psutil, pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def wait_for_children(before: set, timeout: float = LEFTOVER_WAIT_S) -> int:
+    """Waits until the child processes not in ``before`` (an earlier loader's workers) have exited.
+
+    Returns:
+        how many were still alive after ``timeout`` seconds (0 normally).
+    """
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while True:
+        extra = [pid for pid in _children() - before if _running(psutil, pid)]
+        if not extra or time.monotonic() >= deadline:
+            if extra:
+                logger.warning("%d worker processes of an earlier loader are still running; the next figure "
+                               "may be low", len(extra))
+            return len(extra)
+        time.sleep(0.05)
 
 
 def _monitor(config: BenchConfig) -> ResourceMonitor:
@@ -234,8 +263,11 @@ def phases_of(config: BenchConfig, train_step=None) -> List[Phase]:
     """The loader-alone phase and, when measured, the training phase (the ceiling included)."""
     sync = _sync_for(config.device)
     names = list(config.backends)
-    phases = [Phase("loader", names, lambda s: (measure.time_loader(s, config.steps, sync), None),
-                    lambda s: measure.warm_up(s, config.warmup, sync=sync))]
+    def timed(stream: measure.Stream) -> Tuple[float, None]:
+        window = measure.loader_window(config.steps, config.warmup, stream.batches_per_epoch)
+        return measure.time_loader(stream, window, sync), None
+
+    phases = [Phase("loader", names, timed, lambda s: measure.warm_up(s, config.warmup, sync=sync))]
     if train_step is not None:
         phases.append(Phase("train", [CEILING] + names,
                             lambda s: measure.time_training(s, train_step, config.train_steps, sync),
@@ -243,17 +275,19 @@ def phases_of(config: BenchConfig, train_step=None) -> List[Phase]:
     return phases
 
 
-def run(config: BenchConfig, progress=None) -> Dict:
-    """Measures every backend; returns the figures (see :mod:`gpupipe.bench.report`)."""
+def run(config: BenchConfig, progress=None, train_step: Optional[TrainStep] = None, kept=None,
+        on_repeat: Optional[Callable[[int], None]] = None) -> Dict:
+    """Measures every backend; returns the figures (see :mod:`gpupipe.bench.report`).
+
+    ``train_step`` and ``kept`` (the ceiling's batch) are made here when not given (autocast as
+    ``config.amp`` asks, ``auto`` included).
+    """
     source = gpupipe.sources.as_source(config.data)
-    num_classes = len(source.classes)
-    train_step, kept = None, None
-    if config.measure_training:
-        train_step = make_train_step(config, num_classes)
-        shape = (config.batch_size, 3, config.image_size, config.image_size)
-        kept = (torch.randn(shape, device=config.device).contiguous(memory_format=torch.channels_last),
-                torch.randint(0, num_classes, (config.batch_size,), device=config.device))
-    measured = interleaved(phases_of(config, train_step), config, source, kept, progress)
+    if config.measure_training and train_step is None:
+        train_step, kept = TrainStep(config, len(source.classes)), kept_batch(config, len(source.classes))
+        train_step.use(choose_amp(config.device, config.amp))
+    measured = interleaved(phases_of(config, train_step if config.measure_training else None), config, source, kept,
+                           progress, on_repeat)
     return summarise(measured, config)
 
 
@@ -269,6 +303,7 @@ def summarise(measured: Dict, config: BenchConfig) -> Dict:
     for name in config.backends:
         loader = measured["loader"][name]
         results[name]["loader"] = _figures(measure.Result.of(loader["runs"]), loader["boundaries"])
+        results[name]["loader"]["batches"] = loader["batches"]
         results[name]["loader_resources"] = loader["resources"]
     figures: Dict = {"results": results}
     if "train" in measured:

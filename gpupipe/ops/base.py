@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import math
-from typing import ClassVar, FrozenSet, Optional, Sequence, Tuple, Union
+from typing import Any, ClassVar, FrozenSet, Optional, Sequence, Tuple, Union
 
 from ..targets import ALL_TARGETS, TargetKind
 
@@ -68,8 +68,8 @@ def positive_int(name: str, arg: str, value, minimum: int = 1) -> int:
     return value
 
 
-def number_range(name: str, arg: str, value: Sequence[float], lo: float, hi: float) -> Tuple[float, float]:
-    """Validates a ``(min, max)`` pair within ``[lo, hi]``."""
+def number_range(name: str, arg: str, value: Any, lo: float, hi: float) -> Tuple[float, float]:
+    """Validates a ``(min, max)`` pair within ``[lo, hi]`` (``value``: the caller's argument, of any type)."""
     try:
         a, b = (float(v) for v in value)
     except (TypeError, ValueError):

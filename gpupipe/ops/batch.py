@@ -70,7 +70,7 @@ class SanitizeBoxes(Op):
             object.__setattr__(self, arg, float(value))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Output(Op):
     """The batch the loader hands out: dtype and memory format.
 
@@ -83,18 +83,19 @@ class Output(Op):
         channels_last: give ``(B, 3, H, W)`` tensors in channels_last memory format.
     """
 
-    dtype: Union[str, "torch.dtype"] = "float32"
+    dtype: str = "float32"  # stored by name (one of OUTPUT_DTYPES); __init__ also takes a torch.dtype
     _: KW_ONLY
     channels_last: bool = False
     effect: ClassVar = Effect.OUTPUT
 
-    def __post_init__(self) -> None:
-        dtype = str(self.dtype).removeprefix("torch.")
-        if dtype not in OUTPUT_DTYPES:
-            raise ValueError(f"Output: dtype must be one of {sorted(OUTPUT_DTYPES)}, got {self.dtype!r}")
-        object.__setattr__(self, "dtype", dtype)
-        if not isinstance(self.channels_last, bool):
-            raise ValueError(f"Output: channels_last must be a bool, got {self.channels_last!r}")
+    def __init__(self, dtype: Union[str, "torch.dtype"] = "float32", *, channels_last: bool = False) -> None:
+        name = str(dtype).removeprefix("torch.")
+        if name not in OUTPUT_DTYPES:
+            raise ValueError(f"Output: dtype must be one of {sorted(OUTPUT_DTYPES)}, got {dtype!r}")
+        object.__setattr__(self, "dtype", name)
+        object.__setattr__(self, "channels_last", channels_last)
+        if not isinstance(channels_last, bool):
+            raise ValueError(f"Output: channels_last must be a bool, got {channels_last!r}")
 
     @property
     def torch_dtype(self):

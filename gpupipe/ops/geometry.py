@@ -4,6 +4,11 @@ Masks follow them with nearest-neighbour sampling (uncovered pixels take
 the source's ``ignore_index``), boxes are moved, clipped to the image and
 dropped when too little is left (see :class:`~gpupipe.ops.SanitizeBoxes`).
 Sizes follow torchvision: an ``int`` or an ``(h, w)`` pair.
+
+Ops whose arguments are stored normalised (a size as ``(h, w)``, a fill as
+three numbers, a range as ``(min, max)``) write their ``__init__`` by hand
+(``init=False``): the fields carry the normalised types, ``__init__`` takes
+what the caller may pass.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ class Decode(Op):
     effect: ClassVar = Effect.DECODE
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class RandomResizedCrop(Op):
     """Crops a random area and aspect ratio, then resizes to ``size`` (torchvision's sampling).
 
@@ -36,22 +41,23 @@ class RandomResizedCrop(Op):
         ratio: range of the crop's aspect ratio (width / height).
     """
 
-    size: SizeArg
+    size: HW
     _: KW_ONLY
     scale: Tuple[float, float] = (0.08, 1.0)
     ratio: Tuple[float, float] = (3 / 4, 4 / 3)
     effect: ClassVar = Effect.GEOMETRIC
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "size", hw("RandomResizedCrop", self.size))
-        object.__setattr__(self, "scale", number_range("RandomResizedCrop", "scale", self.scale, 1e-6, 1.0))
-        object.__setattr__(self, "ratio", number_range("RandomResizedCrop", "ratio", self.ratio, 1e-6, 1e6))
+    def __init__(self, size: SizeArg, *, scale: Tuple[float, float] = (0.08, 1.0),
+                 ratio: Tuple[float, float] = (3 / 4, 4 / 3)) -> None:
+        object.__setattr__(self, "size", hw("RandomResizedCrop", size))
+        object.__setattr__(self, "scale", number_range("RandomResizedCrop", "scale", scale, 1e-6, 1.0))
+        object.__setattr__(self, "ratio", number_range("RandomResizedCrop", "ratio", ratio, 1e-6, 1e6))
 
     def output_size(self, size: Optional[HW]) -> Optional[HW]:
         return self.size
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Resize(Op):
     """Resizes with antialiasing (bilinear / triangle filter).
 
@@ -64,26 +70,28 @@ class Resize(Op):
             ``size`` that would make it longer gives way.
     """
 
-    size: Union[None, SizeArg]
+    size: Union[None, int, HW]  # None, the shorter side, or (h, w)
     _: KW_ONLY
     max_size: Optional[int] = None
     effect: ClassVar = Effect.GEOMETRIC
 
-    def __post_init__(self) -> None:
-        if self.max_size is not None:
-            positive_int("Resize", "max_size", self.max_size)
-        if self.size is None:
-            if self.max_size is None:
+    def __init__(self, size: Union[None, SizeArg], *, max_size: Optional[int] = None) -> None:
+        object.__setattr__(self, "max_size", max_size)
+        if max_size is not None:
+            positive_int("Resize", "max_size", max_size)
+        if size is None:
+            if max_size is None:
                 raise ValueError("Resize: size=None needs max_size (the longer side)")
-        elif isinstance(self.size, int) and not isinstance(self.size, bool):
-            if self.size < 1:
-                raise ValueError(f"Resize: size must be positive, got {self.size!r}")
-            if self.max_size is not None and self.max_size < self.size:
-                raise ValueError(f"Resize: max_size {self.max_size} must be >= size {self.size}")
+        elif isinstance(size, int) and not isinstance(size, bool):
+            if size < 1:
+                raise ValueError(f"Resize: size must be positive, got {size!r}")
+            if max_size is not None and max_size < size:
+                raise ValueError(f"Resize: max_size {max_size} must be >= size {size}")
         else:
-            if self.max_size is not None:
+            if max_size is not None:
                 raise ValueError("Resize: max_size applies to an int size, not to (h, w)")
-            object.__setattr__(self, "size", hw("Resize", self.size))
+            size = hw("Resize", size)
+        object.__setattr__(self, "size", size)
 
     def output_size(self, size: Optional[HW]) -> Optional[HW]:
         return self.size if isinstance(self.size, tuple) else None
@@ -94,6 +102,7 @@ class Resize(Op):
             return self.size
         short, long_ = min(height, width), max(height, width)
         if self.size is None:
+            assert self.max_size is not None  # __init__ refuses size=None without max_size
             new_short, new_long = _scaled(short, self.max_size, long_), self.max_size
         else:
             new_short, new_long = self.size, _scaled(long_, self.size, short)
@@ -107,7 +116,7 @@ def _scaled(side: int, target: int, reference: int) -> int:
     return max(1, math.floor(side * target / reference + 0.5))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class CenterCrop(Op):
     """Crops the centre ``size`` region; smaller images are padded with zeros.
 
@@ -116,11 +125,11 @@ class CenterCrop(Op):
     corner means zero padding.
     """
 
-    size: SizeArg
+    size: HW
     effect: ClassVar = Effect.GEOMETRIC
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "size", hw("CenterCrop", self.size))
+    def __init__(self, size: SizeArg) -> None:
+        object.__setattr__(self, "size", hw("CenterCrop", size))
 
     def output_size(self, size: Optional[HW]) -> Optional[HW]:
         if size is not None and (self.size[0] > size[0] or self.size[1] > size[1]):
@@ -133,17 +142,17 @@ class CenterCrop(Op):
         return round_half_away((height - h) / 2), round_half_away((width - w) / 2)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class RandomCrop(Op):
     """Crops a ``size`` window at a random place; an image smaller than the window is first padded
     at the bottom and right (image with 0, mask with the source's ``ignore_index``), as
     torchvision's segmentation reference does."""
 
-    size: SizeArg
+    size: HW
     effect: ClassVar = Effect.GEOMETRIC
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "size", hw("RandomCrop", self.size))
+    def __init__(self, size: SizeArg) -> None:
+        object.__setattr__(self, "size", hw("RandomCrop", size))
 
     def output_size(self, size: Optional[HW]) -> Optional[HW]:
         return self.size
@@ -168,7 +177,7 @@ class RandomResize(Op):
         return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class PadTo(Op):
     """Pads (or cuts) at the bottom and right to exactly ``size``, keeping the top-left corner:
     the usual way to batch images resized with ``Resize(None, max_size=...)``.
@@ -178,13 +187,13 @@ class PadTo(Op):
         fill: the padding colour in ``[0, 255]`` (masks are padded with ``ignore_index``).
     """
 
-    size: SizeArg
-    fill: Union[float, Sequence[float]] = 0
+    size: HW
+    fill: Tuple[float, float, float] = (0.0, 0.0, 0.0)
     effect: ClassVar = Effect.GEOMETRIC
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "size", hw("PadTo", self.size))
-        object.__setattr__(self, "fill", fill_value("PadTo", self.fill))
+    def __init__(self, size: SizeArg, fill: Union[float, Sequence[float]] = 0) -> None:
+        object.__setattr__(self, "size", hw("PadTo", size))
+        object.__setattr__(self, "fill", fill_value("PadTo", fill))
 
     def output_size(self, size: Optional[HW]) -> Optional[HW]:
         return self.size
@@ -201,16 +210,15 @@ class HorizontalFlip(Op):
         object.__setattr__(self, "p", probability("HorizontalFlip", self.p))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class RandomRotation(Op):
     """Rotates by an angle drawn from ``degrees`` (``d`` means ``[-d, d]``), counter-clockwise,
     keeping the size; uncovered corners are black. Bilinear on every backend."""
 
-    degrees: Union[float, Tuple[float, float]]
+    degrees: Tuple[float, float]
     effect: ClassVar = Effect.GEOMETRIC
 
-    def __post_init__(self) -> None:
-        degrees = self.degrees
+    def __init__(self, degrees: Union[float, Tuple[float, float]]) -> None:
         if isinstance(degrees, (int, float)) and not isinstance(degrees, bool):
             if degrees < 0:
                 raise ValueError(f"RandomRotation: degrees must be >= 0, got {degrees!r}")
@@ -255,21 +263,22 @@ class RandomIoUCrop(Op):
         return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class RandomZoomOut(Op):
     """Places the image at a random spot of a canvas ``r`` times larger (``r`` drawn from
     ``side_range``), with probability ``p``: the SSD "expand" step, as ``v2.RandomZoomOut``."""
 
-    fill: Union[float, Sequence[float]] = 0
+    fill: Tuple[float, float, float] = (0.0, 0.0, 0.0)
     _: KW_ONLY
     side_range: Tuple[float, float] = (1.0, 4.0)
     p: float = 0.5
     effect: ClassVar = Effect.GEOMETRIC
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "fill", fill_value("RandomZoomOut", self.fill))
-        object.__setattr__(self, "side_range", number_range("RandomZoomOut", "side_range", self.side_range, 1.0, 100.0))
-        object.__setattr__(self, "p", probability("RandomZoomOut", self.p))
+    def __init__(self, fill: Union[float, Sequence[float]] = 0, *, side_range: Tuple[float, float] = (1.0, 4.0),
+                 p: float = 0.5) -> None:
+        object.__setattr__(self, "fill", fill_value("RandomZoomOut", fill))
+        object.__setattr__(self, "side_range", number_range("RandomZoomOut", "side_range", side_range, 1.0, 100.0))
+        object.__setattr__(self, "p", probability("RandomZoomOut", p))
 
     def output_size(self, size: Optional[HW]) -> Optional[HW]:
         return None

@@ -62,18 +62,19 @@ class RandomGrayscale(Op):
         object.__setattr__(self, "p", probability("RandomGrayscale", self.p))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class GaussianBlur(Op):
     """Gaussian blur with a ``kernel`` x ``kernel`` window and sigma drawn from ``sigma``."""
 
     kernel: int
-    sigma: Union[float, Tuple[float, float]] = (0.1, 2.0)
+    sigma: Tuple[float, float] = (0.1, 2.0)  # stored as a (min, max) range; __init__ also takes one number
 
-    def __post_init__(self) -> None:
-        if isinstance(self.kernel, bool) or not isinstance(self.kernel, int) or self.kernel < 1 or self.kernel % 2 == 0:
-            raise ValueError(f"GaussianBlur: kernel must be an odd int >= 1, got {self.kernel!r}")
-        sigma = self.sigma if isinstance(self.sigma, (tuple, list)) else (self.sigma, self.sigma)
-        object.__setattr__(self, "sigma", number_range("GaussianBlur", "sigma", sigma, 1e-6, 1e3))
+    def __init__(self, kernel: int, sigma: Union[float, Tuple[float, float]] = (0.1, 2.0)) -> None:
+        object.__setattr__(self, "kernel", kernel)
+        if isinstance(kernel, bool) or not isinstance(kernel, int) or kernel < 1 or kernel % 2 == 0:
+            raise ValueError(f"GaussianBlur: kernel must be an odd int >= 1, got {kernel!r}")
+        pair = sigma if isinstance(sigma, (tuple, list)) else (sigma, sigma)
+        object.__setattr__(self, "sigma", number_range("GaussianBlur", "sigma", pair, 1e-6, 1e3))
 
 
 #: The 14 operations of RandAugment and TrivialAugment Wide, by torchvision's names.
@@ -116,7 +117,8 @@ class RandAugment(AutoAugmentOp):
         positive_int("RandAugment", "magnitude", self.magnitude, 0)
         if self.magnitude >= self.num_magnitude_bins:
             raise ValueError(
-                f"RandAugment: magnitude must be < num_magnitude_bins ({self.num_magnitude_bins}), got {self.magnitude!r}"
+                f"RandAugment: magnitude must be < num_magnitude_bins ({self.num_magnitude_bins}), "
+                f"got {self.magnitude!r}"
             )
 
 

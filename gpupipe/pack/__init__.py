@@ -22,16 +22,16 @@ import time
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from .. import shardfmt
+from .. import env, shardfmt
 from ..errors import OnError, listing
 from ..fileio import byte_size
 from ..seeding import pack_order
 from ..sources import FileSource, Source, as_source
 from ..targets import TargetKind
 from . import manifest as mf
-from .convert import ConvertSettings, Converted, Task, convert
+from .convert import Converted, ConvertSettings, Task, convert
 from .journal import DstLock, Journal, PackError, fingerprint
 from .verify import verify
 from .writer import ShardWriter
@@ -247,9 +247,10 @@ class _Shard:
     def __init__(self, dst: Path, name: str, kind: TargetKind) -> None:
         self.writer = ShardWriter(dst, name)
         self.fields = mf.TARGET_FIELDS[kind]
-        self.rows = {name: [] for name in ("sizes",) + self.fields}
+        self.rows: Dict[str, List[Any]] = {name: [] for name in ("sizes",) + self.fields}
 
     def add(self, key: str, result: Converted) -> None:
+        assert result.members is not None  # skipped inputs are never added
         self.writer.add(key, result.members)
         self.rows["sizes"].append(list(result.size))
         if self.fields == ("boxes", "box_labels"):
@@ -269,13 +270,13 @@ def _write_part(dst: Path, source: Source, order, journal: Journal, end: int, se
 
     annotated = source.annotated_sizes
     tasks = (Task(p, source.names[i], source.kind, _target(source, i), source.annotation_errors.get(i, ""),
-                  None if annotated is None else tuple(int(v) for v in annotated[i]))
+                  None if annotated is None else (int(annotated[i][0]), int(annotated[i][1])))
              for p in range(journal.next_input, end) for i in (int(order[p]),))
     shard: Optional[_Shard] = None
     copied = bytes_in = 0
     bar = tqdm(total=end - journal.next_input, unit="img", desc="packing", disable=not progress, smoothing=0.1)
     try:
-        for position, result in _converted(tasks, settings.convert, workers or os.cpu_count() or 1):
+        for position, result in _converted(tasks, settings.convert, workers or env.cores()):
             bar.update(1)
             bytes_in += result.bytes_in
             path = source.names[order[position]]

@@ -12,23 +12,23 @@ with its own worker processes, and rank 0 writes the manifest once every part is
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import List, Optional
 
+from .. import env
+from ..cli import ArgumentParser, run
 from ..errors import plural
 from ..fileio import byte_size
-from ..remote import RemoteError, Retry, default_cache_dir, is_url
-from . import ConvertSettings, PackError, PackSettings, _barrier, pack, parse_size, verify
+from ..remote import Retry, is_url
+from . import ConvertSettings, PackSettings, _barrier, pack, parse_size, verify
 from .upload import upload, upload_manifest, verify_remote
 
 
-def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+def parse_args(argv: Optional[List[str]]):
+    parser = ArgumentParser(
         prog="python -m gpupipe.pack",
         description="Pack an image folder (class/file) or a file list into WebDataset tar shards with DALI "
                     "indexes and a manifest; every image is checked and written as a clean RGB JPEG.",
@@ -74,6 +74,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """Packs or verifies; returns the exit status (1: --verify found problems). An error (a bad input
+    with --on-error raise, a missing SRC, a full disk, a server that cannot be reached) raises: run by
+    ``python -m gpupipe.pack`` it ends the command with one line, ``error: ...``, and status 2."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s", stream=sys.stderr)
     args = parse_args(argv)
     retry = Retry()
@@ -91,7 +94,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
     rank, world_size = _distributed()
     local_dst = Path(args.staging or staging_dir(args.dst)) if is_url(args.dst) else Path(args.dst)
-    workers = args.workers or max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    workers = args.workers or env.default_threads()
     try:
         summary = pack(args.src, local_dst, settings, workers=workers, on_error=args.on_error,
                        progress=not args.quiet and rank == 0, rank=rank, world_size=world_size,
@@ -102,9 +105,6 @@ def main(argv: Optional[List[str]] = None) -> int:
                 _barrier()
             if rank == 0:
                 upload_manifest(local_dst, args.dst, retry)
-    except (PackError, ValueError, RemoteError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
     finally:
         if world_size > 1:
             import torch.distributed as dist
@@ -126,13 +126,12 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def staging_dir(url: str) -> Path:
     """The default local folder where shards for ``url`` are written before they are uploaded."""
-    return default_cache_dir().parent / "pack-staging" / hashlib.sha256(url.encode()).hexdigest()[:16]
+    return env.cache_dir("pack-staging") / hashlib.sha256(url.encode()).hexdigest()[:16]
 
 
 def _distributed():
     """``(rank, world size)``: under torchrun, with the gloo process group started (for the barriers)."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    if world_size == 1:
+    if env.rank_and_world()[1] == 1:
         return 0, 1
     import torch.distributed as dist
 
@@ -142,4 +141,4 @@ def _distributed():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run(main)

@@ -118,7 +118,7 @@ def convert_image(data: bytes, settings: ConvertSettings) -> Tuple[bytes, Tuple[
     img = to_rgb8(ImageOps.exif_transpose(img))
     size = target_size(*upright, settings.max_size)
     if size != img.size:
-        img = img.resize(size, Image.BICUBIC, reducing_gap=3.0)
+        img = img.resize(size, Image.Resampling.BICUBIC, reducing_gap=3.0)
     out = io.BytesIO()
     img.save(out, "JPEG", quality=settings.quality)
     return out.getvalue(), upright, size, False
@@ -145,7 +145,8 @@ def convert(task: Task, settings: ConvertSettings) -> Converted:
         elif task.kind is TargetKind.MASK:
             members["png"], target = _mask(task.target, before, after, settings), None
         elif task.kind is TargetKind.BOXES:
-            target = _boxes(*task.target, before, after)
+            boxes, labels = task.target
+            target = _boxes(boxes, labels, before, after)
             members["json"] = json.dumps({"boxes": target[0], "labels": target[1]}).encode()
     except UnreadableFile as err:
         return Converted(None, err.reason, 0)
@@ -165,7 +166,7 @@ def _mask(path: str, before, after, settings: ConvertSettings) -> bytes:
         raise ImageRefused(f"mask {path} is {mask.shape[1]}x{mask.shape[0]}, the image {before[0]}x{before[1]}")
     img = Image.fromarray(mask, "L")
     if tuple(after) != tuple(before):
-        img = img.resize(after, Image.NEAREST)
+        img = img.resize(after, Image.Resampling.NEAREST)
     out = io.BytesIO()
     img.save(out, "PNG")
     return out.getvalue()

@@ -16,14 +16,16 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
+
+from ..errors import Error
 
 logger = logging.getLogger("gpupipe.pack")
 
 LOCK = ".pack.lock"
 
 
-class PackError(RuntimeError):
+class PackError(Error, RuntimeError):
     """Packing stopped: a bad input with ``on_error="raise"``, a folder packed with other settings,
     another packer on the same folder, or a write that failed (disk full)."""
 
@@ -34,7 +36,7 @@ class DstLock:
 
     def __init__(self, dst: Path, part: int = 0) -> None:
         self.path = dst / (LOCK if part == 0 else f".pack-r{part:04d}.lock")
-        self._fd = None
+        self._fd: Optional[int] = None
 
     def __enter__(self) -> "DstLock":
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -100,7 +102,8 @@ class Journal:
         for shard in saved["shards"]:
             on_disk = self.path.parent / shard["name"]
             if not on_disk.is_file() or on_disk.stat().st_size != shard["bytes"]:
-                logger.warning("shard %s of the earlier run is missing or changed: packing from before it", shard["name"])
+                logger.warning("shard %s of the earlier run is missing or changed: packing from before it",
+                               shard["name"])
                 break
             self.shards.append(shard)
         if len(self.shards) == len(saved["shards"]) and isinstance(saved.get("next_input"), int):

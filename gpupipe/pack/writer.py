@@ -9,7 +9,6 @@ record).
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 import tarfile
@@ -83,9 +82,4 @@ class ShardWriter:
         self.tmp.unlink(missing_ok=True)
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+sha256_of = shardfmt.sha256_of

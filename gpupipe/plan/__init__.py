@@ -14,7 +14,7 @@ exactly, and a pipeline read by one or many DALI pipelines is the same.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -75,12 +75,12 @@ class Planner:
         """Whether planning needs the samples' boxes (an IoU crop draws its window from them)."""
         return self._track_boxes_until >= 0
 
-    def plan(self, epoch: int, positions: np.ndarray, sizes: np.ndarray,
+    def plan(self, epoch: Union[int, np.ndarray], positions: np.ndarray, sizes: np.ndarray,
              boxes: Optional[Sequence[np.ndarray]] = None) -> BatchPlan:
         """Draws every op's parameters for one batch.
 
         Args:
-            epoch: the epoch read.
+            epoch: the epoch read, or ``(B,)`` each sample's epoch (a run spanning epochs, planned at once).
             positions: ``(B,)`` the samples' slots in the epoch's global order.
             sizes: ``(B, 2)`` ``(h, w)`` of the decoded images.
             boxes: per sample ``(N, 4)`` xyxy boxes in image pixels (needed when :attr:`needs_boxes`).

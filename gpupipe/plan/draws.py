@@ -12,7 +12,7 @@ the same parameters in a batch of one or of many, on every backend.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -101,7 +101,8 @@ def random_resized_crop(op: O.RandomResizedCrop, s: Step) -> Params:
     top = np.where(found, top_try, (s.heights - h_fb) // 2)
     left = np.where(found, left_try, (s.widths - w_fb) // 2)
     out = np.tile(np.asarray(op.size, np.int64), (len(top), 1))
-    return _geometry(out, bx.crop_resize(top, left, h_c, w_c, out[:, 0], out[:, 1]), **_window_params(top, left, h_c, w_c))
+    affine = bx.crop_resize(top, left, h_c, w_c, out[:, 0], out[:, 1])
+    return _geometry(out, affine, **_window_params(top, left, h_c, w_c))
 
 
 def resize(op: O.Resize, s: Step) -> Params:
@@ -273,7 +274,7 @@ def _nothing(op: O.Op, s: Step) -> Params:
     return {}
 
 
-PLANNERS: Dict[type, Callable[[O.Op, Step], Params]] = {
+PLANNERS: Dict[type, Callable[[Any, Step], Params]] = {  # op type -> its planner (takes that type)
     O.Decode: _nothing,
     O.RandomResizedCrop: random_resized_crop,
     O.Resize: resize,

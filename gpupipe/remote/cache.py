@@ -27,9 +27,11 @@ import os
 import random
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, Literal, Optional, Sequence, overload
 
+from .. import env
 from ..fileio import read_json_object
 from .fetch import Retry, download
 
@@ -37,9 +39,8 @@ logger = logging.getLogger("gpupipe.remote")
 
 
 def default_cache_dir() -> Path:
-    """``$GPUPIPE_CACHE/remote``, or ``~/.cache/gpupipe/remote``."""
-    base = os.environ.get("GPUPIPE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "gpupipe")
-    return Path(base) / "remote"
+    """Where remote tars are cached: ``remote/`` in gpupipe's cache folder (:func:`gpupipe.env.cache_dir`)."""
+    return env.cache_dir("remote")
 
 
 class Pin:
@@ -55,6 +56,21 @@ class Pin:
 
     def __del__(self) -> None:
         self.release()
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """Downloads into the cache over a period (:meth:`ShardCache.fetched_since`).
+
+    Attributes:
+        files: files downloaded.
+        bytes: their bytes.
+        seconds: time spent downloading them (summed over files; downloads may overlap).
+    """
+
+    files: int
+    bytes: int
+    seconds: float
 
 
 class ShardCache:
@@ -82,6 +98,13 @@ class ShardCache:
         tail = "".join(c if c.isalnum() or c in "._-" else "_" for c in url.rsplit("/", 1)[-1])[-80:]
         return str(self.folder / f"{digest}-{tail}")
 
+    @overload
+    def get(self, url: str, *, size: Optional[int] = None, sha256: Optional[str] = None,
+            pin: Literal[True] = True) -> Pin: ...
+    @overload
+    def get(self, url: str, *, size: Optional[int] = None, sha256: Optional[str] = None,
+            pin: bool) -> Optional[Pin]: ...
+
     def get(self, url: str, *, size: Optional[int] = None, sha256: Optional[str] = None, pin: bool = True
             ) -> Optional[Pin]:
         """Makes sure ``url`` is cached and checked (downloading it once per node); returns a
@@ -93,7 +116,7 @@ class ShardCache:
         path = self.path(url)
         wait = 0.01
         while True:
-            fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+            fd = _open_lock(path + ".lock")
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while another process downloads the file
                 if not self._valid(path, size, sha256):
@@ -121,9 +144,10 @@ class ShardCache:
     def _fetch(self, url: str, path: str, size: Optional[int], sha256: Optional[str]) -> None:
         self._make_room(size or 0)
         part = f"{path}.part-{os.getpid()}-{threading.get_ident()}"
+        started = time.time()
         digest = download(url, part, self.retry, size=size, sha256=sha256, storage_options=self.storage_options)
         os.replace(part, path)
-        self._record(path, digest)
+        self._record(path, digest, fetched_s=time.time() - started)
         with self._lock:
             self.downloads += 1
 
@@ -162,10 +186,23 @@ class ShardCache:
             return False  # changed on disk since it was checked: fetch it again
         return (size is None or st.st_size == size) and (not sha256 or record.get("sha256") == sha256)
 
-    def _record(self, path: str, digest: str) -> None:
+    def fetched_since(self, urls: Sequence[str], since: float) -> "Fetched":
+        """What the node's processes downloaded of ``urls`` from wall time ``since`` on (from the
+        files' records, so downloads made by any process sharing the cache count)."""
+        count = size = 0
+        seconds = 0.0
+        for url in urls:
+            record = self._read_record(self.path(url)) or {}
+            if record.get("fetched_at", -1.0) >= since:
+                count, size = count + 1, size + int(record.get("size", 0))
+                seconds += float(record.get("fetched_s", 0.0))
+        return Fetched(count, size, seconds)
+
+    def _record(self, path: str, digest: str, fetched_s: float = 0.0) -> None:
         st = os.stat(path)
         tmp = f"{path}.ok.{os.getpid()}"
-        Path(tmp).write_text(json.dumps({"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}))
+        Path(tmp).write_text(json.dumps({"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest,
+                                         "fetched_at": time.time(), "fetched_s": round(fetched_s, 6)}))
         os.replace(tmp, path + ".ok")
 
     @staticmethod
@@ -194,7 +231,7 @@ class ShardCache:
 
     def _make_room(self, incoming: int) -> None:
         """Evicts the least recently used unpinned files until ``incoming`` more bytes fit."""
-        fd = os.open(str(self.folder / ".evict.lock"), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        fd = _open_lock(str(self.folder / ".evict.lock"))
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             present = _without_dead_parts(self._entries(with_parts=True))
@@ -214,7 +251,7 @@ class ShardCache:
     @staticmethod
     def _evict(path: str) -> bool:
         """Removes a cached file unless a reader holds it (or is downloading it)."""
-        fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        fd = _open_lock(path + ".lock")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -222,14 +259,16 @@ class ShardCache:
             return False
         try:
             for name in (path, path + ".ok"):
-                try:
-                    os.unlink(name)
-                except FileNotFoundError:
-                    pass
+                Path(name).unlink(missing_ok=True)
             logger.debug("evicted %s", path)
             return True
         finally:
             os.close(fd)
+
+
+def _open_lock(path: str) -> int:
+    """A descriptor of the lock file ``path`` (created), for ``flock``."""
+    return os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
 
 
 def _close(fd: int) -> None:
@@ -248,10 +287,7 @@ def _without_dead_parts(entries):
             try:
                 os.kill(int(path.rsplit(".part-", 1)[1].split("-")[0]), 0)
             except ProcessLookupError:
-                try:
-                    os.unlink(path)
-                except FileNotFoundError:
-                    pass
+                Path(path).unlink(missing_ok=True)
                 continue
             except (ValueError, PermissionError):
                 pass

@@ -12,8 +12,10 @@ import logging
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Dict, Optional
 
+from ..errors import Error
 from .urls import filesystem
 
 logger = logging.getLogger("gpupipe.remote")
@@ -21,7 +23,7 @@ logger = logging.getLogger("gpupipe.remote")
 CHUNK = 1 << 20
 
 
-class RemoteError(Exception):
+class RemoteError(Error):
     """Remote data could not be read after every retry (the message names the URL and the cause).
 
     Not an ``OSError``: a sample whose shard cannot be fetched is not a bad
@@ -33,7 +35,7 @@ class RemoteMissing(RemoteError):
     """The server says the file is not there (not retried)."""
 
 
-class CorruptDownload(Exception):
+class CorruptDownload(Error):
     """A download whose size or sha256 differs from the one expected."""
 
 
@@ -156,7 +158,7 @@ def download(url: str, dst: str, retry: Retry, *, size: Optional[int] = None, sh
                                       "on the server)")
             return digest
         except BaseException:
-            _remove(dst)
+            Path(dst).unlink(missing_ok=True)
             raise
 
     return with_retries(url, retry, "downloading", fetch)
@@ -170,12 +172,5 @@ def file_sha256(path: str) -> str:
     return digest.hexdigest()
 
 
-def _remove(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-__all__ = ["Retry", "RemoteError", "RemoteMissing", "CorruptDownload", "read_small", "remote_info", "download", "with_retries",
-           "file_sha256"]
+__all__ = ["Retry", "RemoteError", "RemoteMissing", "CorruptDownload", "read_small", "remote_info", "download",
+           "with_retries", "file_sha256"]

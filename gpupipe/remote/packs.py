@@ -46,15 +46,12 @@ def remote_pack(url: str, cache: ShardCache) -> Tuple[Dict, List[PackedTar]]:
                  for k, s in enumerate(shards)]
 
     def index(k: int) -> List[shardfmt.IndexEntry]:
-        index_url, sha = locations[k][1], shards[k].get("index_sha256") or None
-        pin = cache.get(index_url, sha256=sha)
+        index_url = locations[k][1]
+        pin = cache.get(index_url, sha256=shards[k].get("index_sha256") or None)
         try:
-            entries = shardfmt.read_index(pin.path, sha or "")
+            return shardfmt.read_shard_index(pin.path, shards[k], index_url)
         finally:
             pin.release()
-        if len(entries) != shards[k]["samples"]:
-            raise ValueError(f"Shards: {index_url} lists {len(entries)} samples, the manifest {shards[k]['samples']}")
-        return entries
 
     with ThreadPoolExecutor(INDEX_THREADS, thread_name_prefix="gpupipe-index") as pool:
         indexes = list(pool.map(index, range(len(shards))))

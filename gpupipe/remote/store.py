@@ -4,14 +4,15 @@ fetches ahead of need, holds the files a DALI run reads, and sizes those runs to
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Literal, Optional, Sequence, overload
 
 from ..fileio import read_range
-from .cache import Pin, ShardCache
+from .cache import Fetched, Pin, ShardCache
 
 logger = logging.getLogger("gpupipe.remote")
 
@@ -73,7 +74,8 @@ class LocalStore:
         self._files = {}
 
     def __getstate__(self):
-        return {"paths": self.paths, "locations": self.paths, "_files": {}}  # descriptors do not travel to other processes
+        # descriptors do not travel to other processes
+        return {"paths": self.paths, "locations": self.paths, "_files": {}}
 
     def __del__(self) -> None:
         self.close()
@@ -124,6 +126,11 @@ class CachedStore:
         if self._pid != os.getpid():
             self._reset()
 
+    @overload
+    def fetch(self, shard: int, pin: Literal[True] = True) -> Pin: ...
+    @overload
+    def fetch(self, shard: int, pin: bool) -> Optional[Pin]: ...
+
     def fetch(self, shard: int, pin: bool = True) -> Optional[Pin]:
         """Makes shard ``shard`` local (downloading it if needed); returns its pin."""
         return self.cache.get(self.urls[shard], size=self.sizes[shard], sha256=self.sha256s[shard], pin=pin)
@@ -146,6 +153,10 @@ class CachedStore:
         self._open.move_to_end(shard)
         return read_range(held[1], offset, size, name)
 
+    def fetched_since(self, since: float) -> Fetched:
+        """What the node downloaded of these tars from wall time ``since`` on (any process)."""
+        return self.cache.fetched_since(self.urls, since)
+
     def hold(self, shards: Sequence[int]) -> Hold:
         """Fetches ``shards`` (in parallel) and pins them until the hold is released.
 
@@ -163,7 +174,7 @@ class CachedStore:
                 if future.done() and future.exception() is None:
                     future.result().release()
                 else:
-                    future.add_done_callback(lambda f: f.exception() is None and f.result().release())
+                    future.add_done_callback(_release_when_fetched)
             raise
         return Hold(pins)
 
@@ -177,7 +188,10 @@ class CachedStore:
                 continue
             future = self._executor().submit(self.fetch, shard, False)
             self._pending[shard] = future
-            future.add_done_callback(lambda f, s=shard: self._pending.pop(s, None))
+            future.add_done_callback(functools.partial(self._fetched, shard))
+
+    def _fetched(self, shard: int, future: Future) -> None:
+        self._pending.pop(shard, None)
 
     def _executor(self) -> ThreadPoolExecutor:
         if self._pool is None:
@@ -210,6 +224,12 @@ class CachedStore:
 
     def __del__(self) -> None:
         self.close()
+
+
+def _release_when_fetched(future: Future) -> None:
+    """A fetch still running when its hold failed: its pin is released when it arrives."""
+    if future.exception() is None:
+        future.result().release()
 
 
 __all__ = ["LocalStore", "CachedStore", "Hold"]

@@ -18,11 +18,13 @@ MAX_EXPANSION = 1_000_000
 def is_url(value: Any) -> bool:
     """Whether ``value`` is a URL read through fsspec (``s3://``, ``gs://``, ``https://``, ...; not ``file://``)."""
     match = _URL.match(value) if isinstance(value, str) else None
-    return bool(match) and match.group(1).lower() != "file"
+    return match is not None and match.group(1).lower() != "file"
 
 
 def scheme(url: str) -> str:
-    return _URL.match(url).group(1).lower()
+    match = _URL.match(url)
+    assert match is not None, url  # callers pass URLs (is_url)
+    return match.group(1).lower()
 
 
 def join(base: str, name: str) -> str:

@@ -20,7 +20,7 @@ from .base import Sample, Source
 from .coco import CocoDetection
 from .files import IMAGE_EXTENSIONS, FileList, FileSource, ImageFolder, walk_images
 from .segmentation import SegmentationFolder
-from .shards import ShardSource, Shards
+from .shards import Shards, ShardSource
 from .webdataset import WebDataset
 
 PathLike = Union[str, os.PathLike]

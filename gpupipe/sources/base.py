@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from .. import env
 from ..errors import Skipped
 from ..fileio import DEFAULT_MAX_FILE_SIZE, read_file
 from ..sampling import epoch_order
-from ..scan import ScanResult, default_cache_dir, scan
+from ..scan import ScanResult, scan
 from ..targets import TargetKind
+
+#: Sample indices as the loader passes them: a sequence of ints or an int array.
+Indices = Union[Sequence[int], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,17 @@ class Source:
     needs_scan: bool = True
     max_file_size: int = DEFAULT_MAX_FILE_SIZE
 
+    # Declared for the type checker only (no class attribute): present on the sources of that kind.
+    #: ``MASK``: the encoded mask of sample ``index``, as :meth:`read_bytes` reads the image.
+    read_mask_bytes: Callable[[int], np.ndarray]
+    #: ``MASK`` sources of files: per sample, its mask file.
+    mask_names: List[str]
+    #: ``BOXES``: per sample, ``(n, 4)`` float32 ``xyxy`` boxes and their ``(n,)`` int64 labels.
+    boxes: List[np.ndarray]
+    box_labels: List[np.ndarray]
+    #: Sources of tars (the ones that set :attr:`shards_per_run`): ``(N,)`` the tar of each sample.
+    shard_of: np.ndarray
+
     def __len__(self) -> int:
         return len(self.names)
 
@@ -100,11 +115,7 @@ class Source:
         return memo[key]
 
     def _scan(self, max_pixels: int, max_file_size: int) -> ScanResult:
-        return scan(self.names, max_pixels=max_pixels, max_file_size=max_file_size, cache_dir=default_cache_dir())
-
-    def bad_files(self, max_pixels: int = 100_000_000) -> Dict[int, str]:
-        """``{index: reason}`` of the samples the scan refuses."""
-        return self.scan(max_pixels).bad
+        return scan(self.names, max_pixels=max_pixels, max_file_size=max_file_size, cache_dir=env.cache_dir())
 
     # -- reading ------------------------------------------------------------------
 
@@ -119,13 +130,15 @@ class Source:
     def will_read(self, order: np.ndarray, start: int) -> None:
         """A hint: ``order[start:]`` is read next (remote sources fetch ahead; others ignore it)."""
 
-    def hold(self, indices: Sequence[int]) -> "_NoHold":
+    def hold(self, indices: Indices) -> "_NoHold":
         """Makes the files of ``indices`` readable by a reader outside Python (a DALI pipeline) until
         the returned hold's ``release()``; local files need nothing."""
         return _NoHold()
 
-    #: Tars one DALI run may read (``None``: any number; remote sources bound it by their cache).
-    shards_per_run: Optional[int] = None
+    @property
+    def shards_per_run(self) -> Optional[int]:
+        """Tars one DALI run may read (``None``: any number; remote sources bound it by their cache)."""
+        return None
 
     def epoch_order(self, *, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
         """The order of one epoch (all ranks): a permutation of ``(seed, epoch)``, or the stored order."""
@@ -133,17 +146,18 @@ class Source:
 
     # -- targets ------------------------------------------------------------------
 
-    def label_sets(self, indices: Sequence[int]) -> List[np.ndarray]:
+    def label_sets(self, indices: Indices) -> List[np.ndarray]:
         """Per sample, its class indices (multi-label sources override this)."""
         return [self.labels[i:i + 1] for i in indices]
 
     # -- subsets ------------------------------------------------------------------
 
-    def subset(self, keep: Sequence[int]) -> "Source":
+    def subset(self, keep: Indices) -> "Source":
         """The same source with only the samples at ``keep`` (classes unchanged).
 
         Every per-sample column (a list, an array, or a dict keyed by sample)
-        is sliced, cached per-sample results are sliced too, and nothing that belongs to this object (open files) is shared.
+        is sliced, cached per-sample results are sliced too, and nothing that belongs to this object (open files)
+        is shared.
         """
         keep = np.asarray(keep, np.int64)
         position = {int(old): new for new, old in enumerate(keep)}

@@ -10,9 +10,10 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from .. import env
 from ..errors import Skipped
 from ..fileio import UnreadableFile, read_file
-from ..scan import ScanResult, default_cache_dir, scan
+from ..scan import ScanResult, scan
 from ..targets import TargetKind
 from .files import FileSource, PathLike
 
@@ -118,14 +119,16 @@ class CocoDetection(FileSource):
         return f"{len(self.problems)} image or annotation record{'s' if len(self.problems) != 1 else ''} not usable"
 
     def _scan(self, max_pixels: int, max_file_size: int) -> ScanResult:
-        result = scan(self.names, max_pixels=max_pixels, max_file_size=max_file_size, cache_dir=default_cache_dir())
+        result = scan(self.names, max_pixels=max_pixels, max_file_size=max_file_size, cache_dir=env.cache_dir())
         bad = dict(result.bad)
         for i, reason in self.annotation_errors.items():
             bad.setdefault(i, reason)
-        for i in np.flatnonzero(np.any(result.sizes != self.annotated_sizes, axis=1)):
-            if int(i) not in bad:
-                (h, w), (ah, aw) = result.sizes[i], self.annotated_sizes[i]
-                bad[int(i)] = f"the image is {w}x{h}, its annotations say {aw}x{ah} (EXIF orientation applied)"
+        annotated = self.annotated_sizes
+        assert annotated is not None  # set from the annotations in __init__
+        for j in np.flatnonzero(np.any(result.sizes != annotated, axis=1)):
+            if int(j) not in bad:
+                (h, w), (ah, aw) = result.sizes[j], annotated[j]
+                bad[int(j)] = f"the image is {w}x{h}, its annotations say {aw}x{ah} (EXIF orientation applied)"
         return ScanResult(bad=bad, sizes=result.sizes)
 
 

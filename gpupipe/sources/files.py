@@ -115,6 +115,9 @@ class ImageFolder(FileSource):
             self.classes = sorted(e.name for e in entries if not e.name.startswith(".") and _is_dir(e))
         if not self.classes:
             raise ValueError(f"ImageFolder: {str(self.root)!r} has no class folders (expected root/<class>/<image>)")
+        problem = split_folders_message(root, self.classes)
+        if problem:
+            raise ValueError(f"ImageFolder: {problem}")
         names: List[str] = []
         labels: List[int] = []
         class_dirs = [os.path.join(str(self.root), name) for name in self.classes]
@@ -129,6 +132,48 @@ class ImageFolder(FileSource):
             raise ValueError(f"ImageFolder: no images under {str(self.root)!r} (extensions {', '.join(extensions)})")
         self.names = names
         self.labels = np.asarray(labels, np.int64)
+
+
+#: Folder names that mean a dataset split, not a class (compared in lower case).
+SPLIT_NAMES = ("train", "training", "val", "valid", "validation", "test", "testing")
+
+
+def split_folders_message(root: PathLike, classes: Optional[Sequence[str]] = None) -> str:
+    """Why ``root`` is a folder of splits rather than of classes, or ``""`` if it is not.
+
+    ``root`` is a folder of splits when every one of its (non-hidden) folders
+    has a split's name (``train``, ``val``, ``test``, ...) and holds folders
+    of its own (the classes): ``ImageFolder`` would silently take each split
+    for one class.
+
+    Args:
+        root: the folder, as the user named it (the message repeats it).
+        classes: its non-hidden folder names, if already listed.
+    """
+    if classes is None:
+        try:
+            with os.scandir(root) as entries:
+                classes = sorted(e.name for e in entries if not e.name.startswith(".") and _is_dir(e))
+        except OSError:
+            return ""
+    if not classes or any(name.lower() not in SPLIT_NAMES for name in classes):
+        return ""
+    if not all(_has_subfolder(os.path.join(root, name)) for name in classes):
+        return ""
+    split = next((name for name in classes if name.lower() == "train"), classes[0])
+    shown = os.fspath(root)
+    slash = "" if shown.endswith(os.sep) else os.sep
+    folders = ", ".join(name + os.sep for name in classes)
+    return (f"{shown}{slash} holds split folders {folders}, each with class folders, not classes: "
+            f"pass {shown}{slash}{split}")
+
+
+def _has_subfolder(path: str) -> bool:
+    try:
+        with os.scandir(path) as entries:
+            return any(not e.name.startswith(".") and _is_dir(e) for e in entries)
+    except OSError:
+        return False
 
 
 def _is_dir(entry: os.DirEntry) -> bool:

@@ -8,9 +8,10 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from .. import env
 from ..errors import Skipped
 from ..fileio import read_file
-from ..scan import ScanResult, default_cache_dir, scan
+from ..scan import ScanResult, scan
 from ..targets import TargetKind
 from .files import IMAGE_EXTENSIONS, FileSource, PathLike, folder_id, walk_images
 
@@ -75,9 +76,9 @@ class SegmentationFolder(FileSource):
         return np.frombuffer(bytearray(read_file(self.mask_names[index], self.max_file_size)), np.uint8)
 
     def _scan(self, max_pixels: int, max_file_size: int) -> ScanResult:
-        images = scan(self.names, max_pixels=max_pixels, max_file_size=max_file_size, cache_dir=default_cache_dir())
+        images = scan(self.names, max_pixels=max_pixels, max_file_size=max_file_size, cache_dir=env.cache_dir())
         masks = scan(self.mask_names, max_pixels=max_pixels, max_file_size=max_file_size,
-                     cache_dir=default_cache_dir())
+                     cache_dir=env.cache_dir())
         bad: Dict[int, str] = dict(images.bad)
         for i, reason in masks.bad.items():
             bad.setdefault(i, f"mask {self.mask_names[i]}: {reason}")

@@ -50,6 +50,11 @@ class ShardSource(Source):
         """Tars one DALI run may read (``None``: any number): a cache must hold a run's tars."""
         return self.store.shards_per_run
 
+    def fetched_since(self, since: float):
+        """For tars behind URLs, what the node downloaded of them from wall time ``since`` on
+        (a :class:`~gpupipe.remote.cache.Fetched`); ``None`` for tars on this disk."""
+        return self.store.fetched_since(since) if self.store.remote else None
+
     def _init_tables(self) -> None:
         self.shard_of = np.asarray(self.shard_of, np.int64)
         self._after_subset()
@@ -162,32 +167,39 @@ class Shards(ShardSource):
     Args:
         root: the packed folder, or its URL.
         max_file_size: members larger than this are bad samples.
-        cache_dir: where a remote pack's tars are cached (default ``~/.cache/gpupipe/remote``;
-            processes sharing it download each tar once).
+        cache_dir: where a remote pack's tars are cached (default ``remote/`` in
+            :func:`gpupipe.env.cache_dir`; processes sharing it download each tar once).
         cache_limit: bytes of tars the cache keeps (``"20GB"``; least recently used go first).
         storage_options: for the fsspec file system (credentials, ``endpoint_url``, ...).
         retry: attempts, back-off and time-out of remote reads.
+        checksums: a local pack's shards are checked against the manifest's sizes
+            always, and against its sha256 checksums when this is ``True``, or when
+            it is ``None`` and the pack is small (:data:`~gpupipe.shardfmt.CHECKSUM_AUTO_BYTES`,
+            64 MiB: hashing costs about a second per GB, on every open);
+            ``python -m gpupipe.pack --verify`` checks everything.
 
     Raises:
         ValueError: no manifest, a malformed one (the field is named), a name
-            leaving ``root``, a missing shard or index, an index that does not
-            match the manifest, or a label out of range.
+            leaving ``root``, a missing shard or index, a shard whose size (or
+            checksum) differs from the manifest's, an index that does not match
+            the manifest, or a label out of range.
         RemoteError: a remote pack's server cannot be reached after the retries.
     """
 
     def __init__(self, root, *, max_file_size: int = DEFAULT_MAX_FILE_SIZE, cache_dir=None,
-                 cache_limit="20GB", storage_options: Optional[Dict] = None, retry: Optional[Retry] = None) -> None:
+                 cache_limit="20GB", storage_options: Optional[Dict] = None, retry: Optional[Retry] = None,
+                 checksums: Optional[bool] = None) -> None:
         self.max_file_size = max_file_size
         if is_url(str(root)):
             self.root = str(root).rstrip("/")
-            cache = ShardCache(cache_dir or default_cache_dir(), byte_size(cache_limit, "cache_limit"),
-                               retry or Retry(), storage_options)
+            cache = ShardCache(cache_dir or default_cache_dir(), byte_size(cache_limit, "cache_limit"), retry,
+                               storage_options)
             manifest, tars = remote_pack(self.root, cache)
             self.store = CachedStore([t.location for t in tars], [t.size for t in tars], [t.sha256 for t in tars],
                                      cache)
         else:
             self.root = Path(root).expanduser().absolute()
-            manifest, tars = _local_pack(self.root)
+            manifest, tars = _local_pack(self.root, checksums)
             self.store = LocalStore([t.location for t in tars])
         self.manifest = manifest
         self.kind = TargetKind(manifest.get("kind", "label"))
@@ -223,6 +235,15 @@ class Shards(ShardSource):
             logger.info("Shards: %s has no image sizes (format version 1); reading them from the headers", self.root)
             self.image_sizes = self.header_sizes()
 
+    @property
+    def packed_max_size(self) -> Optional[int]:
+        """The ``--max-size`` the pack was made with (its images' shorter sides are at most this),
+        ``None`` if its images kept their sizes."""
+        settings = self.manifest.get("settings")
+        convert = settings.get("convert") if isinstance(settings, dict) else None
+        size = convert.get("max_size") if isinstance(convert, dict) else None
+        return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
+
     def _take_targets(self, shard: Dict) -> None:
         if self.kind is TargetKind.MULTI_LABEL:
             rows = [np.asarray(r, np.int64) for r in shard["label_lists"]]
@@ -246,9 +267,12 @@ class Shards(ShardSource):
         return super().label_sets(indices)
 
 
-def _local_pack(root: Path) -> Tuple[Dict, List[PackedTar]]:
-    """The manifest of the packed folder ``root`` and its tars (sizes from the files, indexes checked)."""
+def _local_pack(root: Path, checksums: Optional[bool]) -> Tuple[Dict, List[PackedTar]]:
+    """The manifest of the packed folder ``root`` and its tars (sizes, checksums as ``checksums`` says, and
+    indexes checked against the manifest)."""
     manifest = shardfmt.read_manifest(root)
+    if checksums is None:
+        checksums = sum(s["bytes"] for s in manifest["shards"]) <= shardfmt.CHECKSUM_AUTO_BYTES
     tars = []
     for number, shard in enumerate(manifest["shards"]):
         tar = shardfmt.confined(root, shard["name"], f"shards[{number}].name")
@@ -257,8 +281,7 @@ def _local_pack(root: Path) -> Tuple[Dict, List[PackedTar]]:
             size = regular_stat(str(tar), None).st_size
         except UnreadableFile as err:
             raise ValueError(f"Shards: {tar} is listed in the manifest but {err.reason}") from None
-        entries = shardfmt.read_index(index, shard.get("index_sha256", ""))
-        if len(entries) != shard["samples"]:
-            raise ValueError(f"Shards: {index} lists {len(entries)} samples, the manifest {shard['samples']}")
+        shardfmt.check_shard_file(tar, shard, size, root, checksums)
+        entries = shardfmt.read_shard_index(index, shard)
         tars.append(PackedTar(str(tar), size, shard.get("sha256") or None, entries))
     return manifest, tars

@@ -151,7 +151,7 @@ def _image_size(fh, member: shardfmt.Member, max_pixels: int) -> Tuple[int, int]
         return os.pread(fh.fileno(), size, member.offset + offset)
 
     header = header_at(read_at, lambda: io.BytesIO(read_at(0, member.size)), max_pixels)
-    return tuple(header.oriented)
+    return header.oriented
 
 
 __all__ = ["TarIndex", "index_tar", "split_name"]

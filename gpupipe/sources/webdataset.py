@@ -13,11 +13,11 @@ from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
+from .. import shardfmt
 from ..errors import Skipped
 from ..fileio import DEFAULT_MAX_FILE_SIZE, byte_size, read_json_object
 from ..remote import CachedStore, LocalStore, Retry, ShardCache, default_cache_dir, expand_braces, is_url
 from ..remote.fetch import remote_info
-from .. import shardfmt
 from .shards import ShardSource
 from .tarindex import TarIndex, index_tar
 
@@ -72,11 +72,11 @@ class WebDataset(ShardSource):
             raise ValueError(f"WebDataset: image must name extensions such as 'jpg;png', got {image!r}")
         folder = Path(cache_dir or default_cache_dir())
         remote = [is_url(loc) for loc in locations]
-        cache = ShardCache(folder, byte_size(cache_limit, "cache_limit"), retry or Retry(), storage_options) \
-            if any(remote) else None
+        cache = ShardCache(folder, byte_size(cache_limit, "cache_limit"), retry, storage_options) if any(remote) \
+            else None
         if cache is not None and not all(remote):
             raise ValueError("WebDataset: give either local tars or URLs, not both")
-        indexer = _Indexer(folder / "wds-index", cache, image_exts, label, max_file_size)
+        indexer = _Indexer(folder / "wds-index", cache, image_exts, label)
         with ThreadPoolExecutor(min(8, len(locations)), thread_name_prefix="gpupipe-wds-index") as pool:
             indexes = list(pool.map(indexer.index, locations))
         self.problems: List[Skipped] = [Skipped(name, reason) for _, idx in indexes for name, reason in idx.problems]
@@ -95,13 +95,14 @@ class WebDataset(ShardSource):
                 sizes.append(idx.sizes[k])
         if not self.names:
             raise ValueError(f"WebDataset: no usable sample in {self.root}" +
-                             (f" ({len(self.problems)} problems, the first: {self.problems[0]})" if self.problems else ""))
+                             (f" ({len(self.problems)} problems, the first: {self.problems[0]})"
+                              if self.problems else ""))
         tar_sizes = [meta["size"] for meta, _ in indexes]
         if cache is not None:
             self.store = CachedStore(locations, tar_sizes, [meta.get("sha256") for meta, _ in indexes], cache)
         else:
             self.store = LocalStore(locations)
-        self.shard_of = shard_of
+        self.shard_of = np.asarray(shard_of, np.int64)
         self._init_tables()
         self.labels = np.asarray(label_list, np.int64)
         self.validate_members(tar_sizes, [IMAGE_MEMBER])
@@ -124,10 +125,8 @@ def _expand(urls) -> List[str]:
 class _Indexer:
     """Indexes tars, keeping each index in ``folder`` keyed by the tar and the settings."""
 
-    def __init__(self, folder: Path, cache: Optional[ShardCache], image_exts: List[str], label: str,
-                 max_file_size: int) -> None:
+    def __init__(self, folder: Path, cache: Optional[ShardCache], image_exts: List[str], label: str) -> None:
         self.folder, self.cache, self.image_exts, self.label = folder, cache, image_exts, label
-        self.max_file_size = max_file_size
         folder.mkdir(parents=True, exist_ok=True)
 
     def index(self, location: str):

@@ -17,7 +17,7 @@ import functools
 import logging
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable, Iterator, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional, Union
 
 import numpy as np
 import torch
@@ -125,7 +125,7 @@ class DaliBackend:
                 except RunFailed as failure:
                     self._recover(failure)
                     continue
-                batch = self._assemble(ref, outputs)
+                batch = self._assemble(ref, outputs, run)
                 self._look_ahead(run, read, reads)
                 b += 1
                 yield batch
@@ -147,8 +147,9 @@ class DaliBackend:
                 self._replace(ahead)
                 return ahead
             self._retire(ahead)
-        self._replace(self.pipelines.run(self._refs(read, b, reads)))
-        return self._run
+        run = self.pipelines.run(self._refs(read, b, reads))
+        self._replace(run)
+        return run
 
     def _same_share(self, run: Run, read: EpochRead) -> bool:
         ref = run.refs[run.consumed]
@@ -192,12 +193,16 @@ class DaliBackend:
                 from failure.error
         self.bad.report(bad.items())
         if self._next is not None:  # built before these were known bad
-            self._next.add_done_callback(lambda f: f.exception() is None and self._retire(f.result()))
+            def retire_built(f: Future) -> None:
+                if f.exception() is None:
+                    self._retire(f.result())
+
+            self._next.add_done_callback(retire_built)
             self._next = None
 
     # -- batches ---------------------------------------------------------------------
 
-    def _assemble(self, ref: BatchRef, outputs) -> Batch:
+    def _assemble(self, ref: BatchRef, outputs, run: Run) -> Batch:
         n = ref.count
         device = self.config.device if self.gpu else None
         raw = to_torch(outputs[0], device)
@@ -206,12 +211,16 @@ class DaliBackend:
         if images.dtype != self.graph_spec.output.torch_dtype:
             images = images.to(self.graph_spec.output.torch_dtype)
         kind = self.source.kind
+        targets: Union[torch.Tensor, Dict[str, torch.Tensor]]
         if kind is TargetKind.MASK:
             targets = to_torch(outputs[1], device)[:n, :, :, 0].long()
         elif kind is TargetKind.BOXES:
             boxes, labels = compact_boxes(to_torch(outputs[1], None)[:n], to_torch(outputs[2], None)[:n].long())
-            sizes = self.pipelines.content_sizes.pop(ref.key)[:n]
+            assert ref.content_sizes is not None  # planned with the run (detection refs)
+            sizes = ref.content_sizes[:n]
             targets = {"boxes": boxes, "labels": labels, "image_sizes": torch.from_numpy(sizes)}
+        elif kind is TargetKind.LABEL and self.gpu:
+            targets = self._run_labels(run)[(run.consumed - 1) * self.config.batch_size:][:n]
         else:
             targets = host_targets(self.source, ref.indices[:n])
         if self._keep is not None:
@@ -219,6 +228,13 @@ class DaliBackend:
         if not self.finish_on_gpu and self.config.device.type == "cuda":
             targets = targets_to(targets, self.config.device)
         return images, targets
+
+    def _run_labels(self, run: Run) -> torch.Tensor:
+        """Every label of ``run`` on the GPU, copied once (a batch's labels are then a view, not a copy)."""
+        if run.labels is None:
+            indices = np.concatenate([r.indices for r in run.refs])
+            run.labels = targets_to(host_targets(self.source, indices), self.config.device)
+        return run.labels
 
     def close(self) -> None:
         if self._run is not None:
@@ -229,6 +245,7 @@ class DaliBackend:
             self._next = None
             ahead.add_done_callback(lambda f: f.exception() is None and f.result().close())
         self._builder.shutdown(wait=True)
+        self.pipelines.close()
 
 
 def _reads_after(read: EpochRead, upcoming: Optional[Callable[[int], EpochRead]]):

@@ -2,15 +2,21 @@
 
 The reader reads the run's samples; one ``external_source`` gives, per
 iteration, the planned parameters the lowering reads (found once by
-tracing the graph), the masks of a folder source (palette PNGs as their
-indices) and the boxes of a detection source.
+tracing the graph; drawn a few batches ahead on a background thread and
+packed, see :mod:`.params`), the masks of a folder source (palette PNGs as
+their indices) and the boxes of a detection source.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import logging
+import threading
+import time
 import warnings
-from typing import Callable, List, Optional
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -26,11 +32,18 @@ from ...spec import PipelineSpec
 from ...targets import TargetKind
 from .. import DecoderSettings, RunConfig
 from ..common import source_boxes
+from .calibrate import DEFAULT_LOAD, remembered_hw_decoder_load
 from .lifetime import track
-from .lowering import Graph, Params, lower, quiet_auto_aug
+from .lowering import Graph, lower, quiet_auto_aug
+from .params import ParamLayout, RunParams
 from .readers import ReaderFiles, reader_for
 from .recovery import Prober
-from .run import BatchRef, Run
+from .run import BatchRef, Run, RunFailed
+
+logger = logging.getLogger(__name__)
+
+#: Batches read at each share when ``hw_decoder_load="auto"`` (two of them warm-up).
+CALIBRATION_BATCHES = 10
 
 
 def decoder_kwargs(gpu: bool, settings: DecoderSettings) -> dict:
@@ -38,7 +51,8 @@ def decoder_kwargs(gpu: bool, settings: DecoderSettings) -> dict:
     on the GPU the hardware decoder's share and the preallocation hints."""
     kwargs = dict(device="mixed" if gpu else "cpu", output_type=types.RGB, jpeg_fancy_upsampling=True)
     if gpu:
-        kwargs.update(hw_decoder_load=settings.hw_decoder_load, preallocate_width_hint=settings.width_hint,
+        load = DEFAULT_LOAD if settings.hw_decoder_load == "auto" else settings.hw_decoder_load  # DALI takes numbers
+        kwargs.update(hw_decoder_load=load, preallocate_width_hint=settings.width_hint,
                       preallocate_height_hint=settings.height_hint)
     return kwargs
 
@@ -65,22 +79,37 @@ class Pipelines:
         self.planner, self.sizes = planner, sizes
         self.reader = reader_for(source)
         self.masks_from_files = source.kind is TargetKind.MASK and isinstance(source, FileSource)
-        self.param_names = self._used_params()
-        self.content_sizes: dict = {}  # batch key -> (B, 2) unpadded sizes (detection targets)
+        self.layout = self._used_params()
+        load = config.decoder.hw_decoder_load
+        self.hw_decoder_load: Optional[float] = None if load == "auto" else float(load)
+        self.calibration: Dict[float, float] = {}  # hw_decoder_load -> images/s, when "auto" measured them
+        self._calibrating = threading.Lock()
+        self._planner_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpupipe-plan")
 
-    def run(self, refs: List[BatchRef]) -> Run:
-        """A built pipeline reading ``refs`` in order."""
+    def close(self) -> None:
+        """Stops the thread that plans parameters ahead."""
+        self._planner_thread.shutdown(wait=False, cancel_futures=True)
+
+    def run(self, refs: List[BatchRef], hw_decoder_load: Optional[float] = None) -> Run:
+        """A built pipeline reading ``refs`` in order (on the GPU with ``hw_decoder_load``, by default
+        the loader's, measured on the first of these batches when it is ``"auto"``)."""
+        if self.gpu and hw_decoder_load is None:
+            hw_decoder_load = self._resolved_hw_decoder_load(refs)
         indices = np.concatenate([r.indices for r in refs])
+        params = RunParams(refs, self._plan, self._planner_thread)
         held = self.source.hold(indices)  # remote tars: fetched, and kept until the run closes
         files = ReaderFiles()
         captured = {}
 
+        def feed(info):
+            k = min(info.iteration, len(refs) - 1)
+            return params.batch(k) + self._targets(refs[k])
+
         @pipeline_def(enable_conditionals=uses_conditionals(self.spec))
         def graph():
-            nodes = self.reader(self.source, indices, files)
+            nodes = self.reader(indices, files)
             captured["expected"] = nodes.expected
-            inputs = self._external(lambda info: self.inputs(refs[min(info.iteration, len(refs) - 1)]))
-            return (*self._lower(nodes.encoded, nodes.mask, inputs), nodes.identity)
+            return (*self._lower(nodes.encoded, nodes.mask, self._external(feed), hw_decoder_load), nodes.identity)
 
         try:
             with quiet_auto_aug():
@@ -102,6 +131,40 @@ class Pipelines:
         return Run(pipe, refs, check=functools.partial(self._check_order, expected=captured["expected"]),
                    on_close=close)
 
+    def _resolved_hw_decoder_load(self, refs: List[BatchRef]) -> float:
+        """The loader's ``hw_decoder_load``; ``"auto"`` is measured once, on the first batches read."""
+        with self._calibrating:
+            if self.hw_decoder_load is None:
+                sample = refs[:CALIBRATION_BATCHES]
+                if len(sample) < 3:
+                    logger.info("hw_decoder_load=auto: %d batches are too few to measure; using %.2f",
+                                len(sample), DEFAULT_LOAD)
+                    self.hw_decoder_load = DEFAULT_LOAD
+                else:
+                    key = (self.device_id(), type(self.source).__name__, len(self.source), repr(self.spec.ops),
+                           self.config.batch_size, self.config.num_threads)
+                    try:
+                        self.hw_decoder_load, self.calibration = remembered_hw_decoder_load(
+                            key, functools.partial(self._rate, sample))
+                    except RunFailed as failure:  # a bad file among them: the run will find and report it
+                        logger.warning("hw_decoder_load=auto could not measure (%s); using %.2f",
+                                       failure.error, DEFAULT_LOAD)
+                        self.hw_decoder_load = DEFAULT_LOAD
+            return self.hw_decoder_load
+
+    def _rate(self, refs: List[BatchRef], hw_decoder_load: float) -> float:
+        """Images per second of ``refs`` read with ``hw_decoder_load``, after two warm-up batches."""
+        run = self.run(refs, hw_decoder_load)
+        try:
+            run.next_batch()
+            run.next_batch()
+            started = time.perf_counter()
+            for _ in range(len(refs) - 2):
+                run.next_batch()
+            return (len(refs) - 2) * self.config.batch_size / (time.perf_counter() - started)
+        finally:
+            run.close()
+
     def prober(self) -> Prober:
         """Runs suspect samples one at a time through the same graph (see :mod:`.recovery`)."""
         def read(index: int):
@@ -111,9 +174,10 @@ class Pipelines:
 
         def prepare(suspect, data):
             (index, epoch, position), (image, mask) = suspect, data
-            params = self.inputs(BatchRef(epoch, 0, np.array([index]), np.array([position]), 1))
+            ref = BatchRef(epoch, 0, np.array([index]), np.array([position]), 1)
+            params = self._plan([ref]) + self._targets(ref)
             if self.masks_from_files:
-                params[len(self.param_names)] = [mask]
+                params[self.layout.outputs] = [mask]
             return [image], params, [mask]
 
         return Prober(self._probe_pipeline, read, prepare)
@@ -135,45 +199,50 @@ class Pipelines:
             pipe.build()
         return track(pipe)
 
-    def _used_params(self) -> List:
-        """The planned parameters the lowering reads (traced once in a graph that is never built)."""
+    def _used_params(self) -> ParamLayout:
+        """The layout of the planned parameters the lowering reads (traced once in a graph never built)."""
         dummy = self.planner.plan(0, np.zeros(1, np.int64), np.array([[64, 64]]), [np.zeros((0, 4), np.float32)])
-        self.param_names = [(j, name) for j, step in enumerate(dummy.steps) for name in sorted(step)]
-        used = []
-
-        class Recording(Params):
-            def __getitem__(self, key):
-                used.append(key)
-                return super().__getitem__(key)
+        every = ParamLayout(dummy.steps, [(j, name) for j, step in enumerate(dummy.steps) for name in sorted(step)])
+        recorded: List = []
 
         @pipeline_def(enable_conditionals=uses_conditionals(self.spec))
         def trace():
-            inputs = self._external(lambda info: None)
-            n = len(self.param_names)
-            g = Graph(self.graph_spec, Recording(self.param_names, inputs[:n]), gpu=False, decoder={})
+            inputs = self._external(lambda info: None, every)
+            params = every.nodes(inputs[:every.outputs])
+            recorded.append(params)
+            g = Graph(self.graph_spec, params, gpu=False, decoder={})
             g.encoded = fn.external_source(name="encoded")
             if self.source.kind is TargetKind.MASK:
                 g.mask = fn.external_source(name="mask")
             if self.source.kind is TargetKind.BOXES:
-                g.boxes = g.raw = inputs[n]
-                g.box_labels = inputs[n + 1]
+                g.boxes = g.raw = inputs[every.outputs]
+                g.box_labels = inputs[every.outputs + 1]
             return tuple(lower(g))
 
         with quiet_auto_aug(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="The external source node")  # the trace feeds every parameter
             trace(batch_size=1, num_threads=1, device_id=None)
-        return [key for key in self.param_names if key in set(used)]
+        used = set(recorded[0].used)
+        return ParamLayout(dummy.steps, [key for key in every.keys if key in used])
 
-    def _external(self, source: Callable):
-        outputs = len(self.param_names) + (1 if self.masks_from_files else 0) + \
+    def _external(self, source: Callable, layout: Optional[ParamLayout] = None):
+        layout = layout or self.layout
+        outputs = layout.outputs + (1 if self.masks_from_files else 0) + \
             (2 if self.source.kind is TargetKind.BOXES else 0)
+        if outputs == 0:
+            return []
         nodes = fn.external_source(source=source, batch=True, batch_info=True, num_outputs=outputs)
         return list(nodes) if isinstance(nodes, (list, tuple)) else [nodes]
 
-    def _lower(self, encoded, mask, inputs) -> List:
-        n = len(self.param_names)
-        g = Graph(self.graph_spec, Params(self.param_names, inputs[:n]), gpu=self.gpu,
-                  decoder=decoder_kwargs(self.gpu, self.config.decoder))
+    def _lower(self, encoded, mask, inputs, hw_decoder_load: Optional[float] = None) -> List:
+        """The lowered graph; on the GPU with ``hw_decoder_load``, else the share resolved so far
+        (``"auto"`` before measuring: DALI's default)."""
+        n = self.layout.outputs
+        if hw_decoder_load is None:
+            hw_decoder_load = DEFAULT_LOAD if self.hw_decoder_load is None else self.hw_decoder_load
+        settings = dataclasses.replace(self.config.decoder, hw_decoder_load=hw_decoder_load)
+        g = Graph(self.graph_spec, self.layout.nodes(inputs[:n]), gpu=self.gpu,
+                  decoder=decoder_kwargs(self.gpu, settings))
         g.encoded = encoded
         extra = list(inputs[n:])
         if self.source.kind is TargetKind.MASK:
@@ -184,19 +253,29 @@ class Pipelines:
             g.box_labels = extra[1]
         return lower(g)
 
-    def inputs(self, ref: BatchRef) -> List:
-        """Batch ``ref``'s planned parameters (and masks or boxes), as the external source gives them."""
-        boxes = source_boxes(self.source, ref.indices)
-        plan = self.planner.plan(ref.epoch, ref.positions, self.sizes[ref.indices], boxes)
+    def _plan(self, refs: Sequence[BatchRef]) -> List[np.ndarray]:
+        """The packed parameters of every sample of ``refs`` (``batch_size`` rows per ref, in order),
+        drawn at once (the refs may span epochs); detection refs get their content sizes
+        (``ref.content_sizes``)."""
+        bs = refs[0].indices.shape[0]
+        indices = np.concatenate([r.indices for r in refs])
+        positions = np.concatenate([r.positions for r in refs])
+        epochs = np.repeat(np.array([r.epoch for r in refs], np.int64), bs)
+        boxes = source_boxes(self.source, indices)
+        plan = self.planner.plan(epochs, positions, self.sizes[indices], boxes)
+        if boxes is not None:
+            content = self.planner.content_sizes(plan)
+            for m, ref in enumerate(refs):
+                ref.content_sizes = content[m * bs:(m + 1) * bs]
+        return self.layout.pack(plan.steps, len(indices))
+
+    def _targets(self, ref: BatchRef) -> List:
+        """Batch ``ref``'s masks (folder sources) or boxes and labels, as the external source gives them."""
         out: List = []
-        for j, name in self.param_names:
-            values = plan.steps[j][name]
-            out.append(np.ascontiguousarray(values, np.float32 if values.dtype.kind == "f" else np.int32))
         if self.masks_from_files:
             out.append([self.mask_bytes(int(i)) for i in ref.indices])
-        if boxes is not None:
-            self.content_sizes[ref.key] = self.planner.content_sizes(plan)
-            out.append([np.asarray(b, np.float32).reshape(-1, 4) for b in boxes])
+        if self.source.kind is TargetKind.BOXES:
+            out.append([np.asarray(self.source.boxes[int(i)], np.float32).reshape(-1, 4) for i in ref.indices])
             out.append([np.asarray(self.source.box_labels[int(i)], np.int32) for i in ref.indices])
         return out
 
@@ -220,10 +299,14 @@ class Pipelines:
     def _check_order(self, identity, ref: BatchRef, consumed: int, expected) -> None:
         """DALI's reader must have read the planned samples: a mismatch would mean wrong targets."""
         bs = self.config.batch_size
-        if isinstance(self.source, FileSource):
-            got = np.asarray(identity.as_array()).ravel().tolist()
-        else:
-            got = [np.asarray(identity[i]).tobytes().decode("utf-8", "surrogateescape") for i in range(len(identity))]
-        want = list(expected(consumed * bs, bs))
-        if list(got) != want:
-            raise RuntimeError(f"internal error: DALI read {got[:3]}... for batch {ref.key}, the plan says {want[:3]}...")
+        want = expected(consumed * bs, bs)
+        if isinstance(self.source, FileSource):  # every slot: one array comparison
+            got: Union[np.ndarray, List[str]] = np.asarray(identity.as_array()).ravel()
+            if np.array_equal(got, want):
+                return
+        else:  # every sample's tar, offset and name (targets come from the plan: each slot must be right)
+            got = [np.asarray(identity[i]).tobytes().decode("utf-8", "surrogateescape") for i in range(bs)]
+            if got == list(want):
+                return
+        raise RuntimeError(f"internal error: DALI read {list(got[:3])}... for batch {ref.key}, "
+                           f"the plan says {list(want[:3])}...")

@@ -19,8 +19,9 @@ so the image, the mask and the boxes get one window, one coin, one angle:
 from __future__ import annotations
 
 import contextlib
+import threading
 import warnings
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from nvidia.dali import fn, types
 from nvidia.dali import math as dmath
@@ -35,30 +36,23 @@ from ..common import Lowering
 DALI_DTYPE = {"float32": types.FLOAT, "bfloat16": types.FLOAT, "float16": types.FLOAT16, "uint8": types.UINT8}
 
 
-class Params:
-    """The planned parameters as graph nodes: ``params[j, name]`` for op ``j``."""
-
-    def __init__(self, names: Sequence[Tuple[int, str]], nodes: Sequence) -> None:
-        self._nodes = dict(zip(names, nodes))
-
-    def __getitem__(self, key: Tuple[int, str]):
-        return self._nodes[key]
-
-
 class Graph:
-    """What is being built: the image, mask and box nodes, the spec and the parameters."""
+    """What is being built: the image, mask and box nodes, the spec and the parameters
+    (``params[j, name]``: op ``j``'s planned parameter as a node, see :mod:`.params`).
 
-    def __init__(self, spec: PipelineSpec, params: Params, *, gpu: bool, decoder: Dict) -> None:
+    The nodes are DALI ``DataNode`` values, ``Any`` to mypy (DALI is not analysed, see pyproject.toml)."""
+
+    def __init__(self, spec: PipelineSpec, params, *, gpu: bool, decoder: Dict) -> None:
         self.spec = spec
         self.params = params
         self.gpu = gpu
         self.decoder = decoder  # decoder keyword arguments
-        self.images = None
-        self.encoded = None
-        self.mask = None
-        self.boxes = None  # (N, 4) xyxy, clipped after every op
-        self.raw = None  # the same boxes, never clipped (visible fraction)
-        self.box_labels = None
+        self.images: Any = None
+        self.encoded: Any = None
+        self.mask: Any = None
+        self.boxes: Any = None  # (N, 4) xyxy, clipped after every op
+        self.raw: Any = None  # the same boxes, never clipped (visible fraction)
+        self.box_labels: Any = None
 
     def p(self, j: int, name: str):
         return self.params[j, name]
@@ -132,11 +126,21 @@ def _decode(g: Graph, j: int, op: O.Decode) -> None:
     g.images = fn.decoders.image(g.encoded, **g.decoder)
 
 
+def roi_decoder(decoder: Dict) -> Dict:
+    """The decoder arguments of a ROI decode. On the GPU without fancy upsampling: nvImageCodec's CUDA
+    JPEG decoder refuses a ROI with fancy upsampling on chroma-subsampled JPEGs (nvJPEG < 13.2), logs
+    a warning for every such image and hands it to a slower decoder; plain upsampling is what DALI's
+    own ``decoders.image_random_crop`` uses by default."""
+    if decoder.get("device") == "mixed":
+        return {**decoder, "jpeg_fancy_upsampling": False}
+    return decoder
+
+
 def _decode_resized_crop(g: Graph, j: int, op: O.RandomResizedCrop) -> None:
     """Decode fused with the crop after it: only the window (always inside the image) is decoded."""
     anchor = fn.stack(g.p(j, "left"), g.p(j, "top"))
     shape = fn.stack(g.p(j, "width"), g.p(j, "height"))
-    g.images = fn.decoders.image_slice(g.encoded, anchor, shape, axis_names="WH", **g.decoder)
+    g.images = fn.decoders.image_slice(g.encoded, anchor, shape, axis_names="WH", **roi_decoder(g.decoder))
     if g.mask is not None:
         g.mask = _slice(g.mask, g, j, g.spec.ignore_index)
     _resize_images(g, j)
@@ -234,7 +238,9 @@ def _auto_augment(g: Graph, j: int, op) -> None:
         suite, levels, bins = trivial_augment.get_trivial_augment_wide_suite(use_shape=True), 1, g.p(j, "bins")
     by_name = {aug.name: aug for aug in suite}
     ordered = [by_name[_AUTO_AUG_NAMES[name]] for name in O.AUGMENT_OPS]
-    shape = list(g.spec.size_before(j))  # fixed (the op needs images of one size): (h, w)
+    size = g.spec.size_before(j)
+    assert size is not None  # the op needs images of one size: build_spec refuses it where sizes vary
+    shape = list(size)  # (h, w)
     ops, signs = g.p(j, "ops"), g.p(j, "signs")
     for level in range(levels):
         magnitude = signed_bin(bins, random_sign=signs[level])
@@ -269,25 +275,41 @@ LOWERINGS: Dict[type, Lowering] = {
     O.RandomErasing: Lowering(_erase),
 }
 #: Pairs of neighbours that become one DALI operator: ``Decode`` and the random crop after it (ROI decoding).
-FUSIONS = {(O.Decode, O.RandomResizedCrop): _decode_resized_crop}
+FUSIONS: Dict[Tuple[type, type], Callable[[Graph, int, Any], None]] = {
+    (O.Decode, O.RandomResizedCrop): _decode_resized_crop}
 
 
 @contextlib.contextmanager
 def quiet_auto_aug():
     """Silences exactly the deprecation notices DALI's own auto_aug module prints about the
-    experimental aliases it calls (``fn.experimental.filter`` / ``equalize``), which DALI forces through."""
-    shown = warnings.showwarning
+    experimental aliases it calls (``fn.experimental.filter`` / ``equalize``).
 
-    def show(message, category, *args, **kwargs):
-        if category is DeprecationWarning and "nvidia.dali.fn.experimental" in str(message):
-            return
-        shown(message, category, *args, **kwargs)
+    DALI forces them through its own ``catch_warnings()`` + ``simplefilter("default")``, so a filter
+    cannot stop them; ``warnings.showwarning`` is wrapped instead. Pipelines are traced in the loader's
+    thread while runs build in the background, so the wrapper is counted: installed by the first
+    thread in, restored by the last one out (a swap restored by one thread would unmute the other).
+    """
+    with _QUIET["lock"]:
+        if _QUIET["depth"] == 0:
+            _QUIET["shown"] = shown = warnings.showwarning
 
-    warnings.showwarning = show
+            def show(message, category, *args, **kwargs):
+                if category is DeprecationWarning and "nvidia.dali.fn.experimental" in str(message):
+                    return
+                shown(message, category, *args, **kwargs)
+
+            _QUIET["show"] = warnings.showwarning = show
+        _QUIET["depth"] += 1
     try:
         yield
     finally:
-        warnings.showwarning = shown
+        with _QUIET["lock"]:
+            _QUIET["depth"] -= 1
+            if _QUIET["depth"] == 0 and warnings.showwarning is _QUIET["show"]:
+                warnings.showwarning = _QUIET["shown"]
+
+
+_QUIET: Dict = {"lock": threading.Lock(), "depth": 0, "shown": None, "show": None}
 
 
 def lower(g: Graph, output_mirror: Optional[object] = None) -> List:
@@ -342,4 +364,4 @@ def _sanitized(g: Graph):
     return fn.pad(boxes, axes=[0], fill_value=0.0), fn.pad(labels, axes=[0], fill_value=-1)
 
 
-__all__ = ["LOWERINGS", "FUSIONS", "Graph", "Params", "lower", "quiet_auto_aug", "DALI_DTYPE"]
+__all__ = ["LOWERINGS", "FUSIONS", "Graph", "lower", "quiet_auto_aug", "roi_decoder", "DALI_DTYPE"]

@@ -13,7 +13,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 from nvidia.dali import fn
@@ -66,64 +66,94 @@ class ReaderFiles:
         os.rmdir(self.folder)
 
 
-def _dali_safe(path: str, slot: int, files: ReaderFiles) -> str:
-    """DALI takes paths as UTF-8; a name that is not (a non-UTF-8 file name) is read through a link."""
+class FileReader:
+    """``readers.file`` over the samples' files, with each slot number as the label.
+
+    DALI takes paths as UTF-8: the few names that are not (non-UTF-8 file names) are found once,
+    here, and read through links made in each run's folder.
+    """
+
+    def __init__(self, source: FileSource) -> None:
+        self.names = np.array(source.names, dtype=object)
+        self.unsafe = {i for i, name in enumerate(source.names) if not name.isascii() and not _utf8(name)}
+
+    def __call__(self, indices: Sequence[int], files: ReaderFiles) -> ReaderNodes:
+        names = self.names[np.asarray(indices, np.int64)].tolist()
+        if self.unsafe:
+            for k, i in enumerate(indices):
+                if int(i) in self.unsafe:
+                    names[k] = _link(names[k], k, files)
+        encoded, slots = fn.readers.file(files=names, labels=list(range(len(names))), random_shuffle=False,
+                                         name=READER)
+        return ReaderNodes(encoded, slots, None, lambda start, count: np.arange(start, start + count))
+
+
+def _utf8(name: str) -> bool:
     try:
-        path.encode("utf-8")
-        return path
+        name.encode("utf-8")
+        return True
     except UnicodeEncodeError:
-        link = files.path(f"name-{slot}{os.path.splitext(path.encode('utf-8', 'surrogateescape'))[1].decode('ascii', 'replace')}")
-        if not os.path.islink(link):
-            os.symlink(os.fsencode(path), link)
-        return link
+        return False
 
 
-def file_reader(source: FileSource, indices: Sequence[int], files: ReaderFiles) -> ReaderNodes:
-    """``readers.file`` over the samples' files, with each slot number as the label."""
-    names = [_dali_safe(source.names[i], k, files) for k, i in enumerate(indices)]
-    encoded, slots = fn.readers.file(files=names, labels=list(range(len(names))), random_shuffle=False,
-                                     name=READER)
-    return ReaderNodes(encoded, slots, None, lambda start, count: np.arange(start, start + count))
+def _link(path: str, slot: int, files: ReaderFiles) -> str:
+    """A link with a UTF-8 name to ``path``."""
+    ext = os.path.splitext(path.encode("utf-8", "surrogateescape"))[1].decode("ascii", "replace")
+    link = files.path(f"name-{slot}{ext}")
+    if not os.path.islink(link):
+        os.symlink(os.fsencode(path), link)
+    return link
 
 
-def shard_reader(source: ShardSource, indices: Sequence[int], files: ReaderFiles) -> ReaderNodes:
+class ShardReader:
     """``readers.webdataset`` over index files written for the run: one per run of consecutive
     samples from one tar (a shuffled epoch visits the tars one by one, so there are few)."""
-    paths, index_paths, identities = [], [], []
-    for k, (tar, entries) in enumerate(source.members(indices)):
-        index = files.path(f"run{k}.idx")
-        picked = [{ext: e[ext] for ext in _exts(source)} for e in entries]
-        shardfmt.write_index(Path(index), picked)
-        paths.append(tar)
-        index_paths.append(index)
-        identities.extend(f"{tar}:{e[source.image_ext].offset}:{e[source.image_ext].name}" for e in entries)
-    outputs = fn.readers.webdataset(paths=paths, index_paths=index_paths, ext=_exts(source), random_shuffle=False,
-                                    missing_component_behavior="error", name=READER)
-    encoded, mask = (outputs[0], outputs[1]) if source.mask_ext else (outputs, None)
-    info = fn.get_property(encoded, key="source_info")
-    return ReaderNodes(encoded, info, mask, lambda start, count: identities[start:start + count])
+
+    def __init__(self, source: ShardSource) -> None:
+        self.source = source
+
+    def __call__(self, indices: Sequence[int], files: ReaderFiles) -> ReaderNodes:
+        source = self.source
+        paths: List[str] = []
+        index_paths: List[str] = []
+        identities: List[str] = []
+        for k, (tar, entries) in enumerate(source.members(indices)):
+            index = files.path(f"run{k}.idx")
+            picked = [{ext: e[ext] for ext in _exts(source)} for e in entries]
+            shardfmt.write_index(Path(index), picked)
+            paths.append(tar)
+            index_paths.append(index)
+            identities.extend(f"{tar}:{e[source.image_ext].offset}:{e[source.image_ext].name}" for e in entries)
+        outputs = fn.readers.webdataset(paths=paths, index_paths=index_paths, ext=_exts(source), random_shuffle=False,
+                                        missing_component_behavior="error", name=READER)
+        encoded, mask = (outputs[0], outputs[1]) if source.mask_ext else (outputs, None)
+        info = fn.get_property(encoded, key="source_info")
+        return ReaderNodes(encoded, info, mask, lambda start, count: identities[start:start + count])
 
 
 def _exts(source: ShardSource) -> List[str]:
     return [source.image_ext] + ([source.mask_ext] if source.mask_ext else [])
 
 
-#: source type -> reader; the most specific base class of a source picks its reader.
-READERS: Dict[type, Callable[[Source, Sequence[int], ReaderFiles], ReaderNodes]] = {
-    FileSource: file_reader,
-    ShardSource: shard_reader,
+Reader = Callable[[Sequence[int], ReaderFiles], ReaderNodes]
+
+#: source type -> reader class; the most specific base class of a source picks its reader (each reader takes
+#: the sources of its key's type, which a dict's type cannot say: ``Any``).
+READERS: Dict[type, Callable[[Any], Reader]] = {
+    FileSource: FileReader,
+    ShardSource: ShardReader,
 }
 
 
-def reader_for(source: Source) -> Callable[[Source, Sequence[int], ReaderFiles], ReaderNodes]:
-    """The reader of ``source``'s type.
+def reader_for(source: Source) -> Reader:
+    """The reader of ``source``'s type: ``reader(indices, files)`` gives a run's reader nodes.
 
     Raises:
         ValueError: no reader for this kind of source.
     """
     for cls in type(source).__mro__:
         if cls in READERS:
-            return READERS[cls]
+            return READERS[cls](source)
     raise ValueError(f"the DALI backends cannot read a {type(source).__name__} source")
 
 

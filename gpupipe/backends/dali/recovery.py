@@ -77,7 +77,7 @@ class Prober:
 
 def suspects_of(refs) -> List[Suspect]:
     """The real samples of the batches in flight, with their epochs and slots."""
-    out = []
+    out: List[Suspect] = []
     for ref in refs:
         out.extend((int(i), ref.epoch, int(p)) for i, p in zip(ref.indices[:ref.count], ref.positions[:ref.count]))
     return out

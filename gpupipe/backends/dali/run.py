@@ -17,6 +17,8 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
+from ...errors import Error
+
 logger = logging.getLogger(__name__)
 
 
@@ -29,6 +31,7 @@ class BatchRef:
         indices, positions: ``(batch_size,)`` the samples and their slots, the
             last real one repeated to fill a short batch.
         count: the real samples.
+        content_sizes: ``(batch_size, 2)`` the output images' content sizes (detection), set when planned.
     """
 
     epoch: int
@@ -36,6 +39,7 @@ class BatchRef:
     indices: np.ndarray
     positions: np.ndarray
     count: int
+    content_sizes: Optional[np.ndarray] = None
 
     @property
     def key(self) -> Tuple[int, int]:
@@ -49,7 +53,7 @@ def padded(values: np.ndarray, size: int) -> np.ndarray:
     return np.concatenate([values, np.full(size - len(values), values[-1], values.dtype)])
 
 
-class RunFailed(Exception):
+class RunFailed(Error):
     """The pipeline failed while batch ``refs[at]`` (or one prepared with it) was being made.
 
     Attributes:
@@ -83,6 +87,7 @@ class Run:
         self.on_close = on_close
         self.consumed = 0
         self.scheduled = 0
+        self.labels: Optional[torch.Tensor] = None  # every ref's labels on the device, made on first use
 
     @property
     def next_key(self) -> Optional[Tuple[int, int]]:

@@ -16,10 +16,10 @@ from ...batch import empty_like_output, normalize_uint8
 from ...errors import DecodeError
 from ...fileio import UnreadableFile
 from ...images import decode_mask, decode_rgb
+from ...ops import RandomResizedCrop
 from ...plan import boxes as bx
 from ...sources import Source
 from ...spec import PipelineSpec
-from ...ops import RandomResizedCrop
 from ...targets import IMAGE_LEVEL, TargetKind
 from ..common import pad_boxes
 from .lowering import Item, apply_ops
@@ -132,7 +132,9 @@ class DecodedSamples(Dataset):
         data = self.source.read_bytes(index)
         image = None
         if self.reduced_decode:
-            image, steps[1] = decode_reduced(data, path, steps[1], self.spec.ops[1].size)
+            crop = self.spec.ops[1]
+            assert isinstance(crop, RandomResizedCrop)  # what reduced_decode was decided on
+            image, steps[1] = decode_reduced(data, path, steps[1], crop.size)
         if image is None:
             image = decode(torch.from_numpy(data), path)
         item = Item(image=image)
@@ -160,13 +162,15 @@ def _target_of(item: Item, spec: PipelineSpec):
         return item.mask.as_subclass(torch.Tensor)[0]
     if item.boxes is not None:
         boxes = item.boxes.as_subclass(torch.Tensor).to(torch.float32)
+        assert item.raw_boxes is not None and item.box_labels is not None  # set with the boxes
         keep = sanitize(boxes.numpy(), item.raw_boxes, spec)
         return boxes[torch.from_numpy(keep)], item.box_labels[torch.from_numpy(keep)]
     return None
 
 
 def sanitize(clipped: np.ndarray, raw: np.ndarray, spec: PipelineSpec) -> np.ndarray:
-    """``(N,)`` the boxes that survive: wide and tall enough, and visible enough (:class:`~gpupipe.ops.SanitizeBoxes`)."""
+    """``(N,)`` the boxes that survive: wide and tall enough, and visible enough
+    (:class:`~gpupipe.ops.SanitizeBoxes`)."""
     rule = spec.sanitize
     w = clipped[:, 2] - clipped[:, 0]
     h = clipped[:, 3] - clipped[:, 1]

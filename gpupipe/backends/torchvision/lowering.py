@@ -53,6 +53,7 @@ class Item:
             moved[:, 0::2] = moved[:, 0::2].clamp(0, width)
             moved[:, 1::2] = moved[:, 1::2].clamp(0, height)
             self.boxes = moved
+            assert self.raw_boxes is not None  # set with the boxes
             self.raw_boxes = bx.apply(params["affine"].astype(np.float64), self.raw_boxes)
 
 
@@ -120,6 +121,7 @@ def _iou_crop(item: Item, p: Params, spec: PipelineSpec) -> None:
         window = np.array([p["left"], p["top"], p["left"] + p["width"], p["top"] + p["height"]], np.float64)
         outside = torch.from_numpy(~bx.centered_in(item.boxes.numpy(), window))
         item.boxes[outside] = 0.0
+        assert item.raw_boxes is not None  # set with the boxes
         item.raw_boxes[outside.numpy()] = 0.0
     _window(item, p, spec)
 

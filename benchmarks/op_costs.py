@@ -1,0 +1,99 @@
+"""Per-op cost of a pipeline: milliseconds per batch each op adds, loader alone.
+
+The pipeline is measured prefix by prefix (``Decode, RandomResizedCrop``,
+then one more op each time, always ending in ``Normalize``), interleaved
+over rounds so that drift hits every prefix alike; an op's cost is the
+median time per batch of its prefix minus that of the prefix before it.
+Default: the bench's ``heavy`` setting (RandAugment m9 n2, random erasing,
+MixUp/CutMix), whose ops on the GPU are the subject of issue #25.
+
+Usage:
+    python benchmarks/op_costs.py FOLDER [--backend dali|dali-cpu] [--batch 256] [--rounds 3] [--batches 20]
+                                  [--out benchmarks/results/LABEL/op_costs.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import gpupipe  # noqa: E402
+from gpupipe.bench.runner import HEAVY  # noqa: E402
+
+
+def prefixes(ops):
+    """``(name, ops)`` per prefix: the fused decode + crop first, then each op added in turn."""
+    body = [op for op in ops if not isinstance(op, gpupipe.Normalize)]
+    normalize = next(op for op in ops if isinstance(op, gpupipe.Normalize))
+    out = []
+    for k in range(2, len(body) + 1):
+        name = "Decode+RandomResizedCrop" if k == 2 else type(body[k - 1]).__name__
+        prefix = body[:k]
+        batch_ops = [op for op in prefix if isinstance(op, (gpupipe.MixUp, gpupipe.CutMix))]
+        image_ops = [op for op in prefix if op not in batch_ops]
+        out.append((name, image_ops + [normalize] + batch_ops))
+    return out
+
+
+def time_per_batch(loader, batches: int, device: torch.device) -> float:
+    """Median milliseconds per batch over ``batches`` batches (the first two are warm-up)."""
+    times = []
+    it = iter(loader)
+    for k in range(batches + 2):
+        t0 = time.perf_counter()
+        images, _ = next(it)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        if k >= 2:
+            times.append(time.perf_counter() - t0)
+    return 1e3 * statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder")
+    parser.add_argument("--backend", default="dali" if torch.cuda.is_available() else "dali-cpu")
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--batches", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--size", type=int, default=224)
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    device = torch.device("cuda" if args.backend == "dali" else "cpu")
+    ops = gpupipe.presets.train(args.size, **HEAVY)
+    steps = prefixes(ops)
+    loaders = {name: gpupipe.loader(args.folder, prefix, batch_size=args.batch, backend=args.backend,
+                                    device=device, drop_last=True) for name, prefix in steps}
+    times = {name: [] for name, _ in steps}
+    for r in range(args.rounds):
+        order = list(loaders) if r % 2 == 0 else list(reversed(loaders))
+        for name in order:
+            times[name].append(time_per_batch(loaders[name], args.batches, device))
+    rows, before = [], 0.0
+    for name, _ in steps:
+        total = statistics.median(times[name])
+        rows.append({"op": name, "prefix_ms_per_batch": round(total, 3), "op_ms_per_batch": round(total - before, 3),
+                     "spread_ms": round(max(times[name]) - min(times[name]), 3)})
+        before = total
+    print(f"{'op':28s} {'ms/batch':>9s} {'prefix':>9s} {'spread':>8s}")
+    for row in rows:
+        print(f"{row['op']:28s} {row['op_ms_per_batch']:9.2f} {row['prefix_ms_per_batch']:9.2f} {row['spread_ms']:8.2f}")
+    if args.out:
+        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+        gpu = torch.cuda.get_device_name() if device.type == "cuda" else "no GPU"
+        with open(args.out, "w") as f:
+            json.dump({"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {gpu}",
+                       "backend": args.backend, "batch": args.batch, "batches": args.batches, "rounds": args.rounds,
+                       "folder": args.folder, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,270 @@
+"""gpupipe against the loaders a user would write instead, on the same folder in one run.
+
+    python benchmarks/peer_compare.py [--data DIR] [--models resnet18,resnet50 | --tiny-models]
+                                      [--batch-size N] [--rounds 3] [--out FILE]
+
+With a GPU: gpupipe ``dali``, a hand-written DALI pipeline of the same graph
+(``readers.file``, ``decoders.image_random_crop`` on ``mixed``, ``resize``,
+``crop_mirror_normalize``, ``DALIGenericIterator``) and a
+``torchvision.io.decode_jpeg(device="cuda")`` loader (a DataLoader reads the
+bytes; decoding, random-resized crop, flip and normalisation on the GPU).
+Without one, the same comparison on the CPU: gpupipe ``dali-cpu``, the same
+hand-written graph on DALI's CPU operators, and a ``torchvision.io`` loader
+decoding in DataLoader workers. Every loader gives the train preset's
+batches (random-resized crop to 224 px, flip, normalised float32).
+
+Measured, in rounds that shuffle the loaders' order: the loader alone, and
+each model's training loop end to end (with the model-only ceiling), with
+the host CPU time the consumer thread spends inside each ``next()``
+(``time.thread_time``), per batch and as a share of the loop's wall time.
+Autocast by ``gpupipe.amp`` (bf16 on a GPU). Results as JSON under
+``benchmarks/results/<machine>/peer_compare.json``. ``--tiny-models`` trains
+ShuffleNetV2 x0.5 instead of ResNets, for a CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import torch  # noqa: E402
+
+import gpupipe  # noqa: E402
+from gpupipe.amp import choose_amp  # noqa: E402
+from gpupipe.backends import default_threads  # noqa: E402
+from gpupipe.bench import demo, report, runner  # noqa: E402
+from gpupipe.bench.measure import Stream, repeat_batch  # noqa: E402
+from gpupipe.env import cache_dir  # noqa: E402
+
+MEAN, STD = gpupipe.ops.IMAGENET_MEAN, gpupipe.ops.IMAGENET_STD
+SIZE = 224
+
+
+class HandDali:
+    """The train preset written by hand in DALI, as its documentation shows (DALI shuffles on its own)."""
+
+    def __init__(self, data: Path, batch: int, threads: int, device: torch.device) -> None:
+        from nvidia.dali import fn, pipeline_def, types
+        from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+
+        gpu = device.type == "cuda"
+
+        @pipeline_def(batch_size=batch, num_threads=threads, device_id=(device.index or 0) if gpu else None,
+                      exec_dynamic=True, prefetch_queue_depth=2)
+        def graph():
+            encoded, labels = fn.readers.file(file_root=str(data), random_shuffle=True, name="r")
+            images = fn.decoders.image_random_crop(encoded, device="mixed" if gpu else "cpu", output_type=types.RGB,
+                                                   random_area=[0.08, 1.0], random_aspect_ratio=[3 / 4, 4 / 3])
+            images = fn.resize(images, resize_x=SIZE, resize_y=SIZE, antialias=True)
+            images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW",
+                                              mean=[255 * m for m in MEAN], std=[255 * s for s in STD],
+                                              mirror=fn.random.coin_flip())
+            return images, labels.gpu() if gpu else labels
+
+        self.iterator = DALIGenericIterator(graph(), ["images", "labels"], reader_name="r",
+                                            last_batch_policy=LastBatchPolicy.DROP, auto_reset=True)
+
+    def __len__(self) -> int:
+        return len(self.iterator)
+
+    def __iter__(self):
+        for out in self.iterator:
+            yield out[0]["images"], out[0]["labels"].view(-1).long()
+
+
+class _Bytes(torch.utils.data.Dataset):
+    def __init__(self, data: Path) -> None:
+        from torchvision import datasets
+
+        self.samples = datasets.ImageFolder(str(data)).samples
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i):
+        import torchvision
+
+        path, label = self.samples[i]
+        return torchvision.io.read_file(path), label
+
+
+class TorchvisionCuda:
+    """A DataLoader reads the files; ``torchvision.io.decode_jpeg(device="cuda")`` decodes the batch on the GPU,
+    where each image is cropped, flipped, resized and the batch normalised."""
+
+    def __init__(self, data: Path, batch: int, threads: int, device: torch.device) -> None:
+        from torchvision.transforms import v2
+
+        self.device = device
+        self.loader = torch.utils.data.DataLoader(_Bytes(data), batch_size=batch, shuffle=True, num_workers=threads,
+                                                  drop_last=True, collate_fn=lambda items: list(zip(*items)))
+        self.crop = v2.Compose([v2.RandomResizedCrop(SIZE, antialias=True), v2.RandomHorizontalFlip()])
+        self.mean = torch.tensor(MEAN, device=device).view(1, 3, 1, 1) * 255
+        self.std = torch.tensor(STD, device=device).view(1, 3, 1, 1) * 255
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self):
+        import torchvision
+
+        for encoded, labels in self.loader:
+            images = torchvision.io.decode_jpeg(list(encoded), mode=torchvision.io.ImageReadMode.RGB,
+                                                device=self.device)
+            batch = torch.stack([self.crop(image) for image in images]).float()
+            yield (batch - self.mean) / self.std, torch.tensor(labels).to(self.device, non_blocking=True)
+
+
+def loaders(device: torch.device) -> Dict[str, Callable]:
+    """name -> ``make(data, batch, threads)``."""
+    backend = "dali" if device.type == "cuda" else "dali-cpu"
+
+    def ours(data, batch, threads):
+        return gpupipe.loader(data, "train", batch_size=batch, backend=backend, device=device, num_threads=threads,
+                              drop_last=True)
+
+    def theirs(data, batch, threads):
+        return HandDali(data, batch, threads, device)
+
+    if device.type == "cuda":
+        def tv(data, batch, threads):
+            return TorchvisionCuda(data, batch, threads, device)
+    else:
+        from cpu_compare import torchvision_io as tv
+    return {f"gpupipe-{backend}": ours, f"hand-{backend}": theirs, "torchvision-io": tv}
+
+
+def timed(stream: Stream, steps: int, step: Callable = None, sync=lambda: None) -> Dict:
+    """``steps`` batches (through ``step`` when given): images/s and the consumer thread's host time in next()."""
+    images, host, inside = 0, 0.0, 0.0
+    started = time.perf_counter()
+    for _ in range(steps):
+        cpu, wall = time.thread_time(), time.perf_counter()
+        batch = next(stream)
+        host += time.thread_time() - cpu
+        inside += time.perf_counter() - wall
+        if step is not None:
+            step(*batch)
+        images += int(batch[0].shape[0])
+    sync()
+    elapsed = time.perf_counter() - started
+    return {"images_per_s": images / elapsed, "host_ms_per_batch": 1000 * host / steps,
+            "host_share": host / elapsed, "wait_share": inside / elapsed}
+
+
+def one(make: Callable, args, steps: int, step=None, sync=lambda: None) -> Dict:
+    loader = make(args.data, args.batch_size, args.threads)
+    stream = Stream(loader)
+    for _ in range(args.warmup):
+        batch = next(stream)
+        if step is not None:
+            step(*batch)
+    sync()
+    result = timed(stream, steps, step, sync)
+    stream.close()
+    close = getattr(loader, "close", None)
+    if close is not None:
+        close()
+    del stream, loader
+    runner.release_memory(args.device)
+    return result
+
+
+def summary(runs: List[Dict]) -> Dict:
+    out = {}
+    for key in runs[0]:
+        values = [r[key] for r in runs]
+        out[key] = round(statistics.median(values), 4)
+        out[key + "_range"] = [round(min(values), 4), round(max(values), 4)]
+    return out
+
+
+def main() -> None:
+    on_gpu = torch.cuda.is_available()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, help="image folder (default: the bench's demo set)")
+    parser.add_argument("--models", default="resnet18,resnet50")
+    parser.add_argument("--tiny-models", action="store_true", help="ShuffleNetV2 x0.5 instead (for a CPU)")
+    parser.add_argument("--batch-size", type=int, default=256 if on_gpu else 32)
+    parser.add_argument("--steps", type=int, default=40 if on_gpu else 20, help="timed batches per loader run")
+    parser.add_argument("--train-steps", type=int, default=30 if on_gpu else 6)
+    parser.add_argument("--warmup", type=int, default=10 if on_gpu else 5)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=default_threads())
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    args.device = torch.device("cuda", 0) if on_gpu else torch.device("cpu")
+    images = 50 * args.batch_size if on_gpu else 1000
+    args.data = args.data or demo.ensure_demo(cache_dir(), demo.DemoSpec(per_class=images // 10))
+    models = ["shufflenet_v2_x0_5"] if args.tiny_models else [m for m in args.models.split(",") if m]
+    makers = loaders(args.device)
+    sync = (lambda: torch.cuda.synchronize(args.device)) if on_gpu else (lambda: None)
+    classes = len(gpupipe.ImageFolder(args.data).classes)
+    steps = {}
+    for model in models:
+        config = runner.BenchConfig(data=args.data, backends=(), model=model, batch_size=args.batch_size,
+                                    image_size=SIZE, steps=args.steps, train_steps=args.train_steps,
+                                    warmup=args.warmup, train_warmup=args.warmup, repeats=1, amp="off",
+                                    threads=args.threads, device=args.device)
+        step, kept = runner.TrainStep(config, classes), runner.kept_batch(config, classes)
+        step.use(choose_amp(args.device, step=lambda dtype, step=step, kept=kept: (step.run(*kept, dtype), sync())))
+        steps[model] = (step, kept)
+    runs: Dict[str, List[Dict]] = {}
+    order = random.Random(0)
+    for r in range(args.rounds):
+        cells = [(name, None) for name in makers] + [(name, m) for m in models for name in [*makers, "ceiling"]]
+        order.shuffle(cells)
+        for name, model in cells:
+            key = f"{name} loader alone" if model is None else f"{name} {model}"
+            if name == "ceiling":
+                step, kept = steps[model]
+                result = one(lambda *_, kept=kept: repeat_batch(kept), args, args.train_steps, step, sync)
+            else:
+                result = one(makers[name], args, args.steps if model is None else args.train_steps,
+                             None if model is None else steps[model][0], sync)
+            runs.setdefault(key, []).append(result)
+            print(f"round {r + 1}: {key:42s} {result['images_per_s']:8.1f} img/s, host "
+                  f"{result['host_ms_per_batch']:.1f} ms/batch in next()", file=sys.stderr, flush=True)
+    results = {key: summary(values) for key, values in runs.items()}
+    ratios = _ratios(results, list(makers), models)
+    machine = report.machine_info(args.device)
+    out = {"machine": machine, "data": str(args.data), "data_stats": demo.folder_stats(args.data),
+           "amp": {m: s.amp.as_dict() for m, (s, _) in steps.items()},
+           "settings": {k: v for k, v in vars(args).items() if k not in ("device", "data")} | {"models": models},
+           "results": results, "ratios": ratios}
+    print(json.dumps(ratios, indent=2))
+    path = args.out or ROOT / "benchmarks" / "results" / report.hardware_label(machine) / "peer_compare.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2, default=str) + "\n")
+    print(f"wrote {path}", file=sys.stderr)
+
+
+def _ratios(results: Dict, names: List[str], models: List[str]) -> Dict:
+    """gpupipe over the hand-written pipeline and over torchvision.io; each loop's fraction of its ceiling."""
+    ours, hand, tv = names
+    out: Dict = {}
+    for what in ["loader alone", *models]:
+        rate = {n: results[f"{n} {what}"]["images_per_s"] for n in names}
+        out[what] = {"gpupipe_over_hand": round(rate[ours] / rate[hand], 3),
+                     "gpupipe_over_torchvision_io": round(rate[ours] / rate[tv], 3),
+                     "host_ms_per_batch": {n: results[f"{n} {what}"]["host_ms_per_batch"] for n in names},
+                     "host_share": {n: results[f"{n} {what}"]["host_share"] for n in names}}
+        if what != "loader alone":
+            ceiling = results[f"ceiling {what}"]["images_per_s"]
+            out[what]["of_ceiling"] = {n: round(rate[n] / ceiling, 3) for n in names}
+            out[what]["ceiling_images_per_s"] = ceiling
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""Builds a loader: :func:`loader`, the drop-in replacement for a ``DataLoader``.
+
+It reads as a short list of steps (see :mod:`gpupipe.options`): check every
+cheap argument, choose device and backend, check the pipeline's structure,
+list the source, check that the pipeline and backend carry its targets,
+scan the files, then build the :class:`~gpupipe.loader.Loader`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional, Sequence, Tuple, Union
+
+import torch
+
+from . import backends, env, options, presets
+from .errors import SkipLog
+from .fileio import DEFAULT_MAX_FILE_SIZE
+from .loader import Loader
+from .ops import Op, Output
+from .sources import Source, as_source
+from .spec import build_spec
+
+
+def loader(
+    source: Union[Source, str, os.PathLike],
+    pipeline: Union[str, Sequence[Op]] = "train",
+    *,
+    batch_size: int,
+    backend: str = "auto",
+    device: options.DeviceArg = None,
+    shuffle: bool = True,
+    drop_last: bool = False,
+    even_batches: bool = True,
+    seed: int = 0,
+    num_threads: Optional[int] = None,
+    dtype: Union[None, str, torch.dtype] = None,
+    channels_last: Optional[bool] = None,
+    prefetch: int = 2,
+    rank: Optional[int] = None,
+    world_size: Optional[int] = None,
+    on_error: str = "raise",
+    max_pixels: int = 100_000_000,
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE,
+    hw_decoder_load: Union[float, str] = "auto",
+    preallocate: Union[str, None, Tuple[int, int]] = "auto",
+    log_every: Optional[int] = None,
+    reduced_decode: bool = True,
+) -> Loader:
+    """Builds a loader: the drop-in replacement for a ``DataLoader``.
+
+    Args:
+        source: an image folder (``root/<class>/<image>``), a list file, a
+            packed folder, or a :class:`~gpupipe.sources.Source`.
+        pipeline: ``"train"`` or ``"val"`` (ImageNet presets at 224 px) or a
+            list of ops starting with ``Decode()``.
+        batch_size: samples per batch (per process).
+        backend: ``"auto"``, ``"dali"``, ``"dali-cpu"`` or ``"torchvision"``.
+        device: where batches land; by default the current CUDA device if
+            there is one, else the CPU.
+        shuffle: a new order every epoch (from ``seed`` and the epoch).
+        drop_last: drop the last, partial batch.
+        even_batches: every rank reads as many samples (padding repeats a few,
+            as ``DistributedSampler``); ``False`` reads each sample exactly once
+            over all ranks, and ranks may differ by one batch (exact evaluation).
+        seed: seeds the order and the random augmentations.
+        num_threads: DALI threads or DataLoader workers; by default the CPU
+            cores this process may use, divided among the processes of this job
+            on this host, from any launcher (:func:`gpupipe.env.local_world_size`;
+            fitted again when a process group appears after the loader was built).
+        dtype: ``float32`` (default), ``float16``, ``bfloat16`` (normalised) or
+            ``uint8`` (unnormalised), as a name or a ``torch.dtype``.
+        channels_last: images in channels_last memory format.
+        prefetch: batches prepared ahead (DALI queue depth, or DataLoader
+            prefetch factor per worker).
+        rank, world_size: this process's share of the data; by default
+            taken from ``torch.distributed`` when a process group is
+            initialised, else from the launcher (``RANK``, ``WORLD_SIZE``), else
+            ``0`` and ``1``; a share not given is taken again from a process
+            group initialised later (a loader built before ``Trainer.fit`` or
+            ``Accelerator()``), at the first ``len()`` or ``iter()``. A share
+            that disagrees with the group is refused then (``world_size=1``
+            given explicitly stands: this process reads everything).
+        on_error: what to do with a sample that cannot be used: ``"raise"``
+            (stop with an error naming it; bad files found by the scan are
+            all listed when the loader is built) or ``"skip"`` (leave it out,
+            log it once, list it in :attr:`Loader.skipped`).
+        max_pixels: images with more pixels are refused, without decoding
+            them (decompression bombs).
+        max_file_size: larger files are refused (bytes, default 1 GiB).
+        hw_decoder_load: DALI on a GPU: share of JPEGs given to the hardware decoder; ``"auto"``
+            measures a few shares on the first batches and keeps the fastest (logged at INFO).
+        preallocate: DALI decoders' preallocation ``(width, height)``;
+            ``"auto"`` takes the 99th percentile of the scanned image sizes,
+            ``None`` grows buffers at run time.
+        log_every: log the loader's statistics every this many batches (logger ``gpupipe.stats``).
+        reduced_decode: torchvision backend: when a ``RandomResizedCrop`` right after ``Decode``
+            has a window at least 2, 4 or 8 times its output size, decode the JPEG at 1/2, 1/4 or
+            1/8 scale in the DCT domain (faster, itself an area-averaging downscale; pixels differ
+            slightly from a full decode). ``False`` decodes every pixel.
+
+    Returns:
+        A :class:`Loader`.
+
+    Raises:
+        ValueError: a bad argument, named, before any work starts.
+        ImportError: the backend's library is missing (the message gives the pip command).
+    """
+    args = options.check_arguments(
+        batch_size=batch_size, shuffle=shuffle, drop_last=drop_last, even_batches=even_batches, seed=seed,
+        num_threads=num_threads, prefetch=prefetch, on_error=on_error, max_pixels=max_pixels,
+        max_file_size=max_file_size, hw_decoder_load=hw_decoder_load, preallocate=preallocate, log_every=log_every,
+        reduced_decode=reduced_decode)
+    auto_device = device is None
+    device, backend, why = options.choose_device_and_backend(device, backend, num_threads)
+    world = options.resolve_world(rank, world_size)
+    ops = presets.get(pipeline) if isinstance(pipeline, str) else list(pipeline)
+    own_output = ops.pop() if ops and isinstance(ops[-1], Output) else None
+    output = options.output_of(own_output, dtype, channels_last)
+    build_spec(ops, output, target=None)  # the structure, before the source is listed
+
+    source = as_source(source)
+    spec = build_spec(ops, output, target=source.kind, ignore_index=source.ignore_index)
+    backends.check_lowerings(backend, spec)
+    skip_log = SkipLog()
+    source = options.without_bad_files(source, args, skip_log)
+    options.check_batch_fits(source, args, world.world_size)
+
+    config = backends.RunConfig(
+        batch_size=args.batch_size, drop_last=args.drop_last, device=device,
+        num_threads=env.default_threads() if args.num_threads is None else args.num_threads, seed=args.seed,
+        prefetch=args.prefetch, on_error=args.on_error, skip_log=skip_log,
+        decoder=options.decoder_settings(args, source), reduced_decode=args.reduced_decode,
+    )
+    return Loader(source, spec, config, backend=backend, shuffle=args.shuffle, world=world,
+                  even_batches=args.even_batches, backend_reason=why, log_every=args.log_every,
+                  auto_threads=args.num_threads is None, auto_device=auto_device)
+
+
+__all__ = ["loader"]

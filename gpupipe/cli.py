@@ -1,0 +1,61 @@
+"""What gpupipe's command lines share: errors in one form.
+
+A bad argument, or a user mistake found later (a missing folder, a file
+where a folder belongs, a truncated shard, a pack that cannot be reached),
+ends a command with one line on stderr, ``error: ...``, and exit status 2,
+never a traceback. ``python -m gpupipe.pack`` and the examples use this.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Callable, NoReturn, Optional, Tuple, Type
+
+#: The exit status of a command stopped by an error (as argparse's).
+EXIT_ERROR = 2
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` whose errors are one line, ``error: ...`` (exit 2), without the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        fail(f"{message} (see {self.prog} --help)")
+
+
+def fail(message: str) -> NoReturn:
+    """Ends the command: ``error: <message>`` on stderr, exit status 2."""
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(EXIT_ERROR)
+
+
+def user_errors() -> Tuple[Type[BaseException], ...]:
+    """The exceptions that report a user's mistake or the state of the data: gpupipe's own
+    (:class:`gpupipe.Error`), and the ``ValueError`` / ``OSError`` / ``ImportError`` its argument and
+    file checks raise. With ``GPUPIPE_DEBUG=1`` none is caught: the traceback shows where it came from."""
+    from .errors import Error
+
+    if os.environ.get("GPUPIPE_DEBUG") == "1":
+        return ()
+    return Error, ValueError, OSError, ImportError
+
+
+def message(err: BaseException) -> str:
+    """The text of ``err`` for an ``error:`` line; an error re-raised from a ``DataLoader`` worker
+    (whose text holds the worker's traceback) gives the worker's own message."""
+    text = str(err) or type(err).__name__
+    if "Original Traceback" in text:
+        last = text.strip().splitlines()[-1]
+        text = last.split(": ", 1)[1] if ": " in last else last
+    return text
+
+
+def run(main: Callable[[], Optional[int]]) -> NoReturn:
+    """Runs a command's ``main()`` and exits with its status; a user error (:func:`user_errors`)
+    ends it with one ``error:`` line and status 2."""
+    try:
+        status = main()
+    except user_errors() as err:
+        fail(message(err))
+    raise SystemExit(status or 0)

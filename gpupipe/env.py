@@ -1,0 +1,149 @@
+"""Where gpupipe runs: CPU cores, this process's place in a distributed job, cache folders, versions.
+
+The one home for each of these questions; every other module asks here.
+
+- :func:`cores`: the CPU cores this process may use (its affinity mask).
+- :func:`process_group`: ``(rank, world_size)`` of an initialised ``torch.distributed`` group.
+- :func:`rank_and_world`: that, else ``RANK`` / ``WORLD_SIZE`` from the launcher, else ``(0, 1)``.
+- :func:`local_world_size`: the processes of this job on this host, from any launcher.
+- :func:`default_threads`: the cores shared among those processes.
+- :func:`cache_dir`: ``$GPUPIPE_CACHE``, else ``$XDG_CACHE_HOME/gpupipe``, else ``~/.cache/gpupipe``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+from pathlib import Path
+from typing import Dict, Optional, Tuple
+
+#: Host names of a rendezvous that cannot span machines.
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+#: Variables other launchers use for the processes on this host (torchrun's first).
+LOCAL_SIZE_VARS = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")
+
+
+def cores() -> int:
+    """The CPU cores this process may use (its affinity mask where the OS has one), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def process_group() -> Optional[Tuple[int, int]]:
+    """``(rank, world_size)`` of the initialised ``torch.distributed`` default group, else ``None``."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return None
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return None
+
+
+def _env_int(name: str) -> Optional[int]:
+    try:
+        return int(os.environ[name])
+    except (KeyError, ValueError):
+        return None
+
+
+def rank_and_world() -> Tuple[int, int]:
+    """``(rank, world_size)``: from an initialised process group, else from ``RANK`` and
+    ``WORLD_SIZE`` (set by torchrun and ``accelerate launch`` before the group exists), else ``(0, 1)``."""
+    group = process_group()
+    if group is not None:
+        return group
+    rank, world = _env_int("RANK"), _env_int("WORLD_SIZE")
+    if rank is not None and world is not None and 0 <= rank < world:
+        return rank, world
+    return 0, 1
+
+
+def local_world_size() -> int:
+    """The processes of this job on this host, at least 1.
+
+    In order: the launcher's count (``LOCAL_WORLD_SIZE`` from torchrun and
+    ``accelerate launch``, or MPI's); the whole world when the job meets on
+    a loopback address (``MASTER_ADDR``, as Lightning's launcher sets it on
+    one machine), which no other host can reach; else the processes of
+    this user on this host whose environment names this job's
+    ``MASTER_ADDR`` and ``MASTER_PORT`` (Linux, read from ``/proc``), the
+    highest ``LOCAL_RANK`` among them plus one; else 1.
+    """
+    for name in LOCAL_SIZE_VARS:
+        value = _env_int(name)
+        if value is not None and value >= 1:
+            return value
+    group = process_group()
+    world = group[1] if group is not None else (_env_int("WORLD_SIZE") or 1)
+    if world <= 1:
+        return 1
+    if os.environ.get("MASTER_ADDR", "").strip("[]") in LOOPBACK:
+        return world
+    return max(1, min(world, _job_processes_here()))
+
+
+def _job_processes_here() -> int:
+    """The highest ``LOCAL_RANK`` plus one among this user's processes of this job on this host (0 if unknown)."""
+    addr, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT")
+    if not port or not os.path.isdir("/proc"):
+        return 0
+    want = {b"MASTER_ADDR": addr.encode(), b"MASTER_PORT": port.encode()}
+    local = {_env_int("LOCAL_RANK") or 0}
+    uid = os.getuid()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            if entry.stat().st_uid != uid:
+                continue
+            with open(os.path.join(entry.path, "environ"), "rb") as fh:
+                data = fh.read(1 << 20)
+        except OSError:  # gone, or not ours to read
+            continue
+        variables = dict(item.split(b"=", 1) for item in data.split(b"\0") if b"=" in item)
+        if all(variables.get(k) == v for k, v in want.items()) and variables.get(b"LOCAL_RANK", b"").isdigit():
+            local.add(int(variables[b"LOCAL_RANK"]))
+    return max(local) + 1
+
+
+def default_threads() -> int:
+    """The CPU cores this process may use, shared among the processes of this job on this host
+    (:func:`local_world_size`): 8 ranks on a 16-core node get 2 threads each rather than 16. A
+    process that a launcher pinned to its own cores (an affinity mask smaller than the host) keeps
+    them all: they are already its share."""
+    usable = cores()
+    if usable < (os.cpu_count() or usable):
+        return usable
+    return max(1, usable // local_world_size())
+
+
+def cache_dir(*parts: str) -> Path:
+    """gpupipe's cache folder (scan caches, demo data, remote tars), joined with ``parts``.
+
+    ``$GPUPIPE_CACHE``, else ``$XDG_CACHE_HOME/gpupipe``, else ``~/.cache/gpupipe``.
+    """
+    if os.environ.get("GPUPIPE_CACHE"):
+        base = Path(os.environ["GPUPIPE_CACHE"])
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")) / "gpupipe"
+    return base.joinpath(*parts)
+
+
+def versions() -> Dict[str, Optional[str]]:
+    """The versions that decide gpupipe's behaviour: Python, gpupipe, torch, torchvision, DALI (``None``: absent)."""
+    out: Dict[str, Optional[str]] = {"python": platform.python_version()}
+    for name, dist in (("gpupipe", "gpupipe"), ("torch", "torch"), ("torchvision", "torchvision"),
+                       ("dali", "nvidia-dali-cuda120"), ("dali", "nvidia-dali-cuda130")):
+        try:
+            out[name] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            out.setdefault(name, None)
+    return out
+
+
+__all__ = ["cores", "process_group", "rank_and_world", "local_world_size", "default_threads", "cache_dir",
+           "versions"]

@@ -1,0 +1,86 @@
+"""Lightning DDP on 2 CPU processes, started by Lightning's own launcher (``python lightning_worker.py ...``).
+
+Two gpupipe loaders feed one ``LightningDataModule`` (a dict of loaders):
+``before``, built at the top of the script, before the ``Trainer`` exists
+(in rank 0 even before the other process is started), and ``after``, built
+anew in ``train_dataloader()`` every epoch (``reload_dataloaders_every_n_epochs=1``:
+Lightning tells the new loader its epoch through ``loader.sampler.set_epoch``).
+Each rank writes the sample ids it trained on, per epoch and loader, and each loader's threads.
+
+``--mode save`` trains one loader for 2 epochs and checkpoints after the first batch of epoch 1;
+``--mode resume`` resumes from that checkpoint (``ckpt_path``), as a restarted job would.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import lightning as L
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from helpers import sample_ids  # noqa: E402
+
+import gpupipe  # noqa: E402
+from gpupipe import env  # noqa: E402
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--folder", required=True)
+parser.add_argument("--backend", required=True)
+parser.add_argument("--out", required=True)
+parser.add_argument("--mode", choices=["fit", "save", "resume"], default="fit")
+args = parser.parse_args()
+PIPELINE = [gpupipe.Decode(), gpupipe.Resize((8, 8)), gpupipe.Output("uint8")]
+
+
+def make():
+    return gpupipe.loader(args.folder, PIPELINE, batch_size=4, backend=args.backend, device="cpu", seed=3)
+
+
+BEFORE = make()
+
+
+class Recorder(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(1, 1)
+        self.seen = {}
+
+    def training_step(self, batch, index):
+        for name, (images, _) in (batch.items() if isinstance(batch, dict) else [("single", batch)]):
+            self.seen.setdefault(name, {}).setdefault(str(self.current_epoch), []).extend(sample_ids(images))
+        return self.layer(torch.ones(1, 1)).sum()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.0)
+
+
+class Data(L.LightningDataModule):
+    def train_dataloader(self):
+        self.after = make()
+        return {"before": BEFORE, "after": self.after}
+
+
+class Single(L.LightningDataModule):
+    def train_dataloader(self):
+        return make()
+
+
+class SaveMidEpoch(L.Callback):
+    def on_train_batch_end(self, trainer, module, outputs, batch, index):
+        if trainer.current_epoch == 1 and index == 0:
+            trainer.save_checkpoint(Path(args.out, "mid.ckpt"))
+
+
+model, data = Recorder(), Data() if args.mode == "fit" else Single()
+trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=2, logger=False,
+                    enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                    reload_dataloaders_every_n_epochs=1 if args.mode == "fit" else 0,
+                    callbacks=[SaveMidEpoch()] if args.mode == "save" else [])
+trainer.fit(model, datamodule=data, ckpt_path=Path(args.out, "mid.ckpt") if args.mode == "resume" else None)
+result = {"rank": trainer.global_rank, "seen": model.seen, "cores": env.cores()}
+if args.mode == "fit":
+    result["threads"] = {"before": BEFORE.num_threads, "after": data.after.num_threads}
+    result["world"] = {"before": [BEFORE.rank, BEFORE.world_size], "after": [data.after.rank, data.after.world_size]}
+Path(args.out, f"rank{trainer.global_rank}.json").write_text(json.dumps(result))

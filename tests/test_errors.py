@@ -1,0 +1,98 @@
+"""``gpupipe.Error``: the one base of every exception gpupipe defines, each keeping its built-in base."""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import importlib
+import inspect
+import pkgutil
+from pathlib import Path
+
+import pytest
+
+import gpupipe
+from gpupipe.backends.common import NoUsableSample
+from gpupipe.errors import DecodeError
+from gpupipe.fileio import UnreadableFile
+from gpupipe.images import ImageRefused
+from helpers import make_image_folder
+
+PACKAGE = Path(gpupipe.__file__).parent
+BUILTIN_EXCEPTIONS = {name for name, value in vars(builtins).items()
+                      if inspect.isclass(value) and issubclass(value, BaseException)}
+
+
+def walk() -> tuple:
+    """``({"module.Class": class}, {modules not importable here})``: every exception class defined at the
+    top of a gpupipe module, and the modules that need a package this machine lacks (DALI, an extra)."""
+    found, missing = {}, set()
+    for info in pkgutil.walk_packages(gpupipe.__path__, "gpupipe.", onerror=lambda name: missing.add(name)):
+        try:
+            module = importlib.import_module(info.name)
+        except ModuleNotFoundError as err:
+            if (err.name or "").startswith("gpupipe"):
+                raise
+            missing.add(info.name)
+            continue
+        for name, value in vars(module).items():
+            if inspect.isclass(value) and issubclass(value, BaseException) and value.__module__ == info.name:
+                found[f"{info.name}.{name}"] = value
+    return found, missing
+
+
+def imported_exceptions() -> dict:
+    return walk()[0]
+
+
+def classes_deriving_from_builtins() -> set:
+    """``"module.Class"`` for every class statement in gpupipe's files (nested ones too) with a built-in
+    exception among its bases, found by reading the source: a check that imports cannot miss."""
+    found = set()
+    for path in PACKAGE.rglob("*.py"):
+        module = ".".join(("gpupipe",) + path.relative_to(PACKAGE).with_suffix("").parts)
+        module = module.removesuffix(".__init__")
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef) and any(
+                    isinstance(base, ast.Name) and base.id in BUILTIN_EXCEPTIONS for base in node.bases):
+                found.add(f"{module}.{node.name}")
+    return found
+
+
+def test_every_gpupipe_exception_derives_from_gpupipe_error():
+    found = imported_exceptions()
+    assert len(found) >= 11, sorted(found)  # Error and the 10 defined when it was introduced
+    assert gpupipe.Error in found.values() and "Error" in gpupipe.__all__
+    missing = sorted(name for name, cls in found.items() if not issubclass(cls, gpupipe.Error))
+    assert not missing, f"derive these from gpupipe.Error (keeping their built-in base): {missing}"
+
+
+def test_no_exception_class_hides_from_the_import_walk():
+    """A class defined inside a function, or in a module the walk did not import, would escape the
+    check above; every class statement with a built-in exception base must be one the walk saw."""
+    found, missing = walk()
+    in_source = {name for name in classes_deriving_from_builtins() if name.rsplit(".", 1)[0] not in missing}
+    assert "gpupipe.pack.journal.PackError" in in_source, "the source scan finds class statements"
+    assert in_source <= set(found), sorted(in_source - set(found))
+
+
+@pytest.mark.parametrize("cls, builtin", [
+    (gpupipe.PackError, RuntimeError),
+    (gpupipe.SampleError, RuntimeError),
+    (DecodeError, RuntimeError),
+    (NoUsableSample, RuntimeError),
+    (UnreadableFile, ValueError),
+    (ImageRefused, ValueError),
+    (gpupipe.RemoteError, Exception),
+])
+def test_each_exception_keeps_its_built_in_base(cls, builtin):
+    assert issubclass(cls, gpupipe.Error) and issubclass(cls, builtin)
+    assert not issubclass(cls, OSError), "none is an OSError that a caller would retry or skip"
+
+
+def test_except_gpupipe_error_catches_what_the_packer_raises(tmp_path):
+    make_image_folder(tmp_path / "src", {"a": 2})
+    (tmp_path / "src" / "a" / "empty.jpg").write_bytes(b"")
+    with pytest.raises(gpupipe.Error, match="empty.jpg") as info:
+        gpupipe.pack.pack(tmp_path / "src", tmp_path / "out", on_error="raise", workers=1, progress=False)
+    assert isinstance(info.value, gpupipe.PackError) and isinstance(info.value, RuntimeError)

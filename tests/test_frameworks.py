@@ -1,0 +1,156 @@
+"""gpupipe inside the real Lightning and Accelerate, 2 CPU processes (gloo), launched as a user would.
+
+Lightning starts its own second process (``Trainer(devices=2, strategy="ddp")``);
+Accelerate runs under torchrun. Lightning is launched once per CPU backend
+(a loader built before the framework's set-up rebuilds its backend then),
+Accelerate once on torchvision (what it exercises lies above the backend;
+dropping a failed sample is checked on both backends in ``test_recovery.py``).
+The tests read what the ranks saw: every sample once per epoch across the
+ranks, in the order of gpupipe's own DDP mode, with the loader built before
+and after the framework's set-up.
+"""
+
+import functools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import CPU_BACKENDS, flat_folder
+from imagecases import broken_inside_jpeg
+
+import gpupipe
+
+pytest.importorskip("lightning")
+pytest.importorskip("accelerate")
+pytestmark = pytest.mark.slow
+
+HERE = Path(__file__).parent
+PIPELINE = [gpupipe.Decode(), gpupipe.Resize((8, 8)), gpupipe.Output("uint8")]
+SAMPLES = 24  # 2 ranks x 3 batches of 4: no padding, so "exactly once" is exact
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+
+
+def launch(command, out: Path, timeout: int = 240):
+    for name in ("LOCAL_WORLD_SIZE", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        ENV.pop(name, None)
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=ENV, cwd=out)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("frameworks")
+    broken = flat_folder(tmp / "broken", 23)
+    (broken / "class_2" / "s0005.png").unlink()
+    broken_inside_jpeg(broken / "class_2" / "s0005.jpg")  # passes the scan, fails to decode
+    return flat_folder(tmp / "folder", SAMPLES), flat_folder(tmp / "odd", 23), tmp
+
+
+@functools.lru_cache(maxsize=None)
+def ddp_order(folder: Path, rank: int, epoch: int):
+    """The sample ids rank ``rank`` reads in ``epoch`` in gpupipe's own DDP mode, per batch of 4 (the
+    order is the same on every backend)."""
+    loader = gpupipe.loader(folder, PIPELINE, batch_size=4, backend="torchvision", num_threads=0, device="cpu",
+                            seed=3, rank=rank, world_size=2)
+    ids = [int(Path(loader.source.names[i]).stem[1:]) for i in loader.rank_share(epoch).indices]
+    return [ids[k:k + 4] for k in range(0, len(ids), 4)]
+
+
+@pytest.fixture(scope="module", params=CPU_BACKENDS)
+def lightning_run(request, data):
+    folder, _, tmp = data
+    out = tmp / f"lightning-{request.param}"
+    out.mkdir()
+    return launch([sys.executable, str(HERE / "lightning_worker.py"), "--folder", str(folder), "--backend",
+                   request.param, "--out", str(out)], out)
+
+
+def test_lightning_checkpoint_mid_epoch_resumes_exactly(tmp_path):
+    folder = flat_folder(tmp_path / "folder", SAMPLES)
+    runs = {}
+    for mode in ("save", "resume"):  # the second run is a new job, resuming from the first one's checkpoint
+        runs[mode] = launch([sys.executable, str(HERE / "lightning_worker.py"), "--folder", str(folder), "--backend",
+                             "torchvision", "--out", str(tmp_path), "--mode", mode], tmp_path)
+    for saved, resumed in zip(*(sorted(runs[m], key=lambda r: r["rank"]) for m in ("save", "resume"))):
+        assert list(resumed["seen"]["single"]) == ["1"], "epoch 0 was finished before the checkpoint"
+        assert resumed["seen"]["single"]["1"] == saved["seen"]["single"]["1"][4:], "the rest of epoch 1, exactly"
+
+
+@pytest.fixture(scope="module")
+def accelerate_run(data):
+    folder, odd, tmp = data
+    out = tmp / "accelerate"
+    out.mkdir()
+    return launch([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                   str(HERE / "accelerate_worker.py"), "--folder", str(folder), "--odd-folder", str(odd),
+                   "--broken-folder", str(tmp / "broken"), "--backend", "torchvision", "--out", str(out)], out)
+
+
+@pytest.mark.parametrize("name", ["before", "after"])
+def test_lightning_reads_every_sample_once_per_epoch_in_gpupipes_ddp_order(lightning_run, data, name):
+    folder = data[0]
+    for epoch in (0, 1):
+        seen = [run["seen"][name][str(epoch)] for run in sorted(lightning_run, key=lambda r: r["rank"])]
+        assert sorted(seen[0] + seen[1]) == list(range(SAMPLES)), f"{name}, epoch {epoch}: every sample once"
+        for rank in (0, 1):
+            assert seen[rank] == sum(ddp_order(folder, rank, epoch), []), f"{name}, rank {rank}, epoch {epoch}"
+    assert all(run["world"][name][1] == 2 for run in lightning_run)
+
+
+def test_lightning_set_epoch_reaches_a_loader_rebuilt_every_epoch(lightning_run):
+    for run in lightning_run:
+        epochs = run["seen"]["after"]
+        assert epochs["0"] != epochs["1"], "epoch 1 has its own order, not epoch 0's again"
+
+
+def test_threads_are_shared_among_the_processes_of_the_host(lightning_run):
+    for run in lightning_run:  # Lightning's launcher sets no LOCAL_WORLD_SIZE
+        assert run["threads"] == {"before": max(1, run["cores"] // 2), "after": max(1, run["cores"] // 2)}
+
+
+@pytest.mark.parametrize("name", ["before", "after"])
+def test_accelerate_reads_every_sample_once_per_epoch_in_gpupipes_ddp_order(accelerate_run, data, name):
+    folder = data[0]
+    for epoch in (0, 1):
+        seen = [run["epochs"][name][epoch] for run in accelerate_run]
+        assert sorted(sum(seen[0] + seen[1], [])) == list(range(SAMPLES)), f"{name}, epoch {epoch}"
+        for rank in (0, 1):
+            assert seen[rank] == ddp_order(folder, rank, epoch)
+
+
+def test_accelerate_gradient_accumulation_syncs_at_the_end_of_the_epoch(accelerate_run):
+    for run in accelerate_run:  # 3 batches, 2 per step: the last, odd batch must still step
+        assert run["syncs"] == [False, True, True]
+
+
+def test_accelerate_gather_for_metrics_counts_each_sample_once(accelerate_run):
+    for run in accelerate_run:
+        assert sorted(run["gathered"]) == list(range(23)), "23 samples, the padded repeat dropped"
+
+
+def test_exact_evaluation_drops_a_sample_that_fails_and_repeats_none(accelerate_run):
+    for run in accelerate_run:
+        assert sorted(run["exact"]) == [i for i in range(23) if i != 5], "each sample once, the broken one left out"
+    assert sum(run["dropped"] for run in accelerate_run) == 1, "stats() counts it on the rank that read it"
+
+
+def test_accelerate_skip_first_batches_points_to_the_loaders_skip(accelerate_run):
+    for run in accelerate_run:
+        assert "loader.skip(" in run["accelerate_skip"]
+        assert run["skipped"] == run["full"][1:] and len(run["full"]) == 3
+
+
+def test_accelerate_save_state_and_load_state_resume_exactly(accelerate_run):
+    for run in accelerate_run:
+        assert len(run["rest"]) == 2 and run["resumed"] == run["rest"]
+
+
+def test_a_share_that_disagrees_with_the_process_group_is_refused(accelerate_run):
+    for run in accelerate_run:
+        message = run["wrong_share"]
+        assert "\n" not in message and "rank 0 of 3" in message and f"rank {run['rank']} of 2" in message
+        assert sorted(sum(run["whole"], [])) == list(range(SAMPLES)), "world_size=1, asked for: the whole data set"

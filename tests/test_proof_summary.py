@@ -1,0 +1,59 @@
+"""The GPU proof's summary, on the CPU: what it says about the machine when the proof runs in parts."""
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(os.environ.get("GPU_PROOF_SCRIPT", Path(__file__).parents[1] / "benchmarks" / "gpu_proof.py"))
+
+
+@pytest.fixture(scope="module")
+def gpu_proof():
+    spec = importlib.util.spec_from_file_location("gpu_proof_under_test", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def machine_line(text: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith("Machine:"))
+
+
+def test_a_proof_run_in_parts_names_its_machine_before_any_bench_step(gpu_proof, tmp_path):
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    first = gpu_proof.Proof(tmp_path, rehearse=True)
+    first.write("figures.json", first.figures)  # what a call running only the "epochs" step leaves
+    later = gpu_proof.Proof(tmp_path, rehearse=True)  # the next call, reading it back
+    for proof in (first, later):
+        line = machine_line(gpu_proof.summary(proof))
+        assert "None cores" not in line and f", {cores} cores (" in line
+        assert line.startswith("Machine: no GPU,") and '"torch": ' in line
+
+
+def test_a_bench_steps_machine_record_is_read_as_well(gpu_proof, tmp_path):
+    recorded = {"gpu": {"name": "NVIDIA H100 80GB HBM3"}, "cpu_cores_usable": 16, "cpu": "AMD EPYC", "versions": {}}
+    assert gpu_proof.machine_of_bench({"bench": {"resnet50": {"machine": recorded}}}) == recorded
+    proof = gpu_proof.Proof(tmp_path, rehearse=True)
+    proof.figures["machine"] = recorded  # as the bench writes it: the GPU is a dict
+    assert machine_line(gpu_proof.summary(proof)).startswith("Machine: NVIDIA H100 80GB HBM3, 16 cores (AMD EPYC)")
+
+
+def test_the_peer_comparison_and_op_costs_run_in_the_rehearsal(tmp_path):
+    """The two comparison steps of issue #25 run (on dali-cpu, tiny) and land in figures and summary."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--rehearse", "--steps",
+                           "peer_compare,op_costs"], capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "GPUPIPE_CACHE": str(tmp_path / "cache")})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    figures = json.loads((out / "figures.json").read_text())
+    assert set(figures["peer_compare"]["results"]) >= {"gpupipe-dali-cpu loader alone", "hand-dali-cpu loader alone"}
+    ops = [row["op"] for row in figures["op_costs"]["rows"]]
+    assert ops == ["Decode+RandomResizedCrop", "HorizontalFlip", "RandAugment", "RandomErasing", "MixUp", "CutMix"]
+    summary = (out / "summary.md").read_text()
+    assert "- peer comparison: {" in summary and "RandAugment" in summary and "Failed steps" not in summary
