@@ -29,9 +29,9 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 import gpupipe  # noqa: E402
-from gpupipe.backends import default_threads  # noqa: E402
+from gpupipe.env import default_threads  # noqa: E402
 from gpupipe.bench import demo, measure, report, runner  # noqa: E402
-from gpupipe.bench.__main__ import MODES  # noqa: E402
+from gpupipe.bench.args import MODES  # noqa: E402
 from gpupipe.env import cache_dir  # noqa: E402
 
 

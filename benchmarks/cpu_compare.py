@@ -33,7 +33,7 @@ import psutil  # noqa: E402
 import torch  # noqa: E402
 
 import gpupipe  # noqa: E402
-from gpupipe.backends import default_threads  # noqa: E402
+from gpupipe.env import default_threads  # noqa: E402
 from gpupipe.bench import demo  # noqa: E402
 from gpupipe.bench.measure import Stream, time_loader, warm_up  # noqa: E402
 from gpupipe.env import cache_dir  # noqa: E402

@@ -62,11 +62,15 @@ STEPS = ("tests", "data", "stream_safety", "decode_tolerance", "epochs", "hw_dec
          "bench-resnet18", "bench-heavy", "bench-shards", "peer_compare", "op_costs")
 TESTS_TIMEOUT_S = 480  # the whole ``pytest -m cuda`` run; one test may take 240 s where pytest-timeout is there
 
+#: Issue #25's targets (one H100, 16 cores): ``key: (what, bound)``; a host share is met at or under its
+#: bound, every other figure at or over it. The documentation lists them from here (docs/hooks.py).
 TARGETS = {
-    "dali_loader": "dali loader alone >= 10,000 images/s at 224 px",
-    "resnet50_ceiling": "ResNet-50 AMP end to end >= 95 % of the model-only ceiling",
-    "resnet18_vs_torchvision": "ResNet-18 end to end >= 1.5x the torchvision backend",
-    "heavy_within_15": "heavy augmentation within 15 % of the plain preset (dali loader alone)",
+    "resnet18_vs_hand": ("ResNet-18 end to end >= 0.95x the hand-written DALI pipeline", 0.95),
+    "resnet18_host_share": ("host time inside next() <= 10 % of the ResNet-18 epoch", 0.10),
+    "loader_vs_hand": ("dali loader alone >= 0.97x the hand-written DALI pipeline", 0.97),
+    "loader_rate": ("dali loader alone >= 19,000 images/s at 224 px", 19_000),
+    "resnet50_ceiling": ("ResNet-50 AMP end to end >= 95 % of the model-only ceiling", 0.95),
+    "heavy_within_15": ("heavy augmentation within 15 % of the standard preset (dali loader alone)", 0.85),
 }
 
 
@@ -339,30 +343,31 @@ def _nvml(device: str):
 
 
 def targets(figures: Dict) -> List[List[str]]:
-    """``[target, measured, met]`` rows from the bench figures."""
-    bench = figures.get("bench", {})
-    rows = []
-
-    def result(run, backend, key):
-        return bench.get(run, {}).get("results", {}).get(backend, {}).get(key, {})
-
+    """``[target, measured, met]`` rows (:data:`TARGETS`, in order) from the peer comparison and the benches."""
+    bench, peer = figures.get("bench", {}), figures.get("peer_compare", {})
     dali = "dali-cpu" if figures.get("rehearsal") else "dali"
-    loader = result("resnet50", dali, "loader").get("images_per_s")
-    rows.append([TARGETS["dali_loader"], f"{loader:.0f} img/s" if loader else "-", _met(loader, 10_000)])
-    fraction = result("resnet50", dali, "train").get("fraction_of_ceiling")
-    rows.append([TARGETS["resnet50_ceiling"], f"{100 * fraction:.0f} %" if fraction else "-", _met(fraction, 0.95)])
-    ours, theirs = result("resnet18", dali, "train").get("images_per_s"), \
-        result("resnet18", "torchvision", "train").get("images_per_s")
-    ratio = ours / theirs if ours and theirs else None
-    rows.append([TARGETS["resnet18_vs_torchvision"], f"{ratio:.2f}x" if ratio else "-", _met(ratio, 1.5)])
-    heavy = result("heavy", dali, "loader").get("images_per_s")
-    share = heavy / loader if heavy and loader else None
-    rows.append([TARGETS["heavy_within_15"], f"{100 * share:.0f} % of plain" if share else "-", _met(share, 0.85)])
+
+    def result(run, key):
+        return bench.get(run, {}).get("results", {}).get(dali, {}).get(key, {})
+
+    ratios = peer.get("ratios", {})
+    loader, heavy = result("resnet50", "loader").get("images_per_s"), result("heavy", "loader").get("images_per_s")
+    measured = {
+        "resnet18_vs_hand": (ratios.get("resnet18", {}).get("gpupipe_over_hand"), "{:.2f}x"),
+        "resnet18_host_share": (ratios.get("resnet18", {}).get("host_share", {}).get(f"gpupipe-{dali}"), "{:.0%}"),
+        "loader_vs_hand": (ratios.get("loader alone", {}).get("gpupipe_over_hand"), "{:.2f}x"),
+        "loader_rate": (peer.get("results", {}).get(f"gpupipe-{dali} loader alone", {}).get("images_per_s"),
+                        "{:.0f} img/s"),
+        "resnet50_ceiling": (result("resnet50", "train").get("fraction_of_ceiling"), "{:.0%} of the ceiling"),
+        "heavy_within_15": (heavy / loader if heavy and loader else None, "{:.0%} of standard"),
+    }
+    rows = []
+    for key, (text, bound) in TARGETS.items():
+        value, form = measured[key]
+        at_most = key.endswith("host_share")
+        met = "-" if value is None else ("met" if (value <= bound if at_most else value >= bound) else "MISSED")
+        rows.append([text, "-" if value is None else form.format(value), met])
     return rows
-
-
-def _met(value, bound) -> str:
-    return "-" if value is None else ("met" if value >= bound else "MISSED")
 
 
 def machine_of_bench(figures: Dict) -> Dict:

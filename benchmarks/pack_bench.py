@@ -17,7 +17,8 @@ import tempfile
 from pathlib import Path
 
 import gpupipe
-from gpupipe.backends import available, default_threads
+from gpupipe.backends import available
+from gpupipe.env import default_threads
 from gpupipe.bench import measure
 from gpupipe.bench.demo import DemoSpec, ensure_demo
 from gpupipe.env import cache_dir

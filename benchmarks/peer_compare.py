@@ -41,7 +41,7 @@ import torch  # noqa: E402
 
 import gpupipe  # noqa: E402
 from gpupipe.amp import choose_amp  # noqa: E402
-from gpupipe.backends import default_threads  # noqa: E402
+from gpupipe.env import default_threads  # noqa: E402
 from gpupipe.bench import demo, report, runner  # noqa: E402
 from gpupipe.bench.measure import Stream, repeat_batch  # noqa: E402
 from gpupipe.env import cache_dir  # noqa: E402

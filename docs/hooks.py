@@ -17,6 +17,9 @@ figure::
 
 Paths are relative to ``benchmarks/results/``. A missing file, a missing key or an unknown call
 stops the build with an error naming it (a typo never renders as an empty table).
+
+README.md holds one results table, rendered by :func:`readme_block` between two HTML comments;
+``python docs/hooks.py --readme`` rewrites it, and ``tests/test_docs.py`` fails while it is stale.
 """
 
 from __future__ import annotations
@@ -25,10 +28,13 @@ import ast
 import inspect
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+README = ROOT / "README.md"
 CALL = re.compile(r"\{\{\s*(\w+)\((.*?)\)\s*\}\}")
 FENCE = re.compile(r"^(```|~~~)")
 CODE_SPAN = re.compile(r"(`+[^`]*?`+)")
@@ -243,9 +249,77 @@ def ratio(relative: str, numerator: str, denominator: str, spec: str = "{:.2f}x"
     return spec.format(lookup(data, numerator, where) / lookup(data, denominator, where))
 
 
+# -- the README's one table --------------------------------------------------------------------------
+
+#: The bench run README.md shows, and the columns of the bench's table it keeps, in order.
+README_LABEL = "cpu-2core"
+README_COLUMNS = ("backend", "loader img/s (min-max)", "x baseline", "train img/s (min-max)", "x baseline",
+                  "of ceiling", "verdict")
+README_START = ("<!-- The results table below is generated from benchmarks/results/{label}/bench.json: "
+                "do not edit it; `python docs/hooks.py --readme` rewrites it. -->")
+README_END = "<!-- End of the generated results table. -->"
+
+
+def readme_table(label: str = README_LABEL) -> str:
+    """README.md's results table: the bench's own table for ``<label>``, fewer columns, a caption
+    saying where it ran and the bench's warnings about the run.
+
+    Raises:
+        ResultsError: the results file, or one of :data:`README_COLUMNS`, is missing.
+    """
+    from gpupipe.bench.report import table_rows  # the table the bench prints, one home
+
+    report = load(f"{label}/bench.json")
+    header, *rows = table_rows(report)
+    keep, start = [], 0
+    for name in README_COLUMNS:  # "x baseline" appears twice: take the next one to the right
+        if name not in header[start:]:
+            raise ResultsError(f"the bench's table has no column {name!r} after {header[:start]}")
+        start = header.index(name, start) + 1
+        keep.append(start - 1)
+    s, machine = report["settings"], report["machine"]
+    gpu = machine.get("gpu")
+    where = f"{gpu['name']}, " if isinstance(gpu, dict) else "no GPU, "
+    caption = (f"`python -m gpupipe.bench` on {machine['cpu_cores']} CPU cores ({where}{machine.get('cpu', '?')}): "
+               f"`{s['model']}` in {report.get('amp', {}).get('dtype', s.get('amp', '?'))}, batch {s['batch_size']}, "
+               f"{s['image_size']} px, {s['repeats']} repeats; "
+               f"median (min-max) of the repeats, source `benchmarks/results/{label}/bench.json`.")
+    table = markdown_table([header[i] for i in keep], [[f"`{row[0]}`"] + [row[i] for i in keep[1:]] for row in rows])
+    parts = [caption, table]
+    if report.get("reliability"):
+        parts.append("The bench's own warning about this run: " + "; ".join(report["reliability"]) + ".")
+    return "\n\n".join(parts)
+
+
+def readme_block(label: str = README_LABEL) -> str:
+    """:func:`readme_table` between the two comments that mark it in README.md."""
+    return f"{README_START.format(label=label)}\n\n{readme_table(label)}\n\n{README_END}"
+
+
+def update_readme(path: Path = README, label: str = README_LABEL) -> bool:
+    """Rewrites the generated table in ``path`` (between its two comments); returns whether it changed."""
+    text = path.read_text()
+    start, end = text.find(README_START.split("{label}")[0]), text.find(README_END)
+    if start < 0 or end < start:
+        raise ResultsError(f"{path} has no generated results table (between {README_START!r} and {README_END!r})")
+    new = text[:start] + readme_block(label) + text[end + len(README_END):]
+    if new != text:
+        path.write_text(new)
+    return new != text
+
+
+def proof_targets() -> str:
+    """The GPU proof's targets as a list, read from ``TARGETS`` in ``benchmarks/gpu_proof.py`` (their one home)."""
+    tree = ast.parse((ROOT / "benchmarks" / "gpu_proof.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["TARGETS"]:
+            return "\n".join(f"- {text}" for text, _ in ast.literal_eval(node.value).values())
+    raise ResultsError("benchmarks/gpu_proof.py: no TARGETS")
+
+
 CALLS: Dict[str, Callable[..., str]] = {f.__name__: f for f in (
     bench_table, bench_tables, cpu_compare_table, pack_tables, remote_tables, startup_table, scan_table, value, ratio,
-    chart)}
+    chart, proof_targets)}
 
 
 def render(markdown: str, page: str = "") -> str:
@@ -288,3 +362,17 @@ def on_files(files, config):
 
 def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ARG001 -- mkdocs' hook signature
     return render(markdown, page.file.src_path)
+
+
+def main(argv: List[str]) -> int:
+    """``python docs/hooks.py --readme``: rewrites README.md's results table from the committed JSON."""
+    if argv != ["--readme"]:
+        print("usage: python docs/hooks.py --readme   (rewrites README.md's results table)", file=sys.stderr)
+        return 2
+    sys.path.append(str(ROOT))  # gpupipe, where it is not installed
+    print(f"README.md: results table {'rewritten' if update_readme() else 'already current'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -69,8 +69,12 @@ class AmpChoice:
         return torch.autocast(device_type, dtype=self.dtype, enabled=self.enabled)
 
     def as_dict(self) -> Dict:
-        return {"choice": self.name, "dtype": str(self.dtype).replace("torch.", ""), "reason": self.reason,
-                "probe_s_per_step": dict(self.probe)}
+        return {
+            "choice": self.name,
+            "dtype": str(self.dtype).replace("torch.", ""),
+            "reason": self.reason,
+            "probe_s_per_step": dict(self.probe),
+        }
 
 
 @functools.lru_cache(maxsize=1)
@@ -97,9 +101,14 @@ def torch_build() -> Dict:
     return {"torch": torch.__version__, "cuda": torch.version.cuda}
 
 
-def choose_amp(device: Union[str, torch.device], requested: str = "auto", *,
-               step: Optional[ProbeStep] = None, flags: Optional[Dict[str, bool]] = None,
-               repeats: int = 3) -> AmpChoice:
+def choose_amp(
+    device: Union[str, torch.device],
+    requested: str = "auto",
+    *,
+    step: Optional[ProbeStep] = None,
+    flags: Optional[Dict[str, bool]] = None,
+    repeats: int = 3,
+) -> AmpChoice:
     """Picks the autocast precision for ``device``.
 
     Args:
@@ -127,8 +136,11 @@ def choose_amp(device: Union[str, torch.device], requested: str = "auto", *,
     flags = cpu_info()["flags"] if flags is None else flags
     found = [name for name in BF16_FLAGS if flags.get(name)]
     if not found:
-        return AmpChoice("off", f"this CPU has no bf16 instructions ({', '.join(BF16_FLAGS[:2])}), where bf16 runs "
-                                "emulated and slower: float32")
+        return AmpChoice(
+            "off",
+            f"this CPU has no bf16 instructions ({', '.join(BF16_FLAGS[:2])}), where bf16 runs "
+            "emulated and slower: float32",
+        )
     if step is None:
         return _default_probe(tuple(found))
     return _probe(step, found, repeats)
@@ -144,8 +156,12 @@ def _probe(step: ProbeStep, found, repeats: int = 3) -> AmpChoice:
     has = f"this CPU has {'/'.join(found)}"
     if speedup >= MIN_SPEEDUP:
         return AmpChoice("bf16", f"{has} and a probe ran bf16 at least {speedup:.2f}x as fast as float32", timings)
-    return AmpChoice("off", f"{has}, but a probe ran bf16 only {speedup:.2f}x as fast as float32 in its "
-                            f"least favourable turn (bf16 needs >= {MIN_SPEEDUP:.2f}x in each): float32", timings)
+    return AmpChoice(
+        "off",
+        f"{has}, but a probe ran bf16 only {speedup:.2f}x as fast as float32 in its "
+        f"least favourable turn (bf16 needs >= {MIN_SPEEDUP:.2f}x in each): float32",
+        timings,
+    )
 
 
 def probe_rounds(step: ProbeStep, dtypes: Tuple[torch.dtype, ...], repeats: int = 3) -> List[Tuple[float, ...]]:
@@ -175,10 +191,17 @@ def _default_probe(found) -> AmpChoice:
     """The probe with a small convolutional network (once per process)."""
     generator = torch.Generator().manual_seed(0)
     model = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 32, 3, stride=2, padding=1), torch.nn.BatchNorm2d(32), torch.nn.ReLU(),
-        torch.nn.Conv2d(32, 64, 3, stride=2, padding=1), torch.nn.BatchNorm2d(64), torch.nn.ReLU(),
-        torch.nn.Conv2d(64, 128, 3, stride=2, padding=1), torch.nn.ReLU(),
-        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(128, 10),
+        torch.nn.Conv2d(3, 32, 3, stride=2, padding=1),
+        torch.nn.BatchNorm2d(32),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(32, 64, 3, stride=2, padding=1),
+        torch.nn.BatchNorm2d(64),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(64, 128, 3, stride=2, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(128, 10),
     ).to(memory_format=torch.channels_last)
     images = torch.randn(16, 3, 96, 96, generator=generator).contiguous(memory_format=torch.channels_last)
     labels = torch.randint(0, 10, (16,), generator=generator)

@@ -9,10 +9,12 @@ masks, or a dict of padded boxes and labels) are on the same device.
 from __future__ import annotations
 
 import functools
-from typing import Any, Iterable, Iterator, Optional, Sequence, Tuple
+from typing import Any, Iterable, Iterator, Optional, Sequence, Tuple, Union
 
+import numpy as np
 import torch
 
+from .errors import SkipLog
 from .spec import PipelineSpec
 
 Batch = Tuple[torch.Tensor, Any]
@@ -24,6 +26,19 @@ def take_rows(images: torch.Tensor, targets: Any, rows: Sequence[int]) -> Batch:
     if isinstance(targets, dict):
         return images[index], {k: v[index.to(v.device)] for k, v in targets.items()}
     return images[index], targets[index.to(targets.device)]
+
+
+def without_failed(
+    images: torch.Tensor, targets: Any, indices: Union[Sequence[int], np.ndarray], names: Sequence[str], failed: SkipLog
+) -> Tuple[torch.Tensor, Any, int]:
+    """Exact evaluation (``even_batches=False``): the batch without the samples (``indices``, named
+    ``names[i]``) that failed to load (listed in ``failed``), and how many were dropped. A failed
+    sample is never replaced by another there, which would count twice in the metrics."""
+    keep = [k for k, i in enumerate(indices) if names[i] not in failed] if len(failed) else range(len(indices))
+    if len(keep) == len(indices):
+        return images, targets, 0
+    images, targets = take_rows(images, targets, keep)
+    return images, targets, len(indices) - len(keep)
 
 
 @functools.lru_cache(maxsize=32)

@@ -29,8 +29,9 @@ class BatchMixer:
         self.ops = tuple(ops)
         self.num_classes = num_classes
 
-    def __call__(self, images: torch.Tensor, labels: torch.Tensor, key: int, *, inplace: bool = False
-                 ) -> Tuple[torch.Tensor, torch.Tensor]:
+    def __call__(
+        self, images: torch.Tensor, labels: torch.Tensor, key: int, *, inplace: bool = False
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
         """Mixes ``images`` ``(B, 3, H, W)`` float with itself rolled by one along the batch.
 
         Args:

@@ -1,9 +1,10 @@
 """Builds a loader: :func:`loader`, the drop-in replacement for a ``DataLoader``.
 
 It reads as a short list of steps (see :mod:`gpupipe.options`): check every
-cheap argument, choose device and backend, check the pipeline's structure,
-list the source, check that the pipeline and backend carry its targets,
-scan the files, then build the :class:`~gpupipe.loader.Loader`.
+setting (one :class:`~gpupipe.config.LoaderConfig`), choose device and
+backend, check the pipeline's structure, list the source, check that the
+pipeline and backend carry its targets, scan the files, then build the
+:class:`~gpupipe.dataloader.Loader`.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from typing import Optional, Sequence, Tuple, Union
 import torch
 
 from . import backends, env, options, presets
-from .errors import SkipLog
+from .config import LoaderConfig
+from .dataloader import Loader
+from .errors import ErrorPolicy
 from .fileio import DEFAULT_MAX_FILE_SIZE
-from .loader import Loader
 from .ops import Op, Output
 from .sources import Source, as_source
 from .spec import build_spec
@@ -104,37 +106,53 @@ def loader(
 
     Raises:
         ValueError: a bad argument, named, before any work starts.
+        SampleError: with ``on_error="raise"``, the files the scan found bad, each named (a ``ValueError``).
         ImportError: the backend's library is missing (the message gives the pip command).
     """
-    args = options.check_arguments(
-        batch_size=batch_size, shuffle=shuffle, drop_last=drop_last, even_batches=even_batches, seed=seed,
-        num_threads=num_threads, prefetch=prefetch, on_error=on_error, max_pixels=max_pixels,
-        max_file_size=max_file_size, hw_decoder_load=hw_decoder_load, preallocate=preallocate, log_every=log_every,
-        reduced_decode=reduced_decode)
+    config = LoaderConfig(
+        batch_size=batch_size,
+        shuffle=shuffle,
+        drop_last=drop_last,
+        even_batches=even_batches,
+        seed=seed,
+        num_threads=num_threads,
+        prefetch=prefetch,
+        on_error=on_error,
+        max_pixels=max_pixels,
+        max_file_size=max_file_size,
+        hw_decoder_load=hw_decoder_load,
+        preallocate=preallocate,
+        log_every=log_every,
+        reduced_decode=reduced_decode,
+    )
     auto_device = device is None
-    device, backend, why = options.choose_device_and_backend(device, backend, num_threads)
-    world = options.resolve_world(rank, world_size)
+    device, backend, why = options.choose_device_and_backend(device, backend, config.num_threads)
+    world = env.resolve_world(rank, world_size)
     ops = presets.get(pipeline) if isinstance(pipeline, str) else list(pipeline)
-    own_output = ops.pop() if ops and isinstance(ops[-1], Output) else None
+    own_output = ops[-1] if ops and isinstance(ops[-1], Output) else None
+    if own_output is not None:
+        ops.pop()
     output = options.output_of(own_output, dtype, channels_last)
     build_spec(ops, output, target=None)  # the structure, before the source is listed
 
     source = as_source(source)
     spec = build_spec(ops, output, target=source.kind, ignore_index=source.ignore_index)
     backends.check_lowerings(backend, spec)
-    skip_log = SkipLog()
-    source = options.without_bad_files(source, args, skip_log)
-    options.check_batch_fits(source, args, world.world_size)
-
-    config = backends.RunConfig(
-        batch_size=args.batch_size, drop_last=args.drop_last, device=device,
-        num_threads=env.default_threads() if args.num_threads is None else args.num_threads, seed=args.seed,
-        prefetch=args.prefetch, on_error=args.on_error, skip_log=skip_log,
-        decoder=options.decoder_settings(args, source), reduced_decode=args.reduced_decode,
+    errors = ErrorPolicy(config.on_error)
+    source = options.without_bad_files(source, config, errors)
+    options.check_batch_fits(source, config, world.world_size)
+    placement = backends.Placement.chosen(device, config.num_threads)
+    return Loader(
+        source,
+        spec,
+        config,
+        backend=backend,
+        placement=placement,
+        errors=errors,
+        world=world,
+        backend_reason=why,
+        auto_device=auto_device,
     )
-    return Loader(source, spec, config, backend=backend, shuffle=args.shuffle, world=world,
-                  even_batches=args.even_batches, backend_reason=why, log_every=args.log_every,
-                  auto_threads=args.num_threads is None, auto_device=auto_device)
 
 
 __all__ = ["loader"]

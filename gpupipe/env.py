@@ -5,6 +5,8 @@ The one home for each of these questions; every other module asks here.
 - :func:`cores`: the CPU cores this process may use (its affinity mask).
 - :func:`process_group`: ``(rank, world_size)`` of an initialised ``torch.distributed`` group.
 - :func:`rank_and_world`: that, else ``RANK`` / ``WORLD_SIZE`` from the launcher, else ``(0, 1)``.
+- :class:`World`, :func:`resolve_world`, :func:`settle_world`: a loader's share of the data, where
+  it came from, and how it gives way to a process group initialised later.
 - :func:`local_world_size`: the processes of this job on this host, from any launcher.
 - :func:`default_threads`: the cores shared among those processes.
 - :func:`cache_dir`: ``$GPUPIPE_CACHE``, else ``$XDG_CACHE_HOME/gpupipe``, else ``~/.cache/gpupipe``.
@@ -15,8 +17,11 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Optional, Tuple
+
+from .config import positive_int
 
 #: Host names of a rendezvous that cannot span machines.
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -60,6 +65,66 @@ def rank_and_world() -> Tuple[int, int]:
     if rank is not None and world is not None and 0 <= rank < world:
         return rank, world
     return 0, 1
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's share of the data: ``rank`` of ``world_size``, and where it came from.
+
+    Attributes:
+        rank, world_size: the share.
+        origin: ``"argument"`` (given to :func:`gpupipe.loader`), ``"group"`` (an
+            initialised process group), or ``"launcher"`` (``RANK`` / ``WORLD_SIZE``, or
+            ``(0, 1)``, before any group existed: replaced by the group's once there is one).
+    """
+
+    rank: int
+    world_size: int
+    origin: str
+
+    def __str__(self) -> str:
+        return f"rank {self.rank} of {self.world_size}"
+
+
+def resolve_world(rank: Optional[int], world_size: Optional[int]) -> World:
+    """The share from the arguments, else from torch.distributed, else from the launcher, else ``(0, 1)``.
+
+    Raises:
+        ValueError: a rank outside ``[0, world_size)`` or a world size below 1.
+    """
+    group = process_group()
+    default_rank, default_world = group if group is not None else rank_and_world()
+    origin = "argument" if rank is not None or world_size is not None else "group" if group is not None else "launcher"
+    world_size = default_world if world_size is None else world_size
+    rank = (default_rank if default_rank < world_size else 0) if rank is None else rank
+    world_size = positive_int("world_size", world_size)
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
+        raise ValueError(f"rank must be an int in [0, world_size={world_size}), got {rank!r}")
+    return World(rank, int(world_size), origin)
+
+
+def settle_world(world: World, group: Optional[Tuple[int, int]]) -> World:
+    """The share to read once an initialised process group says ``group`` (``(rank, world_size)``, or ``None``).
+
+    A launcher's share gives way to the group's; an explicit ``world_size=1``
+    (this process reads everything, as asked) stands; any other share that
+    disagrees with the group is refused, since each rank would read the wrong part.
+
+    Raises:
+        ValueError: one line naming both shares.
+    """
+    if group is None:
+        return world
+    if group == (world.rank, world.world_size) or world.origin == "launcher":
+        return World(group[0], group[1], "group" if world.origin == "launcher" else world.origin)
+    if world.origin == "argument" and world.world_size == 1:
+        return world
+    how = "was given" if world.origin == "argument" else "took from torch.distributed when it was built"
+    raise ValueError(
+        f"this gpupipe loader {how} {world}, but the initialised process group has rank {group[0]} "
+        f"of {group[1]}: its ranks would read the wrong shares; build the loader with the group's rank "
+        f"and world size (or leave both out)"
+    )
 
 
 def local_world_size() -> int:
@@ -136,8 +201,13 @@ def cache_dir(*parts: str) -> Path:
 def versions() -> Dict[str, Optional[str]]:
     """The versions that decide gpupipe's behaviour: Python, gpupipe, torch, torchvision, DALI (``None``: absent)."""
     out: Dict[str, Optional[str]] = {"python": platform.python_version()}
-    for name, dist in (("gpupipe", "gpupipe"), ("torch", "torch"), ("torchvision", "torchvision"),
-                       ("dali", "nvidia-dali-cuda120"), ("dali", "nvidia-dali-cuda130")):
+    for name, dist in (
+        ("gpupipe", "gpupipe"),
+        ("torch", "torch"),
+        ("torchvision", "torchvision"),
+        ("dali", "nvidia-dali-cuda120"),
+        ("dali", "nvidia-dali-cuda130"),
+    ):
         try:
             out[name] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
@@ -145,5 +215,15 @@ def versions() -> Dict[str, Optional[str]]:
     return out
 
 
-__all__ = ["cores", "process_group", "rank_and_world", "local_world_size", "default_threads", "cache_dir",
-           "versions"]
+__all__ = [
+    "cores",
+    "process_group",
+    "rank_and_world",
+    "World",
+    "resolve_world",
+    "settle_world",
+    "local_world_size",
+    "default_threads",
+    "cache_dir",
+    "versions",
+]

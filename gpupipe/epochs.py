@@ -20,7 +20,10 @@ The rule (the README states it too):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
+
+#: The loader state format (``state_dict()["format"]``).
+STATE_FORMAT = 2
 
 
 @dataclass
@@ -106,3 +109,39 @@ class EpochCursor:
     def current(self) -> Optional[Pass]:
         """The pass under way, if any."""
         return self._pass if self._pass is not None and self._pass.live else None
+
+    def state_dict(self, *, seed: int, rank: int, world_size: int, backend: str) -> Dict[str, Any]:
+        """A loader's checkpoint: :meth:`state` with what must match on resuming."""
+        epoch, done = self.state()
+        return {
+            "format": STATE_FORMAT,
+            "epoch": epoch,
+            "batches_done": done,
+            "seed": seed,
+            "rank": rank,
+            "world_size": world_size,
+            "backend": backend,
+        }
+
+    def load_state_dict(self, state: Dict[str, Any], *, seed: int, world_size: int, batches: int) -> None:
+        """Loads a checkpoint of :meth:`state_dict` made by a loader with ``seed`` and ``world_size``
+        (epochs of ``batches`` batches).
+
+        Raises:
+            ValueError: another seed or world size (the order would differ), or a malformed state.
+        """
+        try:
+            epoch, done, saved_seed = int(state["epoch"]), int(state["batches_done"]), int(state["seed"])
+            saved_world = int(state.get("world_size", 1))
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"load_state_dict: not a gpupipe loader state: {state!r}") from err
+        if saved_seed != seed:
+            raise ValueError(f"load_state_dict: state has seed {saved_seed}, this loader seed {seed}")
+        if saved_world != world_size:
+            raise ValueError(
+                f"load_state_dict: state comes from world_size {saved_world}, this loader has {world_size}; "
+                "the order of an epoch depends on the world size"
+            )
+        if epoch < 0 or not 0 <= done <= batches:
+            raise ValueError(f"load_state_dict: batches_done {done} is outside 0..{batches} (epoch {epoch})")
+        self.load(epoch, done)

@@ -1,14 +1,16 @@
 """One vocabulary for bad input, used by the loader, the backends, the scan and the packer.
 
 * :class:`Error` is the base of every gpupipe exception.
-* :class:`OnError` is the policy: ``"raise"`` stops naming the file,
-  ``"skip"`` leaves it out and lists it.
+* :class:`OnError` is the user's choice: ``"raise"`` stops naming the file,
+  ``"skip"`` leaves it out and lists it; :class:`ErrorPolicy` applies it, in
+  one place, wherever bad samples are found (the loader's scan, a sample
+  failing while loading, the packer).
 * :class:`Skipped` is one left-out file and its reason (the only shape a
   reason travels in).
-* :class:`DecodeError` is a decoder's failure on one sample (inside a
-  backend); :class:`SampleError` is what a loader raises for a sample that
-  failed while loading (``on_error="raise"``); both name the sample.
-* :class:`SkipLog` collects what a loader left out, logging each file once.
+* :class:`SampleError` is what ``"raise"`` raises, naming every refused
+  sample; :class:`DecodeError` is a decoder's failure on one sample inside
+  a backend, before the policy sees it.
+* :class:`SkipLog` collects what was left out, logging each file once.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import enum
 import logging
 from dataclasses import dataclass
-from typing import Iterable, List, Union
+from typing import Iterable, List, Optional, Sequence, Union
 
 logger = logging.getLogger("gpupipe.scan")
 
@@ -77,18 +79,39 @@ class DecodeError(Error, RuntimeError):
         self.skipped = Skipped(path, reason)
         super().__init__(f"cannot decode {path}: {reason}")
 
+    def __reduce__(self):
+        return type(self), (self.skipped.path, self.skipped.reason)
 
-class SampleError(Error, RuntimeError):
-    """A sample that could not be used while loading (``on_error="raise"``); ``str(err)`` is
-    ``"<path>: <reason>"``.
+
+class SampleError(Error, ValueError, RuntimeError):
+    """Samples refused by ``on_error="raise"``: found bad when a loader is built, while it loads, or
+    while packing. ``str(err)`` names each one (``"<path>: <reason>"`` for one sample).
 
     Attributes:
-        skipped: the file and the reason.
+        entries: every refused sample and why.
+        skipped: the first of them.
+        summary: what they are, counted (the message's first line; ``""`` for one sample alone).
     """
 
-    def __init__(self, skipped: Skipped) -> None:
-        self.skipped = skipped
-        super().__init__(str(skipped))
+    def __init__(self, entries: Union[Skipped, Sequence[Skipped]], summary: str = "") -> None:
+        self.entries: List[Skipped] = [entries] if isinstance(entries, Skipped) else list(entries)
+        self.skipped = self.entries[0]
+        self.summary = summary
+        if summary:
+            message = f"{summary} (pass on_error='skip' to leave them out):\n{listing(self.entries)}"
+        else:
+            message = "\n".join(str(entry) for entry in self.entries)
+        super().__init__(message)
+
+    def __reduce__(self):
+        """Pickled (and copied) from its entries, as it was made: errors cross process boundaries."""
+        return type(self), (self.entries, self.summary)
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of an exception's message (its type's name when it has none)."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 def listing(entries: Iterable[Skipped], limit: int = 20) -> str:
@@ -106,25 +129,72 @@ def plural(count: int, noun: str, plural_form: str = "") -> str:
 
 
 class SkipLog:
-    """Every sample a loader left out, each logged once (logger ``gpupipe.scan``, WARNING).
+    """Every sample left out, each logged once (by default logger ``gpupipe.scan``, WARNING).
+
+    Args:
+        log: the logger (the packer's, ``gpupipe.pack``, logs at INFO: its manifest lists them all).
+        level: the logging level of each line.
 
     Attributes:
         entries: the skipped samples, in the order they were found.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, log: Optional[logging.Logger] = None, level: int = logging.WARNING) -> None:
         self.entries: List[Skipped] = []
         self._seen: set = set()
+        self._log = log or logger
+        self._level = level
 
     def add(self, entry: Skipped) -> None:
         if entry.path in self._seen:
             return
         self._seen.add(entry.path)
         self.entries.append(entry)
-        logger.warning("skipping %s: %s", entry.path, entry.reason)
+        self._log.log(self._level, "skipping %s: %s", entry.path, entry.reason)
 
     def __contains__(self, path: str) -> bool:
         return path in self._seen
 
     def __len__(self) -> int:
         return len(self.entries)
+
+
+class ErrorPolicy:
+    """The ``on_error`` policy, applied in one place for the loader, its backends and the packer.
+
+    ``"raise"`` refuses bad samples with one :class:`SampleError` naming every
+    one of them; ``"skip"`` leaves them out, logging each once and listing it
+    in :attr:`log`.
+
+    Args:
+        on_error: ``"raise"``, ``"skip"`` or an :class:`OnError`.
+        log: where skipped samples are listed (a new :class:`SkipLog` by default).
+
+    Raises:
+        ValueError: an ``on_error`` that is neither.
+    """
+
+    def __init__(self, on_error: Union[str, OnError] = OnError.RAISE, log: Optional[SkipLog] = None) -> None:
+        self.on_error = OnError.parse(on_error)
+        self.log = log if log is not None else SkipLog()
+
+    def apply(self, entries: Iterable[Skipped], summary: str = "") -> None:
+        """Refuses or skips ``entries`` (nothing to do when there are none).
+
+        Args:
+            entries: the bad samples, each with its reason.
+            summary: what they are, counted, for the error's first line (none: the entries alone).
+
+        Raises:
+            SampleError: with ``on_error="raise"``.
+        """
+        entries = list(entries)
+        if not entries:
+            return
+        if self.on_error is OnError.RAISE:
+            raise SampleError(entries, summary)
+        for entry in entries:
+            self.log.add(entry)
+
+    def __repr__(self) -> str:
+        return f"ErrorPolicy({self.on_error.value!r}, {len(self.log)} skipped)"

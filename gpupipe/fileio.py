@@ -7,6 +7,7 @@ manifest goes through here.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -128,3 +129,12 @@ def read_json_object(path) -> Optional[Dict]:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def sha256_of(path) -> str:
+    """The sha256 of a file (hex), read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -23,11 +23,14 @@ import weakref
 from typing import TYPE_CHECKING, Iterator, List, Optional
 
 if TYPE_CHECKING:
-    from .loader import Loader
+    from .backends import EpochRead
+    from .dataloader import Loader
 
-NO_DATASET = ("a gpupipe Loader has no `dataset`: it is not a torch DataLoader, so Accelerate's skip_first_batches "
-              "cannot rebuild it; call loader.skip(n) (the next pass starts at batch n), or register the loader "
-              "with accelerator.register_for_checkpointing(loader) so that load_state() resumes it exactly")
+NO_DATASET = (
+    "a gpupipe Loader has no `dataset`: it is not a torch DataLoader, so Accelerate's skip_first_batches "
+    "cannot rebuild it; call loader.skip(n) (the next pass starts at batch n), or register the loader "
+    "with accelerator.register_for_checkpointing(loader) so that load_state() resumes it exactly"
+)
 
 
 class EpochSampler:
@@ -73,8 +76,8 @@ class EpochBatchSampler:
         return self.sampler.loader.drop_last
 
     def __iter__(self) -> Iterator[List[int]]:
-        indices = list(self.sampler)[:len(self) * self.batch_size]
-        return iter([indices[k:k + self.batch_size] for k in range(0, len(indices), self.batch_size)])
+        indices = list(self.sampler)[: len(self) * self.batch_size]
+        return iter([indices[k : k + self.batch_size] for k in range(0, len(indices), self.batch_size)])
 
     def __len__(self) -> int:
         return len(self.sampler.loader)
@@ -105,16 +108,23 @@ def _gradient_state():
     return state if hasattr(state, "_add_dataloader") and hasattr(state, "_remove_dataloader") else None
 
 
-def begin_pass(remainder: int, padded: int) -> Optional[AccelerateEnd]:
-    """Makes a pass Accelerate's active data loader (as its own loaders do on ``__iter__``); ``None``
-    without an ``Accelerator``. Pair with :func:`end_pass`."""
+def begin_pass(read: "EpochRead", *, samples: int, batch_size: int, world_size: int) -> Optional[AccelerateEnd]:
+    """Makes a pass over ``read`` (an epoch of ``samples`` samples in all) Accelerate's active data
+    loader (as its own loaders do on ``__iter__``); ``None`` without an ``Accelerator``. Pair with
+    :func:`end_pass`."""
     state = _gradient_state()
     if state is None:
         return None
+    padded = read.share.padded
+    # the real samples of the last batch gathered over all ranks (some of it is padding), else 0
+    remainder = samples - (read.batches - 1) * batch_size * world_size if padded and read.batches else 0
     if padded > 1:
-        warnings.warn(f"{padded} samples pad the ranks' shares: gather_for_metrics keeps the right number of samples "
-                      "of the last batch, but with more than one padded sample some kept may be repeats; use a "
-                      "dataset whose size is a multiple of the world size for exact metrics", stacklevel=3)
+        warnings.warn(
+            f"{padded} samples pad the ranks' shares: gather_for_metrics keeps the right number of samples "
+            "of the last batch, but with more than one padded sample some kept may be repeats; use a "
+            "dataset whose size is a multiple of the world size for exact metrics",
+            stacklevel=3,
+        )
     tracker = AccelerateEnd(remainder)
     state._add_dataloader(tracker)  # the hook Accelerate's own DataLoaderShard uses (DataLoaderStateMixin.begin)
     return tracker

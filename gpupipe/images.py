@@ -110,6 +110,7 @@ def read_header(fh: BinaryIO, max_pixels: int) -> Header:
     Raises:
         ImageRefused: not an image, an unreadable header, or more than ``max_pixels`` pixels.
     """
+
     def read_at(offset: int, size: int) -> bytes:
         fh.seek(offset)
         return fh.read(size)
@@ -143,9 +144,10 @@ def header_at(read_at: ReadAt, open_file: Callable[[], BinaryIO], max_pixels: in
 
 def _jpeg_header(read_at: ReadAt, head: bytes) -> Header:
     """Walks the JPEG marker segments up to the frame header, noting the EXIF orientation."""
+
     def at(offset: int, size: int) -> bytes:
         if offset + size <= len(head):
-            return head[offset:offset + size]
+            return head[offset : offset + size]
         return read_at(offset, size)
 
     pos, orientation = 2, 1
@@ -188,9 +190,9 @@ def _exif_orientation(app1: bytes) -> int:
     ifd = int.from_bytes(tiff[4:8], order)
     if ifd + 2 > len(tiff):
         return 1
-    count = int.from_bytes(tiff[ifd:ifd + 2], order)
+    count = int.from_bytes(tiff[ifd : ifd + 2], order)
     for k in range(min(count, 512)):
-        entry = tiff[ifd + 2 + 12 * k: ifd + 14 + 12 * k]
+        entry = tiff[ifd + 2 + 12 * k : ifd + 14 + 12 * k]
         if len(entry) < 12:
             break
         if int.from_bytes(entry[:2], order) == 0x0112:
@@ -225,13 +227,13 @@ def palette_as_gray_png(data: bytes) -> bytes:
     out = [data[:8]]
     pos = 8
     while pos + 8 <= len(data):
-        length = int.from_bytes(data[pos:pos + 4], "big")
-        kind = data[pos + 4:pos + 8]
-        chunk = data[pos:pos + 12 + length]
+        length = int.from_bytes(data[pos : pos + 4], "big")
+        kind = data[pos + 4 : pos + 8]
+        chunk = data[pos : pos + 12 + length]
         if kind == b"IHDR":
-            body = bytearray(data[pos + 8:pos + 8 + length])
+            body = bytearray(data[pos + 8 : pos + 8 + length])
             body[9] = 0  # colour type 3 (palette) -> 0 (grayscale); bit depth and data unchanged
-            chunk = data[pos:pos + 8] + bytes(body) + zlib.crc32(b"IHDR" + bytes(body)).to_bytes(4, "big")
+            chunk = data[pos : pos + 8] + bytes(body) + zlib.crc32(b"IHDR" + bytes(body)).to_bytes(4, "big")
         if kind not in (b"PLTE", b"tRNS"):
             out.append(chunk)
         pos += 12 + length

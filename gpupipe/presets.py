@@ -133,10 +133,15 @@ def detection_ssd(size: SizeArg = 300, fill: Tuple[float, float, float] = (124, 
     Returns:
         ``[Decode, ColorJitter, RandomZoomOut, RandomIoUCrop, HorizontalFlip, Resize((size, size)), SanitizeBoxes]``.
     """
-    return [Decode(), ColorJitter(brightness=(0.875, 1.125), contrast=(0.5, 1.5), saturation=(0.5, 1.5),
-                                  hue=(-0.05, 0.05)),
-            RandomZoomOut(fill, side_range=(1.0, 4.0), p=0.5), RandomIoUCrop(), HorizontalFlip(0.5),
-            Resize((size, size) if isinstance(size, int) else size), SanitizeBoxes()]
+    return [
+        Decode(),
+        ColorJitter(brightness=(0.875, 1.125), contrast=(0.5, 1.5), saturation=(0.5, 1.5), hue=(-0.05, 0.05)),
+        RandomZoomOut(fill, side_range=(1.0, 4.0), p=0.5),
+        RandomIoUCrop(),
+        HorizontalFlip(0.5),
+        Resize((size, size) if isinstance(size, int) else size),
+        SanitizeBoxes(),
+    ]
 
 
 def detection_val(size: int = 800, max_size: int = 1333) -> List[Op]:
@@ -152,8 +157,12 @@ def detection_val(size: int = 800, max_size: int = 1333) -> List[Op]:
 
 
 PRESETS: Dict[str, Callable[..., List[Op]]] = {
-    "train": train, "val": val, "segmentation-train": segmentation_train, "segmentation-val": segmentation_val,
-    "detection-ssd": detection_ssd, "detection-val": detection_val,
+    "train": train,
+    "val": val,
+    "segmentation-train": segmentation_train,
+    "segmentation-val": segmentation_val,
+    "detection-ssd": detection_ssd,
+    "detection-val": detection_val,
 }
 
 

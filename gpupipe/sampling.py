@@ -14,7 +14,7 @@ most one sample.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, Union
 
 import numpy as np
 
@@ -70,7 +70,9 @@ def batches_per_epoch(samples: int, batch_size: int, drop_last: bool) -> int:
     return samples // batch_size if drop_last else -(-samples // batch_size)
 
 
-def split(order: Sequence[int], *, rank: int, world_size: int, drop_last: bool, even_batches: bool = True) -> RankShare:
+def split(
+    order: Union[Sequence[int], np.ndarray], *, rank: int, world_size: int, drop_last: bool, even_batches: bool = True
+) -> RankShare:
     """Splits an epoch's order among ``world_size`` ranks.
 
     With ``even_batches=True`` every rank gets the same number of samples:

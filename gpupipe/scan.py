@@ -124,8 +124,14 @@ def _in_parts(fn, count: int, extra: tuple, workers: int, parallel_from: int) ->
         return pool.map(fn, parts)
 
 
-def scan(paths: Sequence[str], *, max_pixels: int, max_file_size: int, cache_dir: Optional[Path],
-         workers: Optional[int] = None) -> ScanResult:
+def scan(
+    paths: Sequence[str],
+    *,
+    max_pixels: int,
+    max_file_size: int,
+    cache_dir: Optional[Path],
+    workers: Optional[int] = None,
+) -> ScanResult:
     """Checks every file and reads its size; unchanged files come from the cache.
 
     Args:
@@ -157,8 +163,11 @@ def scan(paths: Sequence[str], *, max_pixels: int, max_file_size: int, cache_dir
                 reasons[k] = cached.reason(mine[k])
         todo = np.flatnonzero(fresh)
         _PATHS = [_PATHS[k] for k in todo]
-        results = [r for part in _in_parts(_check_part, len(todo), (max_pixels, max_file_size), workers,
-                                           _PARALLEL_FROM) for r in part]
+        results = [
+            r
+            for part in _in_parts(_check_part, len(todo), (max_pixels, max_file_size), workers, _PARALLEL_FROM)
+            for r in part
+        ]
     finally:
         _PATHS = []
     for k, (reason, h, w) in zip(todo, results):
@@ -173,8 +182,14 @@ def scan(paths: Sequence[str], *, max_pixels: int, max_file_size: int, cache_dir
     if cache is not None and (checked or cached is None) and int(os.environ.get("LOCAL_RANK", "0")) == 0:
         cache.save(result_keys, result_sizes, result_reasons)
     bad = {i: r for i, r in enumerate(result_reasons) if r is not None}
-    logger.info("scanned %d files (%d read, %d from the cache) in %.2f s: %d bad",
-                len(paths), checked, len(paths) - checked, time.perf_counter() - started, len(bad))
+    logger.info(
+        "scanned %d files (%d read, %d from the cache) in %.2f s: %d bad",
+        len(paths),
+        checked,
+        len(paths) - checked,
+        time.perf_counter() - started,
+        len(bad),
+    )
     return ScanResult(bad=bad, sizes=result_sizes)
 
 
@@ -184,9 +199,13 @@ def _exchange(part):
 
     gathered: List = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, part)
-    return (np.concatenate([g[0] for g in gathered]), np.concatenate([g[1] for g in gathered]),
-            np.concatenate([g[2] for g in gathered]), [r for g in gathered for r in g[3]],
-            sum(g[4] for g in gathered))
+    return (
+        np.concatenate([g[0] for g in gathered]),
+        np.concatenate([g[1] for g in gathered]),
+        np.concatenate([g[2] for g in gathered]),
+        [r for g in gathered for r in g[3]],
+        sum(g[4] for g in gathered),
+    )
 
 
 class _Cached:
@@ -209,8 +228,9 @@ class _Cache:
 
     def __init__(self, cache_dir: Path, paths: List[str], max_pixels: int, max_file_size: int) -> None:
         root = os.path.dirname(os.path.commonprefix([min(paths), max(paths)])) if paths else ""
-        digest = hashlib.sha1(f"{CACHE_VERSION}|{root}|{max_pixels}|{max_file_size}".encode(
-            "utf-8", "surrogateescape")).hexdigest()[:20]
+        digest = hashlib.sha1(
+            f"{CACHE_VERSION}|{root}|{max_pixels}|{max_file_size}".encode("utf-8", "surrogateescape")
+        ).hexdigest()[:20]
         self.file = Path(cache_dir) / "scan" / f"{digest}.npz"
         self.paths = paths
         self.listing = hashlib.sha1("\0".join(paths).encode("utf-8", "surrogateescape")).hexdigest()
@@ -225,8 +245,12 @@ class _Cache:
                 keys, sizes, codes = data["keys"], data["sizes"], data["codes"]
                 table = [str(t) for t in data["table"]]
             n = len(self.paths)
-            if keys.shape != (n, 2) or sizes.shape != (n, 2) or codes.shape != (n,) or \
-                    (len(codes) and int(codes.max(initial=-1)) >= len(table)):
+            if (
+                keys.shape != (n, 2)
+                or sizes.shape != (n, 2)
+                or codes.shape != (n,)
+                or (len(codes) and int(codes.max(initial=-1)) >= len(table))
+            ):
                 raise ValueError("arrays do not match the listing")
             return _Cached(keys.astype(np.int64), sizes.astype(np.int64), codes.astype(np.int64), table)
         except (OSError, ValueError, KeyError, TypeError, EOFError) as err:
@@ -240,8 +264,14 @@ class _Cache:
         try:
             self.file.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.file.with_name(f"{self.file.stem}.{os.getpid()}.tmp.npz")
-            np.savez(tmp, listing=np.array(self.listing), keys=keys, sizes=sizes.astype(np.int32), codes=codes,
-                     table=np.array(table, dtype=str))
+            np.savez(
+                tmp,
+                listing=np.array(self.listing),
+                keys=keys,
+                sizes=sizes.astype(np.int32),
+                codes=codes,
+                table=np.array(table, dtype=str),
+            )
             os.replace(tmp, self.file)
         except OSError as err:
             logger.warning("could not write the scan cache %s: %s", self.file, err)

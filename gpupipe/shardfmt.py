@@ -23,17 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple
 
-from .fileio import UnreadableFile, read_file
+from .fileio import UnreadableFile, read_file, sha256_of
+from .targets import TargetKind, handler
+from .targets.base import is_int
 
 FORMAT = "gpupipe-shards"
 #: 2: per-sample image sizes, target kinds other than class labels.
 VERSION = 2
 MANIFEST = "manifest.json"
 INDEX_VERSION = "v1.2"
-#: Width of the zero-padded ASCII class index in ``<key>.cls``.
-CLASS_DIGITS = 8
-#: The member holding each target kind (besides the image, ``jpg``).
-TARGET_EXT = {"label": "cls", "multi_label": "json", "mask": "png", "boxes": "json"}
+#: The member holding the image (each target kind's handler names its own: ``Target.member``).
 IMAGE_EXT = "jpg"
 #: Cap on a manifest or index file read (they are small; a larger one is not ours).
 MAX_METADATA_BYTES = 1 << 30
@@ -49,11 +48,6 @@ def shard_name(number: int, prefix: str = "shard") -> str:
 
 def index_name(tar_name: str) -> str:
     return tar_name[: -len(".tar")] + ".idx"
-
-
-def encode_class(label: int) -> bytes:
-    """The ``.cls`` payload: fixed-width ASCII digits."""
-    return b"%0*d" % (CLASS_DIGITS, label)
 
 
 @dataclass(frozen=True)
@@ -107,7 +101,7 @@ def read_index(path: Path, sha256: str = "") -> List[IndexEntry]:
             raise ValueError(f"index {path}:{lineno}: expected groups of 'ext offset size name', got {line!r}")
         entry = {}
         for i in range(0, len(fields), 4):
-            ext, offset, size, name = fields[i:i + 4]
+            ext, offset, size, name = fields[i : i + 4]
             if not (offset.isdigit() and size.isdigit()):
                 raise ValueError(f"index {path}:{lineno}: offset and size must be integers, got {line!r}")
             entry[ext] = Member(name, int(offset), int(size))
@@ -122,8 +116,10 @@ def member_problem(member: Member, tar_size: int, max_size: int) -> str:
     if member.offset < 512:
         return f"{member.name}: index offset {member.offset} lies inside the first tar header"
     if member.offset + member.size > tar_size:
-        return (f"{member.name}: indexed bytes {member.offset}..{member.offset + member.size} lie past the end of "
-                f"the tar ({tar_size} bytes; cut short?)")
+        return (
+            f"{member.name}: indexed bytes {member.offset}..{member.offset + member.size} lie past the end of "
+            f"the tar ({tar_size} bytes; cut short?)"
+        )
     if member.size > max_size:
         return f"{member.name}: {member.size:,} bytes exceeds the {max_size:,}-byte limit"
     return ""
@@ -147,15 +143,6 @@ def confined(root: Path, name: Any, what: str) -> Path:
     return path
 
 
-def sha256_of(path) -> str:
-    """The sha256 of a file, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def check_shard_file(path, shard: Dict, size: int, root, checksum: bool) -> None:
     """Checks a shard file against its manifest entry: its size, and its sha256 when ``checksum``
     (and the manifest has one).
@@ -165,11 +152,14 @@ def check_shard_file(path, shard: Dict, size: int, root, checksum: bool) -> None
     """
     verify = f"check the pack with: python -m gpupipe.pack --verify {root}"
     if size != shard["bytes"]:
-        raise ValueError(f"Shards: {path} is {size:,} bytes, the manifest says {shard['bytes']:,} (cut short or "
-                         f"changed since it was packed); {verify}")
+        raise ValueError(
+            f"Shards: {path} is {size:,} bytes, the manifest says {shard['bytes']:,} (cut short or "
+            f"changed since it was packed); {verify}"
+        )
     if checksum and shard.get("sha256") and sha256_of(path) != shard["sha256"]:
-        raise ValueError(f"Shards: {path} differs from the shard packed (its sha256 does not match the manifest); "
-                         f"{verify}")
+        raise ValueError(
+            f"Shards: {path} differs from the shard packed (its sha256 does not match the manifest); {verify}"
+        )
 
 
 def read_shard_index(path, shard: Dict, where=None) -> List[IndexEntry]:
@@ -220,10 +210,6 @@ def _expect(cond: bool, path: Path, field: str, value: Any, want: str) -> None:
         raise ValueError(f"{path}: {field} must be {want}, got {text[:80] + ('...' if len(text) > 80 else '')}")
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def checksum(manifest: Dict) -> str:
     """The manifest's own checksum: sha256 of its canonical JSON without the ``checksum`` field."""
     body = {k: v for k, v in manifest.items() if k != "checksum"}
@@ -239,17 +225,26 @@ def check_manifest(manifest: Any, path: Path) -> None:
     _expect(isinstance(manifest, dict), path, "the manifest", manifest, "a JSON object")
     _expect(manifest.get("format") == FORMAT, path, "format", manifest.get("format"), repr(FORMAT))
     version = manifest.get("version")
-    _expect(_is_int(version) and version >= 1, path, "version", version, "an int >= 1")
+    _expect(is_int(version) and version >= 1, path, "version", version, "an int >= 1")
     if version > VERSION:
         raise ValueError(f"{path} has format version {version}; this gpupipe reads up to {VERSION}")
     if version >= 2 and manifest.get("checksum") != checksum(manifest):
-        raise ValueError(f"{path} is damaged: its checksum does not match its content (edited or corrupted "
-                         "since it was written; pack again, or restore it)")
+        raise ValueError(
+            f"{path} is damaged: its checksum does not match its content (edited or corrupted "
+            "since it was written; pack again, or restore it)"
+        )
     kind = manifest.get("kind", "label")
-    _expect(kind in TARGET_EXT, path, "kind", kind, f"one of {sorted(TARGET_EXT)}")
+    kinds = sorted(k.value for k in TargetKind)
+    _expect(kind in kinds, path, "kind", kind, f"one of {kinds}")
+    target = handler(TargetKind(kind))
     classes = manifest.get("classes")
-    _expect(isinstance(classes, list) and all(isinstance(c, str) for c in classes), path, "classes", classes,
-            "a list of names")
+    _expect(
+        isinstance(classes, list) and all(isinstance(c, str) for c in classes),
+        path,
+        "classes",
+        classes,
+        "a list of names",
+    )
     shards = manifest.get("shards")
     _expect(isinstance(shards, list), path, "shards", shards, "a list")
     for k, shard in enumerate(shards):
@@ -258,43 +253,39 @@ def check_manifest(manifest: Any, path: Path) -> None:
         for field in ("name", "index"):
             _expect(isinstance(shard.get(field), str), path, f"{where}.{field}", shard.get(field), "a string")
         for field in ("samples", "bytes"):
-            _expect(_is_int(shard.get(field)) and shard[field] >= 0, path, f"{where}.{field}", shard.get(field),
-                    "an int >= 0")
+            _expect(
+                is_int(shard.get(field)) and shard[field] >= 0,
+                path,
+                f"{where}.{field}",
+                shard.get(field),
+                "an int >= 0",
+            )
         if version >= 2:
-            _expect(isinstance(shard.get("index_sha256"), str), path, f"{where}.index_sha256",
-                    shard.get("index_sha256"), "a string")
+            _expect(
+                isinstance(shard.get("index_sha256"), str),
+                path,
+                f"{where}.index_sha256",
+                shard.get("index_sha256"),
+                "a string",
+            )
         n = shard["samples"]
-        target = {"label": "labels", "multi_label": "label_lists", "mask": "labels", "boxes": "boxes"}[kind]
-        _check_rows(shard, target, n, path, where, kind)
+        problem = target.rows_problem(shard, n)
+        if problem is not None:
+            field, value, want = problem
+            _expect(False, path, f"{where}.{field}", value, want)
         if version >= 2:
             sizes = shard.get("sizes")
-            _expect(isinstance(sizes, list) and len(sizes) == n and all(
-                isinstance(s, list) and len(s) == 2 and all(_is_int(v) and v > 0 for v in s) for s in sizes),
-                path, f"{where}.sizes", sizes, f"{n} [h, w] pairs of positive ints")
+            _expect(
+                isinstance(sizes, list)
+                and len(sizes) == n
+                and all(isinstance(s, list) and len(s) == 2 and all(is_int(v) and v > 0 for v in s) for s in sizes),
+                path,
+                f"{where}.sizes",
+                sizes,
+                f"{n} [h, w] pairs of positive ints",
+            )
     totals = manifest.get("totals", {})
     _expect(isinstance(totals, dict), path, "totals", totals, "an object")
-
-
-def _check_rows(shard: Dict, field: str, n: int, path: Path, where: str, kind: str) -> None:
-    rows = shard.get(field)
-    if kind in ("label", "mask") and field == "labels":
-        if kind == "mask" and rows is None:
-            return
-        _expect(isinstance(rows, list) and len(rows) == n and all(_is_int(v) for v in rows), path,
-                f"{where}.labels", rows, f"{n} ints")
-    elif kind == "multi_label":
-        _expect(isinstance(rows, list) and len(rows) == n and all(
-            isinstance(r, list) and all(_is_int(v) for v in r) for r in rows), path, f"{where}.label_lists", rows,
-            f"{n} lists of ints")
-    elif kind == "boxes":
-        labels = shard.get("box_labels")
-        _expect(isinstance(rows, list) and len(rows) == n and isinstance(labels, list) and len(labels) == n,
-                path, f"{where}.boxes", rows, f"{n} box lists with {n} label lists")
-        for r, lbl in zip(rows, labels):
-            _expect(isinstance(r, list) and isinstance(lbl, list) and len(r) == len(lbl) and all(
-                isinstance(b, list) and len(b) == 4 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                            for v in b) for b in r) and all(_is_int(v) for v in lbl),
-                path, f"{where}.boxes", r, "[x0, y0, x1, y1] boxes, one int label each")
 
 
 def is_packed(root: Path) -> bool:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 from .ops import HW, BatchOp, Decode, Effect, Normalize, Op, Output, SanitizeBoxes
-from .targets import TargetKind
+from .targets import TargetKind, handler
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,12 @@ class PipelineSpec:
         return self.sizes[i - 1] if i > 0 else None
 
 
-def build_spec(ops: Sequence[Op], output: Optional[Output] = None,
-               target: Optional[TargetKind] = TargetKind.LABEL, ignore_index: int = 255) -> PipelineSpec:
+def build_spec(
+    ops: Sequence[Op],
+    output: Optional[Output] = None,
+    target: Optional[TargetKind] = TargetKind.LABEL,
+    ignore_index: int = 255,
+) -> PipelineSpec:
     """Checks an op list and returns the spec the backends compile.
 
     Args:
@@ -127,8 +131,14 @@ def build_spec(ops: Sequence[Op], output: Optional[Output] = None,
             "RandomResizedCrop, CenterCrop, RandomCrop, PadTo or Resize(size=(h, w))"
         )
     return PipelineSpec(
-        ops=tuple(image_ops), sizes=tuple(sizes), normalize=normalize, output=output, size=size,
-        batch_ops=tuple(batch_ops), target=target or TargetKind.LABEL, sanitize=sanitize or SanitizeBoxes(),
+        ops=tuple(image_ops),
+        sizes=tuple(sizes),
+        normalize=normalize,
+        output=output,
+        size=size,
+        batch_ops=tuple(batch_ops),
+        target=target or TargetKind.LABEL,
+        sanitize=sanitize or SanitizeBoxes(),
         ignore_index=ignore_index,
     )
 
@@ -136,8 +146,9 @@ def build_spec(ops: Sequence[Op], output: Optional[Output] = None,
 def _cannot_carry(op: Op, target: TargetKind) -> str:
     if op.effect is Effect.BATCH:
         why = f"it mixes whole images and class labels; mixing {target.title} is not supported"
-    elif TargetKind.BOXES in op.carries and len(op.carries) == 1:
-        why = "it needs boxes (a detection source)"
+    elif len(op.carries) == 1:
+        only = handler(next(iter(op.carries)))
+        why = f"it needs {only.title} ({only.sources})"
     else:
         why = f"it moves pixels without moving the {target.title}"
     return f"{op.name} cannot carry {target.title}: {why}"

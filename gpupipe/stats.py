@@ -56,10 +56,12 @@ class StatsSummary:
         return dict(self.__dict__)
 
     def __str__(self) -> str:
-        return (f"{self.batches} batches, {self.images_per_s:.0f} images/s, waiting for data "
-                f"{100 * self.wait_share:.0f}% of the time: {self.verdict}"
-                + (f" ({self.suggestion})" if self.suggestion else "")
-                + (f"; {self.dropped} samples that failed to load left out" if self.dropped else ""))
+        return (
+            f"{self.batches} batches, {self.images_per_s:.0f} images/s, waiting for data "
+            f"{100 * self.wait_share:.0f}% of the time: {self.verdict}"
+            + (f" ({self.suggestion})" if self.suggestion else "")
+            + (f"; {self.dropped} samples that failed to load left out" if self.dropped else "")
+        )
 
 
 class LoadStats:
@@ -74,8 +76,9 @@ class LoadStats:
             (``packed_max_size``) and what its remote tars' cache downloaded (``fetched_since``).
     """
 
-    def __init__(self, backend: str, on_gpu: bool, log_every: Optional[int] = None, clock=time.perf_counter,
-                 source=None) -> None:
+    def __init__(
+        self, backend: str, on_gpu: bool, log_every: Optional[int] = None, clock=time.perf_counter, source=None
+    ) -> None:
         self.backend = backend
         self.on_gpu = on_gpu
         self.log_every = log_every
@@ -119,9 +122,16 @@ class LoadStats:
             verdict, suggestion = "input-bound", self._suggestion()
         else:
             verdict, suggestion = "compute-bound", ""
-        return StatsSummary(batches=self.batches, images=self.images, wait_s=self.wait_s, busy_s=self.busy_s,
-                            images_per_s=self.images / total if total > 0 else 0.0, wait_share=share,
-                            verdict=verdict, suggestion=suggestion)
+        return StatsSummary(
+            batches=self.batches,
+            images=self.images,
+            wait_s=self.wait_s,
+            busy_s=self.busy_s,
+            images_per_s=self.images / total if total > 0 else 0.0,
+            wait_share=share,
+            verdict=verdict,
+            suggestion=suggestion,
+        )
 
     def _suggestion(self) -> str:
         advice = self._advice()
@@ -134,10 +144,13 @@ class LoadStats:
             return "decode and augment on the GPU: backend='dali'"
         if self.on_gpu:
             return "more CPU threads (num_threads)" + (
-                "" if resized else ", pre-resized shards (python -m gpupipe.pack --max-size 256)")
+                "" if resized else ", pre-resized shards (python -m gpupipe.pack --max-size 256)"
+            )
         if resized:
-            return (f"the pack is already pre-resized (--max-size {resized}): train on a GPU with backend='dali', "
-                    "or give the loader more CPU cores (num_threads)")
+            return (
+                f"the pack is already pre-resized (--max-size {resized}): train on a GPU with backend='dali', "
+                "or give the loader more CPU cores (num_threads)"
+            )
         return "pre-resize the images (python -m gpupipe.pack --max-size 256), or train on a GPU with backend='dali'"
 
     def _network(self) -> str:
@@ -146,7 +159,9 @@ class LoadStats:
         fetched = fetched_since(self.since) if fetched_since is not None else None
         if not fetched or not fetched.files:
             return ""
-        return (f"the pack is remote and its cache downloaded {plural(fetched.files, 'shard')} "
-                f"({fetched.bytes / 2**20:.1f} MiB in {fetched.seconds:.1f} s) during these batches: they may be "
-                "waiting on the network (a warm cache reads as fast as a local pack; keep cache_limit above the "
-                "pack's size)")
+        return (
+            f"the pack is remote and its cache downloaded {plural(fetched.files, 'shard')} "
+            f"({fetched.bytes / 2**20:.1f} MiB in {fetched.seconds:.1f} s) during these batches: they may be "
+            "waiting on the network (a warm cache reads as fast as a local pack; keep cache_limit above the "
+            "pack's size)"
+        )

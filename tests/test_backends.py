@@ -43,7 +43,7 @@ def test_the_dali_wheel_follows_torchs_cuda(monkeypatch, cuda, package):
 
 
 def test_auto_falls_back_to_torchvision_without_dali(no_dali, image_folder, caplog):
-    backends._auto_logged.clear()
+    backends.registry._auto_logged.clear()
     with caplog.at_level(logging.INFO, logger="gpupipe"):
         loader = gpupipe.loader(image_folder, batch_size=2, device="cpu", num_threads=0)
         gpupipe.loader(image_folder, batch_size=2, device="cpu", num_threads=0)
@@ -79,4 +79,4 @@ def test_default_threads_share_the_cores_among_local_ranks(monkeypatch, local, c
         monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     else:
         monkeypatch.setenv("LOCAL_WORLD_SIZE", local)
-    assert backends.default_threads() == expected
+    assert env.default_threads() == expected

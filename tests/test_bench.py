@@ -132,6 +132,7 @@ def test_help_documents_every_flag():
                  "--warmup", "--train-warmup", "--repeats", "--amp", "--threads", "--dtype", "--no-train", "--demo-images",
                  "--cache-dir", "--out", "--augment", "--quick", "--thorough"):
         assert flag in out
+    assert "one AMP training loop fed by every backend, measured side by side" in " ".join(out.split())
 
 
 @pytest.mark.parametrize("argv, message", [

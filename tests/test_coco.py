@@ -13,7 +13,7 @@ from PIL import Image
 
 import gpupipe
 from gpupipe import ops
-from gpupipe.pack import ConvertSettings, PackError, PackSettings, pack, verify
+from gpupipe.pack import ConvertSettings, PackSettings, pack, verify
 from helpers import CPU_BACKENDS, load_example, make_detection_set, two_ranks
 
 
@@ -137,7 +137,7 @@ def test_packed_shards_carry_boxes_scaled_with_the_images(det_data, tmp_path, ba
 def test_packing_refuses_or_lists_malformed_annotations(tmp_path):
     images, path = write_case(tmp_path / "in")
     source = gpupipe.CocoDetection(images, path)
-    with pytest.raises(PackError, match="3 image or annotation records not usable"):
+    with pytest.raises(gpupipe.SampleError, match="3 image or annotation records not usable"):
         pack(source, tmp_path / "raise", on_error="raise", workers=1, progress=False)
     summary = pack(source, tmp_path / "out", workers=1, progress=False)
     assert summary.packed == 3

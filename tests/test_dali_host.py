@@ -39,8 +39,8 @@ def test_parameters_are_drawn_once_per_run_and_fed_once_per_batch(tmp_path, monk
     real_plan = Planner.plan
     monkeypatch.setattr(Planner, "plan", lambda self, epoch, positions, *a, **k:
                         plans.append(len(positions)) or real_plan(self, epoch, positions, *a, **k))
-    real_targets = graph.Pipelines._targets
-    monkeypatch.setattr(graph.Pipelines, "_targets", lambda self, ref: feeds.append(ref.key) or real_targets(self, ref))
+    real_feed = graph.Pipelines._feed
+    monkeypatch.setattr(graph.Pipelines, "_feed", lambda self, ref: feeds.append(ref.key) or real_feed(self, ref))
     loader = _loader(tmp_path / "data")
     seen = 0
     for epoch in range(3):
@@ -103,11 +103,10 @@ def test_packed_parameters_come_out_of_the_graph_as_planned():
 def test_the_gpu_roi_decode_does_not_ask_for_fancy_upsampling():
     """nvImageCodec refuses a ROI with fancy upsampling on 4:2:0 JPEGs (nvJPEG < 13.2): a warning per
     image and a slower decoder. Full decodes keep fancy upsampling (PIL's)."""
-    from gpupipe import backends
-    from gpupipe.backends.dali.graph import decoder_kwargs
+    from gpupipe.backends.dali.decoder import DecoderSettings, decoder_kwargs
     from gpupipe.backends.dali.lowering import roi_decoder
 
-    settings = backends.DecoderSettings(hw_decoder_load=0.65)
+    settings = DecoderSettings(hw_decoder_load=0.65)
     gpu, cpu = decoder_kwargs(True, settings), decoder_kwargs(False, settings)
     assert gpu["jpeg_fancy_upsampling"] is True and cpu["jpeg_fancy_upsampling"] is True
     assert roi_decoder(gpu) == {**gpu, "jpeg_fancy_upsampling": False}
@@ -132,18 +131,23 @@ def test_auto_hw_decoder_load_keeps_the_fastest_share_and_logs_what_it_measured(
 
 
 def test_hw_decoder_load_is_auto_by_default_and_checked():
-    from gpupipe import backends
+    from gpupipe.backends.dali.decoder import DecoderSettings
 
-    assert backends.DecoderSettings().hw_decoder_load == "auto"
+    assert DecoderSettings().hw_decoder_load == "auto"
+    assert gpupipe.LoaderConfig(batch_size=1).hw_decoder_load == "auto"
     with pytest.raises(ValueError, match="hw_decoder_load must be 'auto' or a number in \\[0, 1\\], got 'fast'"):
         gpupipe.loader(".", "train", batch_size=4, hw_decoder_load="fast")
 
 
-def test_dali_cpu_never_calibrates(tmp_path):
+def test_dali_cpu_never_calibrates(tmp_path, monkeypatch):
+    from gpupipe.backends.dali import graph
+
+    measured = []
+    monkeypatch.setattr(graph, "remembered_hw_decoder_load", lambda *a, **k: measured.append(a) or (0.65, {}))
     make_image_folder(tmp_path / "data", {"a": 8}, seed=5)
     loader = _loader(tmp_path / "data")
     assert sum(len(labels) for _, labels in loader) == 8
-    assert loader._backend.pipelines.calibration == {}
+    assert measured == [] and loader._backend.pipelines.hw_decoder_load is None
 
 
 @needs_cuda
@@ -224,8 +228,7 @@ def test_auto_hw_decoder_load_is_measured_once_per_process_for_the_same_data():
 
 def test_the_gpu_decoder_never_gets_auto_for_a_share():
     """DALI takes a number: before (or without) measuring, ``"auto"`` is DALI's default share."""
-    from gpupipe import backends
     from gpupipe.backends.dali.calibrate import DEFAULT_LOAD
-    from gpupipe.backends.dali.graph import decoder_kwargs
+    from gpupipe.backends.dali.decoder import DecoderSettings, decoder_kwargs
 
-    assert decoder_kwargs(True, backends.DecoderSettings())["hw_decoder_load"] == DEFAULT_LOAD
+    assert decoder_kwargs(True, DecoderSettings())["hw_decoder_load"] == DEFAULT_LOAD

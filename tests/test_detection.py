@@ -8,8 +8,8 @@ import torch
 
 import gpupipe
 from gpupipe import ops
-from helpers import (BACKEND_DEVICES, CPU_BACKENDS, DALI_BACKEND_DEVICES, make_detection_set, object_pixels,
-                     rest_and_resumed)
+from helpers import (BACKEND_DEVICES, CPU_BACKENDS, DALI_BACKEND_DEVICES, make_detection_set, make_image_folder,
+                     object_pixels, rest_and_resumed)
 
 #: Lowest IoU of a box with its object's visible pixel extent (measured lowest 0.80 over these
 #: pipelines, on both CPU backends: resampling blurs edges by about a pixel).
@@ -192,6 +192,14 @@ def test_ops_that_cannot_carry_boxes_are_refused_naming_op_target_and_backend(de
                        backend=backend)
 
 
+def test_an_op_for_boxes_on_another_source_says_what_source_it_needs(tmp_path):
+    make_image_folder(tmp_path / "folder", {"a": 2})
+    with pytest.raises(ValueError, match=r"RandomIoUCrop cannot carry class labels: it needs boxes \(a detection "
+                                         r"source: CocoDetection, or a pack of one\)"):
+        gpupipe.loader(tmp_path / "folder", [ops.Decode(), ops.RandomIoUCrop(), ops.Resize((8, 8))], batch_size=2,
+                       backend="torchvision")
+
+
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_resume_with_boxes_continues_exactly(det_data, backend):
     pipeline = gpupipe.presets.detection_ssd(64)
@@ -202,3 +210,18 @@ def test_resume_with_boxes_continues_exactly(det_data, backend):
     assert len(rest) == len(again) == 4
     for a, b in zip(rest, again):
         assert torch.equal(a["labels"], b["labels"]) and torch.equal(a["boxes"], b["boxes"])
+
+
+@pytest.mark.parametrize("backend, device", BACKEND_DEVICES)
+def test_a_batch_whose_images_have_no_box_at_all_is_delivered(det_data, backend, device):
+    """A batch in which no image has a box (every third image of the set has none) is an ordinary batch,
+    not a decoding failure that would blame (and with on_error="skip" drop) good images."""
+    source = coco(det_data)
+    empty = [i for i in range(len(source)) if len(source.boxes[i]) == 0]
+    assert len(empty) >= 4
+    source = source.subset(empty[:4] + [i for i in range(len(source)) if i not in empty][:4])
+    pipeline = [ops.Decode(), ops.RandomIoUCrop(), ops.HorizontalFlip(), ops.Resize((48, 48)), ops.Output("uint8")]
+    loader = gpupipe.loader(source, pipeline, batch_size=4, backend=backend, device=device, num_threads=1,
+                            shuffle=False, on_error="raise")
+    counts = [int((targets["labels"] >= 0).sum()) for _, targets in loader]
+    assert len(counts) == 2 and counts[0] == 0 and counts[1] >= 1 and loader.skipped == []

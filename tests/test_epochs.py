@@ -17,10 +17,13 @@ from hypothesis import strategies as st
 
 import gpupipe
 from gpupipe import backends
-from gpupipe.backends import REGISTRY, BackendInfo, RunConfig
+from gpupipe.backends import REGISTRY, BackendInfo, Placement
 from gpupipe.epochs import EpochCursor
 from gpupipe.spec import build_spec
 from helpers import rest_and_resumed
+
+
+CPU = Placement(torch.device("cpu"), 0)
 
 
 class FakeBackend:
@@ -28,7 +31,7 @@ class FakeBackend:
 
     name = "fake"
 
-    def __init__(self, source, spec, config):
+    def __init__(self, source, spec, config, placement, errors):
         self.batch_size = config.batch_size
 
     def iter_epoch(self, read, start=0, upcoming=None):
@@ -42,14 +45,14 @@ class FakeBackend:
 @pytest.fixture(autouse=True)
 def fake_backend(monkeypatch):
     monkeypatch.setitem(REGISTRY, "fake", BackendInfo("fake", "torch", needs_cuda=False, main_process=True,
-                                                      factory=f"{__name__}:FakeBackend"))
+                                                      factory=f"{__name__}:FakeBackend", lowerings=__name__))
 
 
 def make(samples=10, batch_size=3, seed=0):
     source = gpupipe.FileList([(f"/nowhere/{i}.jpg", 0) for i in range(samples)])
     spec = build_spec([gpupipe.Decode(), gpupipe.Resize((4, 4))])
-    config = RunConfig(batch_size=batch_size, drop_last=False, device=torch.device("cpu"), num_threads=0, seed=seed)
-    return gpupipe.Loader(source, spec, config, backend="fake", shuffle=True)
+    config = gpupipe.LoaderConfig(batch_size=batch_size, seed=seed, num_threads=0)
+    return gpupipe.Loader(source, spec, config, backend="fake", placement=CPU)
 
 
 def keys(batches):
@@ -218,7 +221,7 @@ def test_resume_point_is_exact_on_every_backend_with_augmentations(image_folder)
         # DALI's and torchvision's antialiased resizes differ by ~1-2 levels (more along the borders);
         # another crop or flip would differ by 30 and more.
         assert (x.float() - y.float()).abs().mean() < 3.0, "same crops and flips, antialiasing kernels aside"
-    backends._auto_logged.clear()
+    backends.registry._auto_logged.clear()
 
 
 class Clock:
@@ -266,8 +269,8 @@ def test_stats_say_compute_bound_when_the_step_dominates_and_reset_on_request():
 def test_stats_log_a_line_every_n_batches(caplog):
     source = gpupipe.FileList([(f"/nowhere/{i}.jpg", 0) for i in range(12)])
     spec = build_spec([gpupipe.Decode(), gpupipe.Resize((4, 4))])
-    config = RunConfig(batch_size=2, drop_last=False, device=torch.device("cpu"), num_threads=0)
-    loader = gpupipe.Loader(source, spec, config, backend="fake", shuffle=False, log_every=3)
+    config = gpupipe.LoaderConfig(batch_size=2, shuffle=False, num_threads=0, log_every=3)
+    loader = gpupipe.Loader(source, spec, config, backend="fake", placement=CPU)
     with caplog.at_level("INFO", logger="gpupipe.stats"):
         list(loader)
     assert caplog.text.count("gpupipe: ") == 2

@@ -95,4 +95,22 @@ def test_except_gpupipe_error_catches_what_the_packer_raises(tmp_path):
     (tmp_path / "src" / "a" / "empty.jpg").write_bytes(b"")
     with pytest.raises(gpupipe.Error, match="empty.jpg") as info:
         gpupipe.pack.pack(tmp_path / "src", tmp_path / "out", on_error="raise", workers=1, progress=False)
-    assert isinstance(info.value, gpupipe.PackError) and isinstance(info.value, RuntimeError)
+    assert isinstance(info.value, gpupipe.SampleError) and isinstance(info.value, RuntimeError)
+    assert [e.path for e in info.value.entries] == [str(tmp_path / "src" / "a" / "empty.jpg")]
+
+
+def test_a_sample_error_survives_pickling_and_copying():
+    """Errors cross process boundaries (DataLoader workers, torchrun ranks) by pickling."""
+    import copy
+    import pickle
+
+    from gpupipe.errors import SampleError, Skipped
+
+    entries = [Skipped("a.jpg", "empty file (0 bytes)"), Skipped("b.png", "cannot decode: truncated")]
+    for err in (SampleError(entries[0]), SampleError(entries, "2 of 9 files cannot be used")):
+        for again in (pickle.loads(pickle.dumps(err)), copy.copy(err)):
+            assert type(again) is SampleError and str(again) == str(err) and again.entries == err.entries
+    assert str(SampleError(entries[0])) == "a.jpg: empty file (0 bytes)"
+    decode = pickle.loads(pickle.dumps(DecodeError("c.jpg", "bad Huffman code")))
+    assert str(decode) == "cannot decode c.jpg: bad Huffman code" and decode.skipped == Skipped("c.jpg", "bad Huffman code")
+

@@ -16,6 +16,7 @@ import torch
 import gpupipe
 from gpupipe import backends
 from gpupipe.batch import _constants, normalize_uint8
+from gpupipe.errors import ErrorPolicy
 from gpupipe.spec import build_spec
 from helpers import env_without, flat_folder, make_image_folder, needs_dali
 
@@ -52,25 +53,25 @@ def test_keep_alive_holds_buffers_until_the_consumers_stream_has_passed_them():
 
 @needs_dali
 def test_decoder_settings_reach_the_gpu_decoder_only():
-    from gpupipe.backends.dali.graph import decoder_kwargs
+    from gpupipe.backends.dali.decoder import DecoderSettings, decoder_kwargs
 
-    settings = backends.DecoderSettings(hw_decoder_load=0.9, width_hint=640, height_hint=480)
+    settings = DecoderSettings(hw_decoder_load=0.9, width_hint=640, height_hint=480)
     gpu = decoder_kwargs(True, settings)
     assert gpu["device"] == "mixed" and gpu["hw_decoder_load"] == 0.9
     assert (gpu["preallocate_width_hint"], gpu["preallocate_height_hint"]) == (640, 480)
     assert "hw_decoder_load" not in decoder_kwargs(False, settings)
 
 
+@needs_dali
 def test_preallocation_hints_are_the_99th_percentile_of_the_scanned_sizes(tmp_path):
+    from gpupipe.backends.dali.decoder import decoder_settings
+
     root = tmp_path / "data"
     make_image_folder(root, {"a": 50}, sizes=(40, 200), seed=1)
     source = gpupipe.ImageFolder(root)
-    args = gpupipe.options.check_arguments(
-        batch_size=4, shuffle=True, drop_last=False, even_batches=True, seed=0, num_threads=None, prefetch=2,
-        on_error="raise", max_pixels=10**8, max_file_size=1 << 30, hw_decoder_load=0.5, preallocate="auto",
-        log_every=None)
-    settings = gpupipe.options.decoder_settings(args, source)
+    config = gpupipe.LoaderConfig(batch_size=4, hw_decoder_load=0.5, preallocate="auto")
     sizes = source.sizes()
+    settings = decoder_settings(config, sizes)
     assert settings.height_hint == int(np.percentile(sizes[:, 0], 99))
     assert settings.width_hint == int(np.percentile(sizes[:, 1], 99))
     assert settings.hw_decoder_load == 0.5
@@ -83,8 +84,9 @@ def test_dali_cpu_feeding_a_gpu_makes_uint8_and_normalises_there(image_folder):
     source = gpupipe.ImageFolder(image_folder)
     source.scan()
     spec = build_spec(gpupipe.presets.train(32))
-    config = backends.RunConfig(batch_size=4, drop_last=False, device=torch.device("cuda"), num_threads=1)
-    backend = DaliBackend(source, spec, config, gpu=False)
+    config = gpupipe.LoaderConfig(batch_size=4, num_threads=1)
+    backend = DaliBackend(source, spec, config, backends.Placement(torch.device("cuda"), 1), ErrorPolicy("raise"),
+                          gpu=False)
     assert backend.finish_on_gpu and backend.graph_spec.output.dtype == "uint8"
     assert spec.output.dtype == "float32", "the batch contract is unchanged"
     backend.close()
@@ -101,7 +103,7 @@ def test_normalisation_constants_are_made_once_per_device():
 
 @needs_dali
 def test_short_epochs_share_one_pipeline_and_the_next_run_is_built_ahead(tmp_path, monkeypatch):
-    from gpupipe.backends import dali
+    from gpupipe.backends.dali import backend as dali
     from gpupipe.backends.dali.graph import Pipelines
 
     root = flat_folder(tmp_path / "data", 12)

@@ -1,6 +1,7 @@
 """python -m gpupipe.pack: checking and normalising inputs, the format, --verify, resume, reading shards."""
 
 import io
+import logging
 import json
 import shutil
 import subprocess
@@ -17,7 +18,7 @@ from helpers import CPU_BACKENDS, make_image_folder, rewrite_manifest
 from gpupipe import shardfmt
 from gpupipe.pack import ConvertSettings, PackError, PackSettings, pack, parse_size, verify
 from gpupipe.pack.manifest import read_sources
-from gpupipe.pack.writer import sha256_of
+from gpupipe.fileio import sha256_of
 from imagecases import bomb, write_cases
 
 SMALL_SHARDS = PackSettings(shard_size=64 * 1024)
@@ -193,7 +194,7 @@ def test_other_settings_on_the_same_folder_are_refused(tmp_path):
 
 def test_on_error_raise_names_the_file(messy_folder, tmp_path):
     root, _ = messy_folder
-    with pytest.raises(PackError, match=r"(empty|truncated|text|gzip|bomb)\.(jpg|png): "):
+    with pytest.raises(gpupipe.SampleError, match=r"(empty|truncated|text|gzip|bomb)\.(jpg|png): "):
         pack(root, tmp_path / "dst", on_error="raise", workers=1, progress=False)
     proc = run_cli(root, tmp_path / "dst2", "--on-error", "raise", "-q")
     assert proc.returncode == 2 and proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
@@ -250,3 +251,15 @@ def test_shuffled_shards_visit_every_sample_once_in_shard_blocks(messy_folder, t
     assert not np.array_equal(order, source.epoch_order(seed=1, epoch=1, shuffle=True))
     runs = shardfmt.runs([source.shard_of[i] for i in order])
     assert len(runs) == len(source.tar_paths), "each shard read in one block"
+
+
+def test_skipped_inputs_are_listed_in_the_manifest_and_logged_at_info_not_warned(messy_folder, tmp_path, caplog):
+    """A pack records every skipped input in its manifest; a big dataset must not print a warning per file."""
+    root, _ = messy_folder
+    with caplog.at_level(logging.INFO, logger="gpupipe"):
+        summary = pack(root, tmp_path / "dst", workers=1, progress=False)
+    skipped = [r for r in caplog.records if r.getMessage().startswith("skipping ")]
+    assert summary.skipped >= 4 and len(skipped) == summary.skipped
+    assert {r.levelno for r in skipped} == {logging.INFO} and {r.name for r in skipped} == {"gpupipe.pack"}
+    proc = run_cli(root, tmp_path / "dst2", "-q", "--workers", "1")
+    assert proc.returncode == 0 and "skipping" not in proc.stderr, proc.stderr

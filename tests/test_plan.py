@@ -9,7 +9,8 @@ import pytest
 
 from gpupipe import ops
 from gpupipe.plan import Planner
-from gpupipe.plan import boxes as bx
+from gpupipe.plan import affine as maps
+from gpupipe.targets import boxmath as bx
 from gpupipe.spec import build_spec
 from gpupipe.targets import TargetKind
 
@@ -78,7 +79,7 @@ def test_random_erasing_rectangles_fit_and_match_torchvision_s_area():
 
 
 def test_rotation_affine_turns_counter_clockwise_about_the_centre():
-    affine = bx.rotation(np.array([90.0]), np.array([10]), np.array([20]))[0]
+    affine = maps.rotation(np.array([90.0]), np.array([10]), np.array([20]))[0]
     right_of_centre = np.array([15.0, 5.0])  # (x, y), y down
     moved = affine[:, :2] @ right_of_centre + affine[:, 2]
     assert np.allclose(moved, [10.0, 0.0]), "right of the centre goes up"
@@ -107,8 +108,8 @@ def test_iou_crop_windows_meet_their_minimum_iou():
 
 def test_boxes_move_with_the_affine_maps():
     box = np.array([[10, 20, 30, 50]], np.float32)
-    crop = bx.crop_resize(np.array([10]), np.array([5]), np.array([40]), np.array([50]), np.array([80]), np.array([100]))
+    crop = maps.crop_resize(np.array([10]), np.array([5]), np.array([40]), np.array([50]), np.array([80]), np.array([100]))
     assert np.allclose(bx.apply(crop[0], box), [[10, 20, 50, 80]])
-    flip = bx.hflip(np.array([1]), np.array([100]))
+    flip = maps.hflip(np.array([1]), np.array([100]))
     assert np.allclose(bx.apply(flip[0], box), [[70, 20, 90, 50]])
     assert math.isclose(float(bx.iou(box, np.array([10, 20, 30, 50], np.float64))[0]), 1.0)

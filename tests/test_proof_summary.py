@@ -57,3 +57,26 @@ def test_the_peer_comparison_and_op_costs_run_in_the_rehearsal(tmp_path):
     assert ops == ["Decode+RandomResizedCrop", "HorizontalFlip", "RandAugment", "RandomErasing", "MixUp", "CutMix"]
     summary = (out / "summary.md").read_text()
     assert "- peer comparison: {" in summary and "RandAugment" in summary and "Failed steps" not in summary
+
+
+def test_the_targets_are_the_ones_of_issue_25_and_judged_from_the_figures(gpu_proof):
+    """One home for the GPU targets: the proof's TARGETS, judged from the peer comparison and the benches
+    (host share: at most; the others: at least)."""
+    figures = {
+        "peer_compare": {
+            "results": {"gpupipe-dali loader alone": {"images_per_s": 19_500.0}},
+            "ratios": {"loader alone": {"gpupipe_over_hand": 0.98},
+                       "resnet18": {"gpupipe_over_hand": 0.90, "host_share": {"gpupipe-dali": 0.08}}},
+        },
+        "bench": {
+            "resnet50": {"results": {"dali": {"loader": {"images_per_s": 20_000.0},
+                                              "train": {"fraction_of_ceiling": 0.96}}}},
+            "heavy": {"results": {"dali": {"loader": {"images_per_s": 15_000.0}}}},
+        },
+    }
+    rows = {text: (measured, met) for text, measured, met in gpu_proof.targets(figures)}
+    assert [text for text, _ in gpu_proof.TARGETS.values()] == list(rows)
+    verdicts = dict(zip(gpu_proof.TARGETS, (met for _, met in rows.values())))
+    assert verdicts == {"resnet18_vs_hand": "MISSED", "resnet18_host_share": "met", "loader_vs_hand": "met",
+                        "loader_rate": "met", "resnet50_ceiling": "met", "heavy_within_15": "MISSED"}
+    assert all(met == "-" for _, _, met in gpu_proof.targets({})), "nothing measured: nothing judged"

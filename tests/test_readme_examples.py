@@ -1,6 +1,9 @@
-"""The README's example commands, run as written, on tiny generated data.
+"""The documented example commands, run as written, on tiny generated data.
 
-The rule: every line of a fenced code block in README.md that runs an example
+The commands live where a user reads them: the home page of the documentation
+(``docs/index.md``, "The examples") and the DDP page; README.md links there.
+The rule: every line of a fenced code block in README.md or a page under
+``docs/`` that runs an example
 (``python examples/<name>.py ...`` or ``torchrun ... examples/<name>.py ...``,
 ``\\``-continued lines joined, ``# comments`` dropped) is run in a subprocess
 with exactly its own arguments, except that:
@@ -42,11 +45,15 @@ SMALL = {
     "train_detection": ["--steps", "4", "--size", "128", "--batch-size", "4"],  # 8 images: 2 epochs of 2 batches
 }
 EPOCHS, BATCHES = 2, 2
+#: Where the commands are read: README.md and every documentation page.
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+#: Each example both ways (DataLoader and gpupipe), DDP once: the count found must be this.
+EXPECTED_COMMANDS = 7
 
 
 def readme_commands() -> list:
-    """The README's example commands: ``(example name, argv as written)``, each once."""
-    text = (ROOT / "README.md").read_text()
+    """The documented example commands: ``(example name, argv as written)``, each once."""
+    text = "\n".join(page.read_text() for page in PAGES)
     found = []
     for block in re.findall(r"^```[a-z]*\n(.*?)^```", text, flags=re.S | re.M):
         for line in block.replace("\\\n", " ").splitlines():
@@ -64,6 +71,9 @@ COMMANDS = readme_commands()
 
 
 def test_the_readme_shows_every_example_both_ways():
+    assert len(COMMANDS) == EXPECTED_COMMANDS, COMMANDS
+    index = (ROOT / "docs" / "index.md").read_text()
+    assert all(" ".join(argv) in " ".join(index.split()) for _, argv in COMMANDS), "docs/index.md lists them all"
     shown = {(name, argv[argv.index("--loader") + 1] if "--loader" in argv else "gpupipe") for name, argv in COMMANDS}
     assert {name for name, _ in shown} == set(EXAMPLES)
     for name in EXAMPLES:
@@ -105,7 +115,7 @@ def test_a_readme_example_command_runs_as_written(tmp_path, name, argv):
     write_tiny_data(tmp_path / "data")
     for arg in argv:
         if arg.startswith("data/"):
-            assert (tmp_path / arg).exists(), f"the README names {arg}, which the tiny data set lacks"
+            assert (tmp_path / arg).exists(), f"the documentation names {arg}, which the tiny data set lacks"
     proc = subprocess.run(localised(argv, tmp_path, name), cwd=ROOT, capture_output=True, text=True, timeout=800)
     out = proc.stdout
     assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]

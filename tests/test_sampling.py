@@ -7,7 +7,7 @@ pytest.importorskip("hypothesis")  # the test extra; plain pytest skips this mod
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpupipe.options import World, settle_world
+from gpupipe.env import World, settle_world
 from gpupipe.sampling import RankShare, epoch_order, per_rank, split
 
 

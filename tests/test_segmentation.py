@@ -201,7 +201,7 @@ def test_shrunk_masks_stay_class_ids(seg_data, tmp_path):
     dst = tmp_path / "small"
     pack(source(seg_data), dst, PackSettings(convert=ConvertSettings(max_size=30)), workers=1, progress=False)
     shards = gpupipe.Shards(dst)
-    mask = np.asarray(Image.open(__import__("io").BytesIO(shards.read_mask_bytes(0).tobytes())))
+    mask = np.asarray(Image.open(__import__("io").BytesIO(shards.read_mask(0).tobytes())))
     assert mask.ndim == 2 and min(mask.shape) == 30 and set(np.unique(mask)) <= {0, 1, 2}
 
 

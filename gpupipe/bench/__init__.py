@@ -1,6 +1,6 @@
 """The bench: ``python -m gpupipe.bench`` (see :mod:`gpupipe.bench.__main__`).
 
-Modules follow the run: ``demo`` makes the data (``demo_tasks``: segmentation
+Modules follow the run: ``args`` reads the flags, ``demo`` makes the data (``demo_tasks``: segmentation
 and detection sets), ``estimate`` says how long the run will take, ``runner``
 builds each backend's loader (``baseline``: the tutorial DataLoader) and the
 shared training step, ``measure`` times them, ``monitor`` samples CPU /

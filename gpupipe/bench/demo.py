@@ -59,8 +59,9 @@ def pink_noise(rng: np.random.Generator, height: int, width: int, exponent: floa
     return noise / (noise.std() + 1e-8)
 
 
-def leaves(rng: np.random.Generator, height: int, width: int, count: int, scale: float = 1.0
-           ) -> Iterator[Tuple[Tuple[slice, slice], np.ndarray]]:
+def leaves(
+    rng: np.random.Generator, height: int, width: int, count: int, scale: float = 1.0
+) -> Iterator[Tuple[Tuple[slice, slice], np.ndarray]]:
     """The "dead leaves" of one scene: per leaf, its bounding box and its boolean mask inside that box.
 
     Leaf sizes follow a power law (as in the dead-leaves model); 70 % are
@@ -129,7 +130,7 @@ def _enlarge(image: np.ndarray, scale: float, rng: np.random.Generator) -> np.nd
     from PIL import Image
 
     height, width = image.shape[:2]
-    big = Image.fromarray(image).resize((round(width * scale), round(height * scale)), Image.BICUBIC)
+    big = Image.fromarray(image).resize((round(width * scale), round(height * scale)), Image.Resampling.BICUBIC)
     noisy = np.asarray(big, np.float32) + rng.normal(0, 2.0, (big.height, big.width, 3)).astype(np.float32)
     return np.clip(noisy, 0, 255).astype(np.uint8)
 
@@ -149,8 +150,9 @@ def _write_images(args: Tuple[Path, DemoSpec, int, range]) -> None:
         Image.fromarray(image).save(folder / f"img_{i:05d}.jpg", quality=spec.quality)
 
 
-def run_parallel(fn: Callable[[Any], Any], jobs: List[Tuple], total: int, workers: Optional[int],
-                 progress: Optional[Progress]) -> List[Any]:
+def run_parallel(
+    fn: Callable[[Any], Any], jobs: List[Tuple], total: int, workers: Optional[int], progress: Optional[Progress]
+) -> List[Any]:
     """``fn`` of every job, over ``workers`` processes (default: the usable cores), in order.
 
     Each job's last element is the range of items it makes; ``progress(done, total)`` is
@@ -213,15 +215,22 @@ def packed_stats(root: Path) -> Dict[str, float]:
     sizes = np.array([s for shard in manifest["shards"] for s in shard.get("sizes", [])], np.float64).reshape(-1, 2)
     samples = manifest["totals"]["samples"]
     kib = manifest["totals"]["bytes"] / 1024 / max(1, samples)
-    return {"images": samples, "classes": len(manifest["classes"]), "mean_kib": round(kib, 1), "median_kib": round(kib, 1),
-            "total_mib": round(manifest["totals"]["bytes"] / 2**20, 1),
-            "mean_width": round(float(sizes[:, 1].mean()), 1) if len(sizes) else 0.0,
-            "mean_height": round(float(sizes[:, 0].mean()), 1) if len(sizes) else 0.0,
-            "min_side": int(sizes.min()) if len(sizes) else 0, "max_side": int(sizes.max()) if len(sizes) else 0}
+    return {
+        "images": samples,
+        "classes": len(manifest["classes"]),
+        "mean_kib": round(kib, 1),
+        "median_kib": round(kib, 1),
+        "total_mib": round(manifest["totals"]["bytes"] / 2**20, 1),
+        "mean_width": round(float(sizes[:, 1].mean()), 1) if len(sizes) else 0.0,
+        "mean_height": round(float(sizes[:, 0].mean()), 1) if len(sizes) else 0.0,
+        "min_side": int(sizes.min()) if len(sizes) else 0,
+        "max_side": int(sizes.max()) if len(sizes) else 0,
+    }
 
 
-def generate(root: Path, spec: DemoSpec = DemoSpec(), workers: Optional[int] = None,
-             progress: Optional[Progress] = None) -> Path:
+def generate(
+    root: Path, spec: DemoSpec = DemoSpec(), workers: Optional[int] = None, progress: Optional[Progress] = None
+) -> Path:
     """Writes ``root/class_XX/img_XXXXX.jpg`` for ``spec`` over ``workers`` processes (default: all usable cores).
 
     Args:
@@ -245,8 +254,9 @@ def is_built(root: Path) -> bool:
     return (Path(root) / "demo.json").is_file()
 
 
-def ensure_demo(cache_dir: Path, spec: DemoSpec = DemoSpec(), workers: Optional[int] = None,
-                progress: Optional[Progress] = None) -> Path:
+def ensure_demo(
+    cache_dir: Path, spec: DemoSpec = DemoSpec(), workers: Optional[int] = None, progress: Optional[Progress] = None
+) -> Path:
     """Returns the demo folder under ``cache_dir``, generating it once (an interrupted one is rebuilt)."""
     root = demo_root(cache_dir, spec)
     if is_built(root):

@@ -42,8 +42,9 @@ class TaskSpec:
     seed: int = 0
 
 
-def scene(rng: np.random.Generator, spec: TaskSpec, objects: int, first_class: int
-          ) -> Tuple[np.ndarray, np.ndarray, List[int]]:
+def scene(
+    rng: np.random.Generator, spec: TaskSpec, objects: int, first_class: int
+) -> Tuple[np.ndarray, np.ndarray, List[int]]:
     """One scene: the image ``(H, W, 3)`` uint8, the map of which object each pixel shows
     (``(H, W)`` int16, -1 for the background) and each object's class (``first_class`` .. ``classes - 1``)."""
     height, width = photo_size(rng, spec.min_side, spec.max_side, int(spec.max_side * 1.4))
@@ -87,8 +88,15 @@ def _annotate(root: Path, spec: TaskSpec, i: int) -> Tuple[Dict, List[Dict]]:
         if len(ys) < MIN_OBJECT_PIXELS:
             continue
         x0, y0, x1, y1 = int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1
-        annotations.append({"image_id": i + 1, "category_id": label + 1, "bbox": [x0, y0, x1 - x0, y1 - y0],
-                            "area": int(len(ys)), "iscrowd": 0})
+        annotations.append(
+            {
+                "image_id": i + 1,
+                "category_id": label + 1,
+                "bbox": [x0, y0, x1 - x0, y1 - y0],
+                "area": int(len(ys)),
+                "iscrowd": 0,
+            }
+        )
     return record, annotations
 
 
@@ -97,31 +105,36 @@ def _write_detection(args) -> List[Tuple[Dict, List[Dict]]]:
     return [_annotate(root, spec, i) for i in indices]
 
 
-def write_segmentation(root: Path, spec: TaskSpec = TaskSpec(), workers: Optional[int] = None,
-                       progress: Optional[Progress] = None) -> Path:
+def write_segmentation(
+    root: Path, spec: TaskSpec = TaskSpec(), workers: Optional[int] = None, progress: Optional[Progress] = None
+) -> Path:
     """Writes ``root/images`` and ``root/masks`` (see the module's docstring); returns ``root``."""
     root = Path(root)
     for sub in ("images", "masks"):
         (root / sub).mkdir(parents=True, exist_ok=True)
-    run_parallel(_write_segmentation, [(root, spec, piece) for piece in chunks(spec.images)], spec.images, workers,
-                 progress)
+    run_parallel(
+        _write_segmentation, [(root, spec, piece) for piece in chunks(spec.images)], spec.images, workers, progress
+    )
     return root
 
 
-def write_detection(root: Path, spec: TaskSpec = TaskSpec(classes=5), workers: Optional[int] = None,
-                    progress: Optional[Progress] = None) -> Path:
+def write_detection(
+    root: Path, spec: TaskSpec = TaskSpec(classes=5), workers: Optional[int] = None, progress: Optional[Progress] = None
+) -> Path:
     """Writes ``root/images`` and ``root/annotations.json`` (see the module's docstring); returns ``root``."""
     root = Path(root)
     (root / "images").mkdir(parents=True, exist_ok=True)
-    found = run_parallel(_write_detection, [(root, spec, piece) for piece in chunks(spec.images)], spec.images,
-                         workers, progress)
-    images, annotations = [], []
+    found = run_parallel(
+        _write_detection, [(root, spec, piece) for piece in chunks(spec.images)], spec.images, workers, progress
+    )
+    images: List[Dict] = []
+    annotations: List[Dict] = []
     for record, anns in (pair for piece in found for pair in piece):
         images.append(record)
         for ann in anns:
             annotations.append({"id": len(annotations) + 1, **ann})
     categories = [{"id": c + 1, "name": f"shape_{c}"} for c in range(spec.classes)]
-    (root / "annotations.json").write_text(json.dumps({"images": images, "annotations": annotations,
-                                                     "categories": categories}))
+    (root / "annotations.json").write_text(
+        json.dumps({"images": images, "annotations": annotations, "categories": categories})
+    )
     return root
-

@@ -58,8 +58,9 @@ def time_demo_image() -> float:
     return best
 
 
-def estimate(config: BenchConfig, *, demo_images: int, demo_image_s: float, step_s: Optional[float],
-             workers: int) -> Estimate:
+def estimate(
+    config: BenchConfig, *, demo_images: int, demo_image_s: float, step_s: Optional[float], workers: int
+) -> Estimate:
     """The bench's duration on this machine.
 
     Args:
@@ -72,8 +73,7 @@ def estimate(config: BenchConfig, *, demo_images: int, demo_image_s: float, step
     speed = REFERENCE_DEMO_IMAGE_S / max(demo_image_s, 1e-3)
     loader_rate = LOADER_RATE[kind] * (config.threads * speed if kind == "cpu" else 1.0)
     backends = len(config.backends)
-    per_repeat = backends * ((config.warmup + config.steps) * config.batch_size / loader_rate
-                             + ROUND_OVERHEAD_S[kind])
+    per_repeat = backends * ((config.warmup + config.steps) * config.batch_size / loader_rate + ROUND_OVERHEAD_S[kind])
     if config.measure_training and step_s is not None:
         steps = config.train_warmup + config.train_steps
         per_repeat += steps * step_s + ROUND_OVERHEAD_S[kind] / 2  # the ceiling: no loader to build

@@ -104,8 +104,12 @@ class Result:
     @classmethod
     def of(cls, runs: List[float], wait_shares: Optional[List[float]] = None) -> "Result":
         shares = list(wait_shares or [])
-        return cls(images_per_s=statistics.median(runs), wait_share=statistics.median(shares) if shares else None,
-                   runs=list(runs), wait_shares=shares)
+        return cls(
+            images_per_s=statistics.median(runs),
+            wait_share=statistics.median(shares) if shares else None,
+            runs=list(runs),
+            wait_shares=shares,
+        )
 
     @property
     def low(self) -> float:

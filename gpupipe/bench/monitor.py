@@ -130,14 +130,17 @@ def _nvml_handle(index: int):
     if uuid is not None:
         lookups.append(lambda: pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}"))
     if hasattr(props, "pci_bus_id"):
-        bus = f"{getattr(props, 'pci_domain_id', 0):08x}:{props.pci_bus_id:02x}:{getattr(props, 'pci_device_id', 0):02x}.0"
+        domain, device = getattr(props, "pci_domain_id", 0), getattr(props, "pci_device_id", 0)
+        bus = f"{domain:08x}:{props.pci_bus_id:02x}:{device:02x}.0"
         lookups.append(lambda: pynvml.nvmlDeviceGetHandleByPciBusId(bus))
     for lookup in lookups:
         try:
             return lookup()
         except pynvml.NVMLError:
             continue
-    logger.warning("NVML could not find torch's device %d by UUID or PCI bus id; sampling NVML's device %d", index, index)
+    logger.warning(
+        "NVML could not find torch's device %d by UUID or PCI bus id; sampling NVML's device %d", index, index
+    )
     try:
         return pynvml.nvmlDeviceGetHandleByIndex(index)
     except pynvml.NVMLError as err:

@@ -41,8 +41,12 @@ def machine_info(device: torch.device) -> Dict:
     }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        info["gpu"] = {"name": props.name, "memory_gib": round(props.total_memory / 2**30, 1), "cuda": torch.version.cuda,
-                       "driver": _driver_version()}
+        info["gpu"] = {
+            "name": props.name,
+            "memory_gib": round(props.total_memory / 2**30, 1),
+            "cuda": torch.version.cuda,
+            "driver": _driver_version(),
+        }
     for package in PACKAGES:
         try:
             info["versions"][package] = importlib.metadata.version(package)
@@ -80,17 +84,26 @@ def reliability(report: Dict) -> List[str]:
         for phase in ("loader", "train"):
             figure = entry.get(phase)
             if figure and figure.get("spread", 0) > SPREAD_WARNING:
-                notes.append(f"{name} {phase}: repeats spread {100 * figure['spread']:.0f}% "
-                             f"({figure['min']:.0f}-{figure['max']:.0f} img/s around a median of {figure['images_per_s']:.0f})")
+                notes.append(
+                    f"{name} {phase}: repeats spread {100 * figure['spread']:.0f}% "
+                    f"({figure['min']:.0f}-{figure['max']:.0f} img/s around a median of {figure['images_per_s']:.0f})"
+                )
         fraction = entry.get("train", {}).get("fraction_of_ceiling")
         if fraction is not None and fraction > 1.0:
             ceiling, train = report["ceiling"], entry["train"]
-            ranges = (f"the ceiling's repeats ranged {ceiling['min']:.1f}-{ceiling['max']:.1f} img/s, this loop's "
-                      f"{train['min']:.1f}-{train['max']:.1f}")
-            why = "they overlap: the two are equal within the noise" if train["min"] <= ceiling["max"] else \
-                "the ceiling's runs were slowed by something else on the machine"
-            notes.append(f"{name} reached {100 * fraction:.0f}% of the ceiling, which a loop with loading cannot "
-                         f"really beat: {ranges}; {why}")
+            ranges = (
+                f"the ceiling's repeats ranged {ceiling['min']:.1f}-{ceiling['max']:.1f} img/s, this loop's "
+                f"{train['min']:.1f}-{train['max']:.1f}"
+            )
+            why = (
+                "they overlap: the two are equal within the noise"
+                if train["min"] <= ceiling["max"]
+                else "the ceiling's runs were slowed by something else on the machine"
+            )
+            notes.append(
+                f"{name} reached {100 * fraction:.0f}% of the ceiling, which a loop with loading cannot "
+                f"really beat: {ranges}; {why}"
+            )
     ceiling = report.get("ceiling")
     if ceiling and ceiling.get("spread", 0) > SPREAD_WARNING:
         notes.append(f"the ceiling's repeats spread {100 * ceiling['spread']:.0f}%")
@@ -100,8 +113,9 @@ def reliability(report: Dict) -> List[str]:
     if load.get("load_average") and max(load["load_average"]) > cores + 0.5:
         notes.append(f"the machine was busy: load average {max(load['load_average']):.1f} on {cores} cores")
     if load.get("other_processes_cpu_percent", 0) > BUSY_SHARE * 100 * cores:
-        notes.append(f"other processes used {load['other_processes_cpu_percent']:.0f}% CPU (of {100 * cores}%) "
-                     "during the run")
+        notes.append(
+            f"other processes used {load['other_processes_cpu_percent']:.0f}% CPU (of {100 * cores}%) during the run"
+        )
     return notes
 
 
@@ -117,28 +131,44 @@ def _with_range(figure: Dict, spec: str) -> str:
 
 def table_rows(report: Dict) -> List[List[str]]:
     """The header and one row per backend of :func:`table` (the documentation site renders them too)."""
-    rows: List[List[str]] = [[
-        "backend", "loader img/s (min-max)", "x baseline", "train img/s (min-max)", "x baseline", "data wait",
-        "of ceiling", "epoch boundary", "CPU %", "peak RSS MiB", "GPU util", "verdict",
-    ]]
+    rows: List[List[str]] = [
+        [
+            "backend",
+            "loader img/s (min-max)",
+            "x baseline",
+            "train img/s (min-max)",
+            "x baseline",
+            "data wait",
+            "of ceiling",
+            "epoch boundary",
+            "CPU %",
+            "peak RSS MiB",
+            "GPU util",
+            "verdict",
+        ]
+    ]
     for name, entry in report["results"].items():
         train = entry.get("train", {})
         res = entry.get("train_resources") or entry.get("loader_resources", {})
         boundary = entry["loader"].get("epoch_boundary_s")
-        rows.append([
-            name,
-            _with_range(entry["loader"], ".0f"),
-            _fmt(entry["loader"].get("x_baseline"), ".2f", "x"),
-            _with_range(train, ".1f"),
-            _fmt(train.get("x_baseline"), ".2f", "x"),
-            _fmt(None if train.get("wait_share") is None else 100 * train["wait_share"], ".0f", "%"),
-            _fmt(None if train.get("fraction_of_ceiling") is None else 100 * train["fraction_of_ceiling"], ".0f", "%"),
-            _fmt(None if boundary is None else 1000 * boundary, ".0f", " ms"),
-            _fmt(res.get("cpu_percent")),
-            _fmt(res.get("peak_rss_mib")),
-            _fmt(res.get("gpu_util_percent"), ".0f", "%"),
-            entry.get("verdict", {}).get("bound", "-"),
-        ])
+        rows.append(
+            [
+                name,
+                _with_range(entry["loader"], ".0f"),
+                _fmt(entry["loader"].get("x_baseline"), ".2f", "x"),
+                _with_range(train, ".1f"),
+                _fmt(train.get("x_baseline"), ".2f", "x"),
+                _fmt(None if train.get("wait_share") is None else 100 * train["wait_share"], ".0f", "%"),
+                _fmt(
+                    None if train.get("fraction_of_ceiling") is None else 100 * train["fraction_of_ceiling"], ".0f", "%"
+                ),
+                _fmt(None if boundary is None else 1000 * boundary, ".0f", " ms"),
+                _fmt(res.get("cpu_percent")),
+                _fmt(res.get("peak_rss_mib")),
+                _fmt(res.get("gpu_util_percent"), ".0f", "%"),
+                entry.get("verdict", {}).get("bound", "-"),
+            ]
+        )
     return rows
 
 
@@ -151,16 +181,22 @@ def table(report: Dict) -> str:
     text = "\n".join(lines)
     if "ceiling" in report:
         c = report["ceiling"]
-        text += (f"\n\nceiling ({report['settings']['model']}, one batch kept on the device): {c['images_per_s']:.1f} "
-                 f"img/s ({c['min']:.1f}-{c['max']:.1f})")
-    suggestions = [f"- {name}: {e['verdict']['suggestion']}" for name, e in report["results"].items()
-                   if e.get("verdict", {}).get("suggestion")]
+        text += (
+            f"\n\nceiling ({report['settings']['model']}, one batch kept on the device): {c['images_per_s']:.1f} "
+            f"img/s ({c['min']:.1f}-{c['max']:.1f})"
+        )
+    suggestions = [
+        f"- {name}: {e['verdict']['suggestion']}"
+        for name, e in report["results"].items()
+        if e.get("verdict", {}).get("suggestion")
+    ]
     if suggestions:
         text += "\n\nsuggestions:\n" + "\n".join(suggestions)
     notes = report.get("reliability") or []
     if notes:
-        text += "\n\nWARNING: these figures may not be reliable, and the verdicts with them:\n" + \
-            "\n".join(f"- {n}" for n in notes)
+        text += "\n\nWARNING: these figures may not be reliable, and the verdicts with them:\n" + "\n".join(
+            f"- {n}" for n in notes
+        )
     return text
 
 
@@ -179,15 +215,19 @@ def write_chart(report: Dict, path: Path) -> None:
     names = list(report["results"])
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [2, 1]})
     x = list(range(len(names)))
-    series = [("loader", "loader alone", "#4c72b0", -0.2),
-              ("train", f"training ({report['settings']['model']})", "#dd8452", 0.2)]
+    series = [
+        ("loader", "loader alone", "#4c72b0", -0.2),
+        ("train", f"training ({report['settings']['model']})", "#dd8452", 0.2),
+    ]
     for key, label, colour, offset in series:
         figures = [report["results"][n].get(key) for n in names]
         if not any(figures):
             continue
         values = [f["images_per_s"] if f else 0.0 for f in figures]
-        errors = [[v - f["min"] if f else 0 for v, f in zip(values, figures)],
-                  [f["max"] - v if f else 0 for v, f in zip(values, figures)]]
+        errors = [
+            [v - f["min"] if f else 0 for v, f in zip(values, figures)],
+            [f["max"] - v if f else 0 for v, f in zip(values, figures)],
+        ]
         bars = ax1.bar([i + offset for i in x], values, width=0.4, label=label, color=colour, yerr=errors, capsize=3)
         ax1.bar_label(bars, labels=[f"{v:.0f}" for v in values], padding=2, fontsize=7)
     if "ceiling" in report:
@@ -206,9 +246,11 @@ def write_chart(report: Dict, path: Path) -> None:
     ax2.set_title("waiting for data")
     machine = report["machine"]
     gpu = machine["gpu"]["name"] if machine.get("gpu") else "no GPU"
-    title = (f"gpupipe.bench: {machine['cpu_cores_usable']} CPU cores, {gpu}; batch {report['settings']['batch_size']}, "
-             f"{report['settings']['image_size']} px, AMP {report['settings']['amp']}, "
-             f"{report['settings'].get('augment', 'standard')} augmentation")
+    title = (
+        f"gpupipe.bench: {machine['cpu_cores_usable']} CPU cores, {gpu}; batch {report['settings']['batch_size']}, "
+        f"{report['settings']['image_size']} px, AMP {report['settings']['amp']}, "
+        f"{report['settings'].get('augment', 'standard')} augmentation"
+    )
     if report.get("reliability"):
         title += "\n(figures may not be reliable: see the warnings)"
     fig.suptitle(title, fontsize=10)

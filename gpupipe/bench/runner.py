@@ -68,9 +68,17 @@ def make_loader(backend: str, config: BenchConfig, source: gpupipe.sources.Sourc
     """
     if backend == BASELINE:
         return tutorial_loader(config)
-    return gpupipe.loader(source, pipeline_of(config), batch_size=config.batch_size, backend=backend,
-                          device=config.device, num_threads=config.threads, dtype=config.dtype, channels_last=True,
-                          drop_last=True)
+    return gpupipe.loader(
+        source,
+        pipeline_of(config),
+        batch_size=config.batch_size,
+        backend=backend,
+        device=config.device,
+        num_threads=config.threads,
+        dtype=config.dtype,
+        channels_last=True,
+        drop_last=True,
+    )
 
 
 class TrainStep:
@@ -118,8 +126,10 @@ class TrainStep:
 def kept_batch(config: BenchConfig, num_classes: int) -> Tuple[torch.Tensor, torch.Tensor]:
     """The ceiling's batch: random images and labels, kept on the device."""
     shape = (config.batch_size, 3, config.image_size, config.image_size)
-    return (torch.randn(shape, device=config.device).contiguous(memory_format=torch.channels_last),
-            torch.randint(0, num_classes, (config.batch_size,), device=config.device))
+    return (
+        torch.randn(shape, device=config.device).contiguous(memory_format=torch.channels_last),
+        torch.randint(0, num_classes, (config.batch_size,), device=config.device),
+    )
 
 
 def _sync_for(device: torch.device) -> Callable[[], None]:
@@ -171,8 +181,14 @@ class Phase:
     warm: Callable[[measure.Stream], None]
 
 
-def interleaved(phases: List[Phase], config: BenchConfig, source, kept_batch, progress=None,
-                on_repeat: Optional[Callable[[int], None]] = None) -> Dict:
+def interleaved(
+    phases: List[Phase],
+    config: BenchConfig,
+    source,
+    kept_batch,
+    progress=None,
+    on_repeat: Optional[Callable[[int], None]] = None,
+) -> Dict:
     """Times every loop of every phase ``config.repeats`` times, interleaving loops within each repeat.
 
     Args:
@@ -183,8 +199,9 @@ def interleaved(phases: List[Phase], config: BenchConfig, source, kept_batch, pr
         holds, per repeat, the batches warmed up and timed, the epoch boundaries inside the timed
         window, and the worker processes of earlier loaders still alive when timing began.
     """
-    out: Dict = {p.label: {n: {"runs": [], "waits": [], "boundaries": [], "batches": []} for n in p.names}
-                 for p in phases}
+    out: Dict = {
+        p.label: {n: {"runs": [], "waits": [], "boundaries": [], "batches": []} for n in p.names} for p in phases
+    }
     monitors = {p.label: {n: _monitor(config) for n in p.names} for p in phases}
     before = _children()
     for r in range(config.repeats):
@@ -200,9 +217,14 @@ def interleaved(phases: List[Phase], config: BenchConfig, source, kept_batch, pr
                     entry["runs"].append(rate)
                     entry["waits"].append(wait)
                     entry["boundaries"].extend(stream.boundaries)
-                    entry["batches"].append({"warmup": warmed, "timed": stream.yielded - warmed,
-                                             "boundaries_timed": stream.epochs - epochs,
-                                             "leftover_processes": leftover})
+                    entry["batches"].append(
+                        {
+                            "warmup": warmed,
+                            "timed": stream.yielded - warmed,
+                            "boundaries_timed": stream.epochs - epochs,
+                            "leftover_processes": leftover,
+                        }
+                    )
                 logger.debug("[%s %d/%d] %-12s %8.1f images/s", phase.label, r + 1, config.repeats, name, rate)
                 if progress is not None:
                     progress.update(1)
@@ -249,8 +271,9 @@ def wait_for_children(before: set, timeout: float = LEFTOVER_WAIT_S) -> int:
         extra = [pid for pid in _children() - before if _running(psutil, pid)]
         if not extra or time.monotonic() >= deadline:
             if extra:
-                logger.warning("%d worker processes of an earlier loader are still running; the next figure "
-                               "may be low", len(extra))
+                logger.warning(
+                    "%d worker processes of an earlier loader are still running; the next figure may be low", len(extra)
+                )
             return len(extra)
         time.sleep(0.05)
 
@@ -263,20 +286,31 @@ def phases_of(config: BenchConfig, train_step=None) -> List[Phase]:
     """The loader-alone phase and, when measured, the training phase (the ceiling included)."""
     sync = _sync_for(config.device)
     names = list(config.backends)
+
     def timed(stream: measure.Stream) -> Tuple[float, None]:
         window = measure.loader_window(config.steps, config.warmup, stream.batches_per_epoch)
         return measure.time_loader(stream, window, sync), None
 
     phases = [Phase("loader", names, timed, lambda s: measure.warm_up(s, config.warmup, sync=sync))]
     if train_step is not None:
-        phases.append(Phase("train", [CEILING] + names,
-                            lambda s: measure.time_training(s, train_step, config.train_steps, sync),
-                            lambda s: measure.warm_up(s, config.train_warmup, train_step, sync)))
+        phases.append(
+            Phase(
+                "train",
+                [CEILING] + names,
+                lambda s: measure.time_training(s, train_step, config.train_steps, sync),
+                lambda s: measure.warm_up(s, config.train_warmup, train_step, sync),
+            )
+        )
     return phases
 
 
-def run(config: BenchConfig, progress=None, train_step: Optional[TrainStep] = None, kept=None,
-        on_repeat: Optional[Callable[[int], None]] = None) -> Dict:
+def run(
+    config: BenchConfig,
+    progress=None,
+    train_step: Optional[TrainStep] = None,
+    kept=None,
+    on_repeat: Optional[Callable[[int], None]] = None,
+) -> Dict:
     """Measures every backend; returns the figures (see :mod:`gpupipe.bench.report`).
 
     ``train_step`` and ``kept`` (the ceiling's batch) are made here when not given (autocast as
@@ -286,8 +320,9 @@ def run(config: BenchConfig, progress=None, train_step: Optional[TrainStep] = No
     if config.measure_training and train_step is None:
         train_step, kept = TrainStep(config, len(source.classes)), kept_batch(config, len(source.classes))
         train_step.use(choose_amp(config.device, config.amp))
-    measured = interleaved(phases_of(config, train_step if config.measure_training else None), config, source, kept,
-                           progress, on_repeat)
+    measured = interleaved(
+        phases_of(config, train_step if config.measure_training else None), config, source, kept, progress, on_repeat
+    )
     return summarise(measured, config)
 
 
@@ -315,7 +350,7 @@ def summarise(measured: Dict, config: BenchConfig) -> Dict:
             v = measure.verdict(train, top, backend=name, on_gpu=config.device.type == "cuda", threads=config.threads)
             results[name]["train"] = {
                 **_figures(train),
-                "wait_share": round(train.wait_share, 3),
+                "wait_share": None if train.wait_share is None else round(train.wait_share, 3),
                 "wait_shares": [round(x, 3) for x in train.wait_shares],
                 "fraction_of_ceiling": round(v.fraction_of_ceiling, 3),
             }
@@ -326,8 +361,13 @@ def summarise(measured: Dict, config: BenchConfig) -> Dict:
 
 
 def _figures(result: measure.Result, boundaries: Optional[List[float]] = None) -> Dict:
-    out = {"images_per_s": round(result.images_per_s, 1), "min": round(result.low, 1),
-           "max": round(result.high, 1), "spread": round(result.spread, 3), "runs": [round(v, 1) for v in result.runs]}
+    out = {
+        "images_per_s": round(result.images_per_s, 1),
+        "min": round(result.low, 1),
+        "max": round(result.high, 1),
+        "spread": round(result.spread, 3),
+        "runs": [round(v, 1) for v in result.runs],
+    }
     if boundaries:
         out["epoch_boundary_s"] = round(sorted(boundaries)[len(boundaries) // 2], 4)
     return out

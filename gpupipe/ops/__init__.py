@@ -13,6 +13,7 @@ Each op declares what it does (:attr:`Op.effect`), the size of its output
 
 from .base import HW, Effect, Op, SizeArg
 from .batch import OUTPUT_DTYPES, BatchOp, CutMix, MixUp, Output, SanitizeBoxes
+from .catalog import OP_TYPES
 from .geometry import (
     CenterCrop,
     Decode,
@@ -39,15 +40,37 @@ from .pixel import (
     TrivialAugment,
 )
 
-#: Every op class a pipeline may hold (the lowering tables are checked against it).
-OP_TYPES = (
-    Decode, RandomResizedCrop, Resize, CenterCrop, RandomCrop, RandomResize, PadTo, HorizontalFlip, RandomRotation,
-    RandomIoUCrop, RandomZoomOut, ColorJitter, RandomGrayscale, GaussianBlur, RandAugment, TrivialAugment,
-    RandomErasing, Normalize, MixUp, CutMix, SanitizeBoxes, Output,
-)
-
 __all__ = [
-    "Op", "Effect", "SizeArg", "HW", "BatchOp", "OP_TYPES",
-    *(cls.__name__ for cls in OP_TYPES),
-    "IMAGENET_MEAN", "IMAGENET_STD", "OUTPUT_DTYPES", "AUGMENT_OPS",
+    "Op",
+    "Effect",
+    "SizeArg",
+    "HW",
+    "BatchOp",
+    "OP_TYPES",
+    "Decode",
+    "RandomResizedCrop",
+    "Resize",
+    "CenterCrop",
+    "RandomCrop",
+    "RandomResize",
+    "PadTo",
+    "HorizontalFlip",
+    "RandomRotation",
+    "RandomIoUCrop",
+    "RandomZoomOut",
+    "ColorJitter",
+    "RandomGrayscale",
+    "GaussianBlur",
+    "RandAugment",
+    "TrivialAugment",
+    "RandomErasing",
+    "Normalize",
+    "MixUp",
+    "CutMix",
+    "SanitizeBoxes",
+    "Output",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "OUTPUT_DTYPES",
+    "AUGMENT_OPS",
 ]

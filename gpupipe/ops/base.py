@@ -15,13 +15,13 @@ HW = Tuple[int, int]
 class Effect(str, enum.Enum):
     """What an op does, which tells the spec and the backends how it treats targets."""
 
-    DECODE = "decode"        # bytes to an RGB image
+    DECODE = "decode"  # bytes to an RGB image
     GEOMETRIC = "geometric"  # moves pixels: masks follow (nearest), boxes follow (moved, clipped, dropped)
-    PIXEL = "pixel"          # changes pixel values only: targets are left alone
+    PIXEL = "pixel"  # changes pixel values only: targets are left alone
     NORMALIZE = "normalize"  # the per-channel normalisation (last per-image op)
-    BATCH = "batch"          # works on whole batches after they arrive
-    TARGET = "target"        # works on targets only
-    OUTPUT = "output"        # dtype and memory format of the batch
+    BATCH = "batch"  # works on whole batches after they arrive
+    TARGET = "target"  # works on targets only
+    OUTPUT = "output"  # dtype and memory format of the batch
 
 
 class Op:
@@ -32,11 +32,14 @@ class Op:
         carries: the target kinds the op can carry along (others are refused
             when the loader is built, naming op and target).
         needs_fixed_size: the op needs images of one size (after the crop).
+        drops_boxes_by_centre: boxes whose centre leaves the op's window are dropped, even
+            when part of the object stays in view (``RandomIoUCrop``, as torchvision's).
     """
 
     effect: ClassVar[Effect] = Effect.PIXEL
     carries: ClassVar[FrozenSet[TargetKind]] = ALL_TARGETS
     needs_fixed_size: ClassVar[bool] = False
+    drops_boxes_by_centre: ClassVar[bool] = False
 
     def output_size(self, size: Optional[HW]) -> Optional[HW]:
         """The ``(h, w)`` of every image after this op, given every input's (``None``: sizes vary)."""

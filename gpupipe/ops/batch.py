@@ -64,8 +64,12 @@ class SanitizeBoxes(Op):
     def __post_init__(self) -> None:
         for arg, hi in (("min_size", 1e6), ("min_visible", 1.0)):
             value = getattr(self, arg)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) \
-                    or not 0 <= value <= hi:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or math.isnan(value)
+                or not 0 <= value <= hi
+            ):
                 raise ValueError(f"SanitizeBoxes: {arg} must be a number in [0, {hi:g}], got {value!r}")
             object.__setattr__(self, arg, float(value))
 

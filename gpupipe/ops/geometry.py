@@ -47,8 +47,9 @@ class RandomResizedCrop(Op):
     ratio: Tuple[float, float] = (3 / 4, 4 / 3)
     effect: ClassVar = Effect.GEOMETRIC
 
-    def __init__(self, size: SizeArg, *, scale: Tuple[float, float] = (0.08, 1.0),
-                 ratio: Tuple[float, float] = (3 / 4, 4 / 3)) -> None:
+    def __init__(
+        self, size: SizeArg, *, scale: Tuple[float, float] = (0.08, 1.0), ratio: Tuple[float, float] = (3 / 4, 4 / 3)
+    ) -> None:
         object.__setattr__(self, "size", hw("RandomResizedCrop", size))
         object.__setattr__(self, "scale", number_range("RandomResizedCrop", "scale", scale, 1e-6, 1.0))
         object.__setattr__(self, "ratio", number_range("RandomResizedCrop", "ratio", ratio, 1e-6, 1e6))
@@ -248,11 +249,17 @@ class RandomIoUCrop(Op):
     trials: int = 40
     effect: ClassVar = Effect.GEOMETRIC
     carries: ClassVar[FrozenSet[TargetKind]] = frozenset({TargetKind.BOXES})
+    drops_boxes_by_centre: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         number_range("RandomIoUCrop", "(min_scale, max_scale)", (self.min_scale, self.max_scale), 1e-3, 1.0)
-        number_range("RandomIoUCrop", "(min_aspect_ratio, max_aspect_ratio)",
-                     (self.min_aspect_ratio, self.max_aspect_ratio), 1e-3, 1e3)
+        number_range(
+            "RandomIoUCrop",
+            "(min_aspect_ratio, max_aspect_ratio)",
+            (self.min_aspect_ratio, self.max_aspect_ratio),
+            1e-3,
+            1e3,
+        )
         options = tuple(float(v) for v in self.sampler_options)
         if not options or any(math.isnan(v) or v < 0 for v in options):
             raise ValueError(f"RandomIoUCrop: sampler_options must be non-negative IoUs, got {self.sampler_options!r}")
@@ -274,8 +281,9 @@ class RandomZoomOut(Op):
     p: float = 0.5
     effect: ClassVar = Effect.GEOMETRIC
 
-    def __init__(self, fill: Union[float, Sequence[float]] = 0, *, side_range: Tuple[float, float] = (1.0, 4.0),
-                 p: float = 0.5) -> None:
+    def __init__(
+        self, fill: Union[float, Sequence[float]] = 0, *, side_range: Tuple[float, float] = (1.0, 4.0), p: float = 0.5
+    ) -> None:
         object.__setattr__(self, "fill", fill_value("RandomZoomOut", fill))
         object.__setattr__(self, "side_range", number_range("RandomZoomOut", "side_range", side_range, 1.0, 100.0))
         object.__setattr__(self, "p", probability("RandomZoomOut", p))

@@ -78,8 +78,22 @@ class GaussianBlur(Op):
 
 
 #: The 14 operations of RandAugment and TrivialAugment Wide, by torchvision's names.
-AUGMENT_OPS = ("Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color",
-               "Contrast", "Sharpness", "Posterize", "Solarize", "AutoContrast", "Equalize")
+AUGMENT_OPS = (
+    "Identity",
+    "ShearX",
+    "ShearY",
+    "TranslateX",
+    "TranslateY",
+    "Rotate",
+    "Brightness",
+    "Color",
+    "Contrast",
+    "Sharpness",
+    "Posterize",
+    "Solarize",
+    "AutoContrast",
+    "Equalize",
+)
 
 
 class AutoAugmentOp(Op):

@@ -23,7 +23,8 @@ from ..cli import ArgumentParser, run
 from ..errors import plural
 from ..fileio import byte_size
 from ..remote import Retry, is_url
-from . import ConvertSettings, PackSettings, _barrier, pack, parse_size, verify
+from . import ConvertSettings, PackSettings, pack, parse_size, verify
+from .packer import barrier
 from .upload import upload, upload_manifest, verify_remote
 
 
@@ -31,7 +32,7 @@ def parse_args(argv: Optional[List[str]]):
     parser = ArgumentParser(
         prog="python -m gpupipe.pack",
         description="Pack an image folder (class/file) or a file list into WebDataset tar shards with DALI "
-                    "indexes and a manifest; every image is checked and written as a clean RGB JPEG.",
+        "indexes and a manifest; every image is checked and written as a clean RGB JPEG.",
     )
     parser.add_argument("src", nargs="?", help="image folder root/<class>/<image>, or a list file")
     parser.add_argument("dst", help="output folder (a rerun resumes after its last finished shard)")
@@ -40,15 +41,27 @@ def parse_args(argv: Optional[List[str]]):
     parser.add_argument("--quality", type=int, default=90, help="JPEG quality of re-encoded images (default: 90)")
     parser.add_argument("--shard-size", default="256MB", help="roll over to a new shard at this size (default: 256MB)")
     parser.add_argument("--workers", type=int, help="converting processes (default: all cores)")
-    parser.add_argument("--on-error", choices=["skip", "raise"], default="skip",
-                        help="skip (and list in the manifest) or stop at a bad input (default: skip)")
-    parser.add_argument("--max-pixels", type=int, default=100_000_000,
-                        help="refuse images with more pixels, as decompression bombs (default: 100000000)")
-    parser.add_argument("--max-file-size", default="1GB",
-                        help="refuse larger input files (default: 1GB; K/M/G are powers of 1024)")
+    parser.add_argument(
+        "--on-error",
+        choices=["skip", "raise"],
+        default="skip",
+        help="skip (and list in the manifest) or stop at a bad input (default: skip)",
+    )
+    parser.add_argument(
+        "--max-pixels",
+        type=int,
+        default=100_000_000,
+        help="refuse images with more pixels, as decompression bombs (default: 100000000)",
+    )
+    parser.add_argument(
+        "--max-file-size", default="1GB", help="refuse larger input files (default: 1GB; K/M/G are powers of 1024)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seeds the order samples are written in (default: 0)")
-    parser.add_argument("--staging", help="where shards for a URL DST are written before the upload "
-                                           "(default: under ~/.cache/gpupipe/pack-staging; a rerun resumes there)")
+    parser.add_argument(
+        "--staging",
+        help="where shards for a URL DST are written before the upload "
+        "(default: under ~/.cache/gpupipe/pack-staging; a rerun resumes there)",
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     if args.verify:
@@ -87,8 +100,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"{args.dst}: {'OK' if not problems else plural(len(problems), 'problem')}")
         return 1 if problems else 0
     settings = PackSettings(
-        convert=ConvertSettings(max_size=args.max_size, quality=args.quality, max_pixels=args.max_pixels,
-                                max_file_size=args.max_file_bytes),
+        convert=ConvertSettings(
+            max_size=args.max_size, quality=args.quality, max_pixels=args.max_pixels, max_file_size=args.max_file_bytes
+        ),
         shard_size=args.shard_bytes,
         seed=args.seed,
     )
@@ -96,13 +110,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     local_dst = Path(args.staging or staging_dir(args.dst)) if is_url(args.dst) else Path(args.dst)
     workers = args.workers or env.default_threads()
     try:
-        summary = pack(args.src, local_dst, settings, workers=workers, on_error=args.on_error,
-                       progress=not args.quiet and rank == 0, rank=rank, world_size=world_size,
-                       shared_dst=not is_url(args.dst))
+        summary = pack(
+            args.src,
+            local_dst,
+            settings,
+            workers=workers,
+            on_error=args.on_error,
+            progress=not args.quiet and rank == 0,
+            rank=rank,
+            world_size=world_size,
+            shared_dst=not is_url(args.dst),
+        )
         if is_url(args.dst):
             upload(local_dst, args.dst, summary.files, retry)
             if world_size > 1:
-                _barrier()
+                barrier()
             if rank == 0:
                 upload_manifest(local_dst, args.dst, retry)
     finally:

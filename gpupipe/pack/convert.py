@@ -6,22 +6,21 @@ orientation is applied, any mode (grayscale, palette, RGBA, CMYK/YCCK,
 ``max_size`` shrinks the shorter side (never enlarges). A JPEG that is
 already clean RGB, upright and small enough is copied byte for byte. The
 target follows the image's geometry: a mask is checked (single channel,
-the image's size) and shrunk with nearest-neighbour sampling, boxes are scaled.
+the image's size) and shrunk with nearest-neighbour sampling, boxes are scaled
+(each kind's handler packs it: :meth:`gpupipe.targets.base.Target.pack`).
 """
 
 from __future__ import annotations
 
 import io
-import json
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple
 
-import numpy as np
 from PIL import Image, ImageOps
 
-from .. import shardfmt
+from .. import shardfmt, targets
 from ..fileio import DEFAULT_MAX_FILE_SIZE, UnreadableFile, read_file
-from ..images import ImageRefused, decode_mask, open_checked, to_rgb8
+from ..images import ImageRefused, open_checked, to_rgb8
 from ..targets import TargetKind
 
 #: EXIF tag of the orientation.
@@ -47,7 +46,8 @@ class ConvertSettings:
 
 @dataclass(frozen=True)
 class Task:
-    """One input: its position in the write order, its file, and its target as the source gives it."""
+    """One input: its position in the write order, its file, and its target as its handler packs it
+    (:meth:`~gpupipe.targets.base.Target.pack_input`)."""
 
     position: int
     path: str
@@ -133,46 +133,14 @@ def convert(task: Task, settings: ConvertSettings) -> Converted:
         jpeg, before, after, copied = convert_image(data, settings)
         if task.annotated_size is not None and tuple(task.annotated_size) != (before[1], before[0]):
             h, w = task.annotated_size
-            raise ImageRefused(f"the image is {before[0]}x{before[1]}, its annotations say {w}x{h} "
-                               "(EXIF orientation applied)")
-        members, target = {shardfmt.IMAGE_EXT: jpeg}, task.target
-        if task.kind is TargetKind.LABEL:
-            members["cls"] = shardfmt.encode_class(int(task.target))
-            target = int(task.target)
-        elif task.kind is TargetKind.MULTI_LABEL:
-            target = [int(v) for v in task.target]
-            members["json"] = json.dumps({"labels": target}).encode()
-        elif task.kind is TargetKind.MASK:
-            members["png"], target = _mask(task.target, before, after, settings), None
-        elif task.kind is TargetKind.BOXES:
-            boxes, labels = task.target
-            target = _boxes(boxes, labels, before, after)
-            members["json"] = json.dumps({"boxes": target[0], "labels": target[1]}).encode()
+            raise ImageRefused(
+                f"the image is {before[0]}x{before[1]}, its annotations say {w}x{h} (EXIF orientation applied)"
+            )
+        handler = targets.handler(task.kind)
+        payload, target = handler.pack(task.target, before, after, settings)
+        members = {shardfmt.IMAGE_EXT: jpeg, handler.member: payload}
     except UnreadableFile as err:
         return Converted(None, err.reason, 0)
     except ImageRefused as refused:
         return Converted(None, refused.reason, len(data) if "data" in locals() else 0)
     return Converted(members, None, len(data), copied=copied, size=(after[1], after[0]), target=target)
-
-
-def _mask(path: str, before, after, settings: ConvertSettings) -> bytes:
-    try:
-        mask = decode_mask(read_file(path, settings.max_file_size))
-    except UnreadableFile as err:
-        raise ImageRefused(f"mask {path}: {err.reason}") from None
-    except (OSError, ValueError, SyntaxError) as err:
-        raise ImageRefused(f"mask {path}: {err}") from None
-    if (mask.shape[1], mask.shape[0]) != tuple(before):
-        raise ImageRefused(f"mask {path} is {mask.shape[1]}x{mask.shape[0]}, the image {before[0]}x{before[1]}")
-    img = Image.fromarray(mask, "L")
-    if tuple(after) != tuple(before):
-        img = img.resize(after, Image.Resampling.NEAREST)
-    out = io.BytesIO()
-    img.save(out, "PNG")
-    return out.getvalue()
-
-
-def _boxes(boxes: np.ndarray, labels: np.ndarray, before, after):
-    scale = np.array([after[0] / before[0], after[1] / before[1]] * 2, np.float64)
-    scaled = (np.asarray(boxes, np.float64).reshape(-1, 4) * scale).round(3)
-    return scaled.tolist(), [int(v) for v in labels]

@@ -46,8 +46,10 @@ class DstLock:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
             os.close(fd)
             if err.errno in (errno.EWOULDBLOCK, errno.EACCES):
-                raise PackError(f"another pack is writing into {self.path.parent} (process {holder}); "
-                                "wait for it to finish, or pack into another folder") from None
+                raise PackError(
+                    f"another pack is writing into {self.path.parent} (process {holder}); "
+                    "wait for it to finish, or pack into another folder"
+                ) from None
             raise
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
@@ -102,8 +104,9 @@ class Journal:
         for shard in saved["shards"]:
             on_disk = self.path.parent / shard["name"]
             if not on_disk.is_file() or on_disk.stat().st_size != shard["bytes"]:
-                logger.warning("shard %s of the earlier run is missing or changed: packing from before it",
-                               shard["name"])
+                logger.warning(
+                    "shard %s of the earlier run is missing or changed: packing from before it", shard["name"]
+                )
                 break
             self.shards.append(shard)
         if len(self.shards) == len(saved["shards"]) and isinstance(saved.get("next_input"), int):
@@ -114,6 +117,14 @@ class Journal:
 
     def save(self) -> None:
         tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps({"fingerprint": self.fingerprint, "shards": self.shards, "skipped": self.skipped,
-                                   "next_input": self.next_input}))
+        tmp.write_text(
+            json.dumps(
+                {
+                    "fingerprint": self.fingerprint,
+                    "shards": self.shards,
+                    "skipped": self.skipped,
+                    "next_input": self.next_input,
+                }
+            )
+        )
         os.replace(tmp, self.path)

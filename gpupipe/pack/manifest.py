@@ -8,23 +8,19 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from .. import __version__, shardfmt
+from .. import shardfmt
+from .._version import __version__
 from ..errors import Skipped
 from ..sources import Source
-from ..targets import TargetKind
 from .journal import Journal, PackError
 
 SOURCES = "sources.tsv"
-
-#: Manifest fields holding per-sample targets, per kind.
-TARGET_FIELDS = {TargetKind.LABEL: ("labels",), TargetKind.MULTI_LABEL: ("label_lists",),
-                 TargetKind.MASK: (), TargetKind.BOXES: ("boxes", "box_labels")}
 
 
 def build(source: Source, settings, journals: List[Journal], inputs: int, problems: Sequence[Skipped] = ()) -> Dict:
     """The manifest of the finished shards of every part, in part order; ``problems`` (the
     source's records that are no sample) are listed with the skipped inputs."""
-    fields = ("name", "index", "samples", "bytes", "sha256", "index_sha256", "sizes") + TARGET_FIELDS[source.kind]
+    fields = ("name", "index", "samples", "bytes", "sha256", "index_sha256", "sizes") + source.target.manifest_fields
     shards = [{k: s[k] for k in fields} for journal in journals for s in journal.shards]
     skipped = sorted((s for journal in journals for s in journal.skipped), key=lambda s: s["position"])
     skipped += [{"path": p.path, "reason": p.reason} for p in problems]
@@ -46,8 +42,7 @@ def build(source: Source, settings, journals: List[Journal], inputs: int, proble
         },
         "skipped": [{"path": s["path"], "reason": s["reason"]} for s in skipped],
     }
-    if source.kind is TargetKind.MASK:
-        manifest["ignore_index"] = source.ignore_index
+    manifest.update(source.target.manifest_extra(source))
     manifest["checksum"] = shardfmt.checksum(manifest)
     return manifest
 
@@ -64,8 +59,10 @@ def write(dst: Path, manifest: Dict, here: Optional[Sequence[str]] = None) -> No
             continue
         path = dst / shard["name"]
         if not path.is_file() or path.stat().st_size != shard["bytes"]:
-            raise PackError(f"{path} does not match what was written ({shard['bytes']} bytes); "
-                            "was another process writing into the folder?")
+            raise PackError(
+                f"{path} does not match what was written ({shard['bytes']} bytes); "
+                "was another process writing into the folder?"
+            )
     tmp = dst / (shardfmt.MANIFEST + ".tmp")
     tmp.write_text(json.dumps(manifest, indent=1))
     os.replace(tmp, dst / shardfmt.MANIFEST)
@@ -75,14 +72,20 @@ def escape(text: str) -> str:
     """A file name as one TSV field: backslash, tab, newline and carriage return escaped; bytes that
     are not UTF-8 (names from other systems) as ``\\xNN``."""
     out = text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
-    return out.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace") \
-        if any("\udc80" <= c <= "\udcff" for c in out) else out
+    return (
+        out.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        if any("\udc80" <= c <= "\udcff" for c in out)
+        else out
+    )
 
 
 def unescape(field: str) -> str:
     """The name :func:`escape` wrote."""
-    raw = field.encode("utf-8").decode("unicode_escape").encode("latin-1") \
-        if "\\" in field else field.encode("utf-8", "surrogateescape")
+    raw = (
+        field.encode("utf-8").decode("unicode_escape").encode("latin-1")
+        if "\\" in field
+        else field.encode("utf-8", "surrogateescape")
+    )
     return raw.decode("utf-8", "surrogateescape")
 
 

@@ -13,14 +13,13 @@ from typing import Dict, List, Optional, Sequence
 from .. import shardfmt
 from ..remote import RemoteError, Retry, download, filesystem, join, read_small
 from ..remote.fetch import with_retries
+from .check import verify
 from .manifest import SOURCES
-from .verify import verify
 
 logger = logging.getLogger("gpupipe.pack")
 
 
-def upload(staging: Path, dst: str, names: Sequence[str], retry: Retry,
-           storage_options: Optional[Dict] = None) -> int:
+def upload(staging: Path, dst: str, names: Sequence[str], retry: Retry, storage_options: Optional[Dict] = None) -> int:
     """Uploads ``staging/<name>`` to ``dst/<name>`` for each name, skipping files already there with
     the same size; returns the bytes sent.
 

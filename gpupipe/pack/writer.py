@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Dict, List
 
 from .. import shardfmt
+from ..fileio import sha256_of
 
 BLOCK = 512
 #: ``tarfile`` ends an archive with two zero blocks, padded to a multiple of its record size.
@@ -70,8 +71,14 @@ class ShardWriter:
         shardfmt.write_index(index_tmp, self.entries)
         os.replace(index_tmp, index)
         os.replace(self.tmp, self.path)
-        return {"name": self.name, "index": index.name, "samples": len(self.entries),
-                "bytes": self.path.stat().st_size, "sha256": sha256_of(self.path), "index_sha256": sha256_of(index)}
+        return {
+            "name": self.name,
+            "index": index.name,
+            "samples": len(self.entries),
+            "bytes": self.path.stat().st_size,
+            "sha256": sha256_of(self.path),
+            "index_sha256": sha256_of(index),
+        }
 
     def abort(self) -> None:
         """Drops the unfinished shard."""
@@ -80,6 +87,3 @@ class ShardWriter:
         except OSError:
             pass
         self.tmp.unlink(missing_ok=True)
-
-
-sha256_of = shardfmt.sha256_of

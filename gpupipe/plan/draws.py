@@ -18,7 +18,8 @@ import numpy as np
 
 from .. import ops as O
 from ..seeding import uniforms
-from . import boxes as bx
+from ..targets import boxmath as bx
+from . import affine as maps
 
 Params = Dict[str, np.ndarray]
 
@@ -70,8 +71,12 @@ def _geometry(out_sizes: np.ndarray, affine: np.ndarray, **params) -> Params:
 
 
 def _window_params(top, left, height, width) -> Params:
-    return {"top": np.asarray(top, np.int64), "left": np.asarray(left, np.int64),
-            "height": np.asarray(height, np.int64), "width": np.asarray(width, np.int64)}
+    return {
+        "top": np.asarray(top, np.int64),
+        "left": np.asarray(left, np.int64),
+        "height": np.asarray(height, np.int64),
+        "width": np.asarray(width, np.int64),
+    }
 
 
 def random_resized_crop(op: O.RandomResizedCrop, s: Step) -> Params:
@@ -92,8 +97,9 @@ def random_resized_crop(op: O.RandomResizedCrop, s: Step) -> Params:
     left_try = _randint(u[rows, first, 3], s.widths - w_try + 1)
     # Fallback: the whole image, its aspect ratio clamped into ``ratio``, centred.
     in_ratio = s.widths / s.heights
-    w_fb = np.where(in_ratio < op.ratio[0], s.widths,
-                    np.where(in_ratio > op.ratio[1], np.round(s.heights * op.ratio[1]), s.widths)).astype(np.int64)
+    w_fb = np.where(
+        in_ratio < op.ratio[0], s.widths, np.where(in_ratio > op.ratio[1], np.round(s.heights * op.ratio[1]), s.widths)
+    ).astype(np.int64)
     h_fb = np.where(in_ratio < op.ratio[0], np.round(s.widths / op.ratio[0]), s.heights).astype(np.int64)
     h_fb, w_fb = np.minimum(h_fb, s.heights), np.minimum(w_fb, s.widths)
     h_c = np.where(found, h_try, h_fb)
@@ -101,28 +107,32 @@ def random_resized_crop(op: O.RandomResizedCrop, s: Step) -> Params:
     top = np.where(found, top_try, (s.heights - h_fb) // 2)
     left = np.where(found, left_try, (s.widths - w_fb) // 2)
     out = np.tile(np.asarray(op.size, np.int64), (len(top), 1))
-    affine = bx.crop_resize(top, left, h_c, w_c, out[:, 0], out[:, 1])
+    affine = maps.crop_resize(top, left, h_c, w_c, out[:, 0], out[:, 1])
     return _geometry(out, affine, **_window_params(top, left, h_c, w_c))
 
 
 def resize(op: O.Resize, s: Step) -> Params:
     out = np.array([op.resized(int(h), int(w)) for h, w in s.sizes], np.int64).reshape(-1, 2)
     zeros = np.zeros(len(out), np.int64)
-    return _geometry(out, bx.crop_resize(zeros, zeros, s.heights, s.widths, out[:, 0], out[:, 1]))
+    return _geometry(out, maps.crop_resize(zeros, zeros, s.heights, s.widths, out[:, 0], out[:, 1]))
 
 
 def random_resize(op: O.RandomResize, s: Step) -> Params:
     short = op.min_size + _randint(s.uniform()[:, 0], np.full(len(s.keys), op.max_size - op.min_size + 1))
-    out = np.array([O.Resize(int(side)).resized(int(h), int(w)) for side, (h, w) in zip(short, s.sizes)],
-                   np.int64).reshape(-1, 2)
+    out = np.array(
+        [O.Resize(int(side)).resized(int(h), int(w)) for side, (h, w) in zip(short, s.sizes)], np.int64
+    ).reshape(-1, 2)
     zeros = np.zeros(len(out), np.int64)
-    return _geometry(out, bx.crop_resize(zeros, zeros, s.heights, s.widths, out[:, 0], out[:, 1]))
+    return _geometry(out, maps.crop_resize(zeros, zeros, s.heights, s.widths, out[:, 0], out[:, 1]))
 
 
 def _fixed_window(s: Step, size, top, left) -> Params:
     out = np.tile(np.asarray(size, np.int64), (len(s.keys), 1))
-    return _geometry(out, bx.translate(-np.asarray(left, np.float64), -np.asarray(top, np.float64)),
-                     **_window_params(top, left, out[:, 0], out[:, 1]))
+    return _geometry(
+        out,
+        maps.translate(-np.asarray(left, np.float64), -np.asarray(top, np.float64)),
+        **_window_params(top, left, out[:, 0], out[:, 1]),
+    )
 
 
 def center_crop(op: O.CenterCrop, s: Step) -> Params:
@@ -146,12 +156,12 @@ def pad_to(op: O.PadTo, s: Step) -> Params:
 
 def horizontal_flip(op: O.HorizontalFlip, s: Step) -> Params:
     flip = s.coin(op.p)
-    return _geometry(s.sizes, bx.hflip(flip, s.widths), flip=flip.astype(np.int32))
+    return _geometry(s.sizes, maps.hflip(flip, s.widths), flip=flip.astype(np.int32))
 
 
 def random_rotation(op: O.RandomRotation, s: Step) -> Params:
     angle = _between(s.uniform()[:, 0], *op.degrees)
-    return _geometry(s.sizes, bx.rotation(angle, s.heights, s.widths), angle=angle.astype(np.float32))
+    return _geometry(s.sizes, maps.rotation(angle, s.heights, s.widths), angle=angle.astype(np.float32))
 
 
 def random_zoom_out(op: O.RandomZoomOut, s: Step) -> Params:
@@ -164,8 +174,7 @@ def random_zoom_out(op: O.RandomZoomOut, s: Step) -> Params:
     top = np.where(apply, ((canvas_h - s.heights) * u[:, 3]).astype(np.int64), 0)
     left = np.where(apply, ((canvas_w - s.widths) * u[:, 2]).astype(np.int64), 0)
     out = np.stack([canvas_h, canvas_w], axis=1)
-    return _geometry(out, bx.translate(left.astype(np.float64), top.astype(np.float64)),
-                     top=top, left=left)
+    return _geometry(out, maps.translate(left.astype(np.float64), top.astype(np.float64)), top=top, left=left)
 
 
 #: Outer rounds of ``RandomIoUCrop`` before giving up and keeping the image whole
@@ -183,22 +192,25 @@ def random_iou_crop(op: O.RandomIoUCrop, s: Step) -> Params:
         if window is not None:
             top[i], left[i], height[i], width[i] = window
     out = np.stack([height, width], axis=1)
-    return _geometry(out, bx.translate(-left.astype(np.float64), -top.astype(np.float64)),
-                     **_window_params(top, left, height, width))
+    return _geometry(
+        out,
+        maps.translate(-left.astype(np.float64), -top.astype(np.float64)),
+        **_window_params(top, left, height, width),
+    )
 
 
 def _iou_window(op: O.RandomIoUCrop, s: Step, i: int):
     h_img, w_img = int(s.heights[i]), int(s.widths[i])
     boxes = s.boxes[i] if s.boxes is not None else np.zeros((0, 4), np.float32)
     boxes = boxes[bx.area(boxes) > 0]
-    key = s.keys[i:i + 1]
+    key = s.keys[i : i + 1]
     for round_ in range(IOU_ROUNDS):
         u = uniforms(key, s.stream + 1 + round_, 1 + 4 * op.trials)[0]
         min_iou = op.sampler_options[min(int(u[0] * len(op.sampler_options)), len(op.sampler_options) - 1)]
         if min_iou >= 1.0:
             return None
         for t in range(op.trials):
-            r0, r1, r2, r3 = u[1 + 4 * t:5 + 4 * t]
+            r0, r1, r2, r3 = u[1 + 4 * t : 5 + 4 * t]
             new_w = int(w_img * _between(r0, op.min_scale, op.max_scale))
             new_h = int(h_img * _between(r1, op.min_scale, op.max_scale))
             if new_h == 0 or not op.min_aspect_ratio <= new_w / new_h <= op.max_aspect_ratio:
@@ -251,23 +263,34 @@ def random_erasing(op: O.RandomErasing, s: Step) -> Params:
     top = _randint(u[rows, first, 2], s.heights - h_c + 1)
     left = _randint(u[rows, first, 3], s.widths - w_c + 1)
     zero = np.zeros_like(top)
-    return {"erase": erase.astype(np.int32), **_window_params(np.where(erase, top, zero), np.where(erase, left, zero),
-                                                             np.where(erase, h_c, zero), np.where(erase, w_c, zero))}
+    return {
+        "erase": erase.astype(np.int32),
+        **_window_params(
+            np.where(erase, top, zero),
+            np.where(erase, left, zero),
+            np.where(erase, h_c, zero),
+            np.where(erase, w_c, zero),
+        ),
+    }
 
 
 def rand_augment(op: O.RandAugment, s: Step) -> Params:
-    u = s.uniform(0, 2 * max(op.num_ops, 1)).reshape(len(s.keys), -1, 2)[:, :op.num_ops]
+    u = s.uniform(0, 2 * max(op.num_ops, 1)).reshape(len(s.keys), -1, 2)[:, : op.num_ops]
     count = len(O.AUGMENT_OPS)
-    return {"ops": _randint(u[..., 0], np.full(u.shape[:2], count)).astype(np.int32),
-            "signs": (u[..., 1] < 0.5).astype(np.int32)}
+    return {
+        "ops": _randint(u[..., 0], np.full(u.shape[:2], count)).astype(np.int32),
+        "signs": (u[..., 1] < 0.5).astype(np.int32),
+    }
 
 
 def trivial_augment(op: O.TrivialAugment, s: Step) -> Params:
     u = s.uniform(0, 3)
     n = len(u)
-    return {"ops": _randint(u[:, 0], np.full(n, len(O.AUGMENT_OPS))).astype(np.int32)[:, None],
-            "bins": _randint(u[:, 1], np.full(n, op.num_magnitude_bins)).astype(np.int32),
-            "signs": (u[:, 2] < 0.5).astype(np.int32)[:, None]}
+    return {
+        "ops": _randint(u[:, 0], np.full(n, len(O.AUGMENT_OPS))).astype(np.int32)[:, None],
+        "bins": _randint(u[:, 1], np.full(n, op.num_magnitude_bins)).astype(np.int32),
+        "signs": (u[:, 2] < 0.5).astype(np.int32)[:, None],
+    }
 
 
 def _nothing(op: O.Op, s: Step) -> Params:

@@ -6,5 +6,21 @@ from .fetch import RemoteError, RemoteMissing, Retry, download, read_small, remo
 from .store import CachedStore, Hold, LocalStore
 from .urls import expand_braces, filesystem, is_url, join
 
-__all__ = ["ShardCache", "Pin", "default_cache_dir", "RemoteError", "RemoteMissing", "Retry", "download", "read_small",
-           "remote_info", "CachedStore", "LocalStore", "Hold", "expand_braces", "filesystem", "is_url", "join"]
+__all__ = [
+    "ShardCache",
+    "Pin",
+    "default_cache_dir",
+    "RemoteError",
+    "RemoteMissing",
+    "Retry",
+    "download",
+    "read_small",
+    "remote_info",
+    "CachedStore",
+    "LocalStore",
+    "Hold",
+    "expand_braces",
+    "filesystem",
+    "is_url",
+    "join",
+]

@@ -83,8 +83,9 @@ class ShardCache:
         storage_options: passed to the fsspec file system.
     """
 
-    def __init__(self, folder, limit: int, retry: Optional[Retry] = None, storage_options: Optional[Dict] = None
-                 ) -> None:
+    def __init__(
+        self, folder, limit: int, retry: Optional[Retry] = None, storage_options: Optional[Dict] = None
+    ) -> None:
         self.folder = Path(folder).expanduser().absolute()
         self.folder.mkdir(parents=True, exist_ok=True)
         self.limit, self.retry, self.storage_options = int(limit), retry or Retry(), storage_options
@@ -99,14 +100,17 @@ class ShardCache:
         return str(self.folder / f"{digest}-{tail}")
 
     @overload
-    def get(self, url: str, *, size: Optional[int] = None, sha256: Optional[str] = None,
-            pin: Literal[True] = True) -> Pin: ...
+    def get(
+        self, url: str, *, size: Optional[int] = None, sha256: Optional[str] = None, pin: Literal[True] = True
+    ) -> Pin: ...
     @overload
-    def get(self, url: str, *, size: Optional[int] = None, sha256: Optional[str] = None,
-            pin: bool) -> Optional[Pin]: ...
+    def get(
+        self, url: str, *, size: Optional[int] = None, sha256: Optional[str] = None, pin: bool
+    ) -> Optional[Pin]: ...
 
-    def get(self, url: str, *, size: Optional[int] = None, sha256: Optional[str] = None, pin: bool = True
-            ) -> Optional[Pin]:
+    def get(
+        self, url: str, *, size: Optional[int] = None, sha256: Optional[str] = None, pin: bool = True
+    ) -> Optional[Pin]:
         """Makes sure ``url`` is cached and checked (downloading it once per node); returns a
         :class:`Pin` holding it, or ``None`` with ``pin=False`` (a prefetch).
 
@@ -201,8 +205,17 @@ class ShardCache:
     def _record(self, path: str, digest: str, fetched_s: float = 0.0) -> None:
         st = os.stat(path)
         tmp = f"{path}.ok.{os.getpid()}"
-        Path(tmp).write_text(json.dumps({"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest,
-                                         "fetched_at": time.time(), "fetched_s": round(fetched_s, 6)}))
+        Path(tmp).write_text(
+            json.dumps(
+                {
+                    "size": st.st_size,
+                    "mtime_ns": st.st_mtime_ns,
+                    "sha256": digest,
+                    "fetched_at": time.time(),
+                    "fetched_s": round(fetched_s, 6),
+                }
+            )
+        )
         os.replace(tmp, path + ".ok")
 
     @staticmethod
@@ -243,8 +256,12 @@ class ShardCache:
                     total -= size
             if total > self.limit and not self._over_limit_warned:
                 self._over_limit_warned = True
-                logger.warning("the cache in %s holds %.1f MB of files in use, over its %.1f MB limit; raise "
-                               "cache_limit", self.folder, total / 1e6, self.limit / 1e6)
+                logger.warning(
+                    "the cache in %s holds %.1f MB of files in use, over its %.1f MB limit; raise cache_limit",
+                    self.folder,
+                    total / 1e6,
+                    self.limit / 1e6,
+                )
         finally:
             os.close(fd)
 

@@ -7,7 +7,6 @@ the last attempt a :class:`RemoteError` names the URL and the last cause.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import time
@@ -16,11 +15,10 @@ from pathlib import Path
 from typing import Dict, Optional
 
 from ..errors import Error
+from ..fileio import sha256_of
 from .urls import filesystem
 
 logger = logging.getLogger("gpupipe.remote")
-
-CHUNK = 1 << 20
 
 
 class RemoteError(Error):
@@ -76,9 +74,16 @@ def with_retries(url: str, retry: Retry, what, action):
             if _missing(err):
                 raise RemoteMissing(f"{what} {url}: not found ({last})") from err
             if attempt + 1 < retry.attempts:
-                delay = retry.backoff * 2 ** attempt
-                logger.warning("%s %s failed (%s); retry %d of %d in %.1f s", what, url, last, attempt + 1,
-                               retry.attempts - 1, delay)
+                delay = retry.backoff * 2**attempt
+                logger.warning(
+                    "%s %s failed (%s); retry %d of %d in %.1f s",
+                    what,
+                    url,
+                    last,
+                    attempt + 1,
+                    retry.attempts - 1,
+                    delay,
+                )
                 time.sleep(delay)
     raise RemoteError(f"{what} {url} failed after {retry.attempts} attempts: {last}")
 
@@ -106,6 +111,7 @@ def read_small(url: str, retry: Retry, storage_options: Optional[Dict] = None, m
     Raises:
         RemoteError: unreachable after the retries, missing, or larger than ``max_bytes``.
     """
+
     def read() -> bytes:
         fs, path = filesystem(url, storage_options, retry.timeout)
         size = fs.info(path).get("size")
@@ -127,6 +133,7 @@ def remote_info(url: str, retry: Retry, storage_options: Optional[Dict] = None) 
     Raises:
         RemoteError: unreachable after the retries, missing, or no size reported.
     """
+
     def info() -> Dict:
         fs, path = filesystem(url, storage_options, retry.timeout)
         found = fs.info(path)
@@ -138,24 +145,33 @@ def remote_info(url: str, retry: Retry, storage_options: Optional[Dict] = None) 
     return with_retries(url, retry, "asking about", info)
 
 
-def download(url: str, dst: str, retry: Retry, *, size: Optional[int] = None, sha256: Optional[str] = None,
-             storage_options: Optional[Dict] = None) -> str:
+def download(
+    url: str,
+    dst: str,
+    retry: Retry,
+    *,
+    size: Optional[int] = None,
+    sha256: Optional[str] = None,
+    storage_options: Optional[Dict] = None,
+) -> str:
     """Downloads ``url`` to the file ``dst`` and checks it; returns its sha256 (hex).
 
     Raises:
         RemoteError: every attempt failed or gave a file of another size or checksum.
     """
+
     def fetch() -> str:
         fs, path = filesystem(url, storage_options, retry.timeout)
         try:
             fs.get_file(path, dst)
-            digest = file_sha256(dst)
+            digest = sha256_of(dst)
             got = os.path.getsize(dst)
             if size is not None and got != size:
                 raise CorruptDownload(f"got {got:,} bytes, expected {size:,}")
             if sha256 and digest != sha256:
-                raise CorruptDownload("its sha256 differs from the manifest's (corrupted in transfer or changed "
-                                      "on the server)")
+                raise CorruptDownload(
+                    "its sha256 differs from the manifest's (corrupted in transfer or changed on the server)"
+                )
             return digest
         except BaseException:
             Path(dst).unlink(missing_ok=True)
@@ -164,13 +180,13 @@ def download(url: str, dst: str, retry: Retry, *, size: Optional[int] = None, sh
     return with_retries(url, retry, "downloading", fetch)
 
 
-def file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-__all__ = ["Retry", "RemoteError", "RemoteMissing", "CorruptDownload", "read_small", "remote_info", "download",
-           "with_retries", "file_sha256"]
+__all__ = [
+    "Retry",
+    "RemoteError",
+    "RemoteMissing",
+    "CorruptDownload",
+    "read_small",
+    "remote_info",
+    "download",
+    "with_retries",
+]

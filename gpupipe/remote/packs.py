@@ -38,12 +38,16 @@ def remote_pack(url: str, cache: ShardCache) -> Tuple[Dict, List[PackedTar]]:
     try:
         data = read_small(where, cache.retry, cache.storage_options, shardfmt.MAX_METADATA_BYTES)
     except RemoteMissing:
-        raise ValueError(f"{url} is not a gpupipe pack: no {shardfmt.MANIFEST} there (for tars written by "
-                         "another tool, use gpupipe.WebDataset)") from None
+        raise ValueError(
+            f"{url} is not a gpupipe pack: no {shardfmt.MANIFEST} there (for tars written by "
+            "another tool, use gpupipe.WebDataset)"
+        ) from None
     manifest = shardfmt.parse_manifest(data, where)
     shards = manifest["shards"]
-    locations = [(_join(url, s["name"], f"shards[{k}].name"), _join(url, s["index"], f"shards[{k}].index"))
-                 for k, s in enumerate(shards)]
+    locations = [
+        (_join(url, s["name"], f"shards[{k}].name"), _join(url, s["index"], f"shards[{k}].index"))
+        for k, s in enumerate(shards)
+    ]
 
     def index(k: int) -> List[shardfmt.IndexEntry]:
         index_url = locations[k][1]
@@ -55,8 +59,10 @@ def remote_pack(url: str, cache: ShardCache) -> Tuple[Dict, List[PackedTar]]:
 
     with ThreadPoolExecutor(INDEX_THREADS, thread_name_prefix="gpupipe-index") as pool:
         indexes = list(pool.map(index, range(len(shards))))
-    tars = [PackedTar(tar, s["bytes"], s.get("sha256") or None, entries)
-            for (tar, _), s, entries in zip(locations, shards, indexes)]
+    tars = [
+        PackedTar(tar, s["bytes"], s.get("sha256") or None, entries)
+        for (tar, _), s, entries in zip(locations, shards, indexes)
+    ]
     return manifest, tars
 
 

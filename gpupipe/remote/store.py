@@ -95,19 +95,32 @@ class CachedStore:
 
     remote = True
 
-    def __init__(self, urls: Sequence[str], sizes: Sequence[int], sha256s: Sequence[Optional[str]],
-                 cache: ShardCache, *, threads: int = 4, open_shards: int = 2) -> None:
+    def __init__(
+        self,
+        urls: Sequence[str],
+        sizes: Sequence[int],
+        sha256s: Sequence[Optional[str]],
+        cache: ShardCache,
+        *,
+        threads: int = 4,
+        open_shards: int = 2,
+    ) -> None:
         self.urls, self.sizes, self.sha256s = list(urls), [int(s) for s in sizes], list(sha256s)
         self.cache, self.threads, self.open_shards = cache, threads, open_shards
         self.paths = [cache.path(u) for u in self.urls]
         self.locations = self.urls  # what messages name
         biggest = max(self.sizes, default=0)
         if biggest > cache.limit:
-            raise ValueError(f"cache_limit {cache.limit:,} bytes cannot hold one shard ({biggest:,} bytes); "
-                             "raise cache_limit")
+            raise ValueError(
+                f"cache_limit {cache.limit:,} bytes cannot hold one shard ({biggest:,} bytes); raise cache_limit"
+            )
         if 2 * biggest > cache.limit:
-            logger.warning("cache_limit %s bytes holds fewer than two shards of %s bytes: shards will be read "
-                           "before the next is fetched (no reading ahead)", f"{cache.limit:,}", f"{biggest:,}")
+            logger.warning(
+                "cache_limit %s bytes holds fewer than two shards of %s bytes: shards will be read "
+                "before the next is fetched (no reading ahead)",
+                f"{cache.limit:,}",
+                f"{biggest:,}",
+            )
         capacity = cache.limit // max(1, biggest)
         #: Shards a DALI run may span: half the cache (the other half for the run built ahead), at most 16.
         self.shards_per_run = max(1, min(16, capacity // 2))
@@ -182,7 +195,7 @@ class CachedStore:
         """Starts downloading the first :attr:`ahead` of ``shards`` in the background; failures surface
         when they are read."""
         self._mine()
-        for shard in shards[:self.ahead]:
+        for shard in shards[: self.ahead]:
             shard = int(shard)
             if shard in self._pending or self.cache.is_cached(self.urls[shard], self.sizes[shard]):
                 continue

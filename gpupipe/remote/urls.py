@@ -33,8 +33,17 @@ def join(base: str, name: str) -> str:
     Raises:
         ValueError: the name is empty, absolute, a URL, or contains ``..``, ``\\`` or a query.
     """
-    if not isinstance(name, str) or not name or name.startswith("/") or is_url(name) or "\\" in name \
-            or any(part in ("..", ".") for part in name.split("/")) or "?" in name or "#" in name or "\0" in name:
+    if (
+        not isinstance(name, str)
+        or not name
+        or name.startswith("/")
+        or is_url(name)
+        or "\\" in name
+        or any(part in ("..", ".") for part in name.split("/"))
+        or "?" in name
+        or "#" in name
+        or "\0" in name
+    ):
         raise ValueError(f"{base}: the name {name!r} does not stay inside it")
     return base.rstrip("/") + "/" + name
 
@@ -62,7 +71,7 @@ def expand_braces(pattern: str) -> List[str]:
         choices = body.split(",")
         if not body:
             raise ValueError(f"empty braces in {pattern!r}")
-    head, tail = pattern[:match.start()], pattern[match.end():]
+    head, tail = pattern[: match.start()], pattern[match.end() :]
     out: List[str] = []
     for choice in choices:
         out.extend(expand_braces(head + choice + tail))
@@ -95,16 +104,17 @@ def _defaults(kind: str, timeout: float) -> Dict:
     if kind in ("http", "https"):
         import aiohttp
 
-        return {"client_kwargs": {"timeout": aiohttp.ClientTimeout(total=None, sock_connect=timeout,
-                                                                    sock_read=timeout)}}
+        return {
+            "client_kwargs": {"timeout": aiohttp.ClientTimeout(total=None, sock_connect=timeout, sock_read=timeout)}
+        }
     if kind in ("s3", "s3a"):
-        return {"config_kwargs": {"connect_timeout": timeout, "read_timeout": timeout,
-                                  "retries": {"max_attempts": 1}}}
+        return {"config_kwargs": {"connect_timeout": timeout, "read_timeout": timeout, "retries": {"max_attempts": 1}}}
     if kind in ("gs", "gcs"):
         import aiohttp
 
-        return {"session_kwargs": {"timeout": aiohttp.ClientTimeout(total=None, sock_connect=timeout,
-                                                                    sock_read=timeout)}}
+        return {
+            "session_kwargs": {"timeout": aiohttp.ClientTimeout(total=None, sock_connect=timeout, sock_read=timeout)}
+        }
     return {}
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from ..errors import Skipped
 from ..fileio import DEFAULT_MAX_FILE_SIZE, read_file
 from ..sampling import epoch_order
 from ..scan import ScanResult, scan
-from ..targets import TargetKind
+from ..targets import Target, TargetKind, handler
 
 #: Sample indices as the loader passes them: a sequence of ints or an int array.
 Indices = Union[Sequence[int], np.ndarray]
@@ -66,16 +66,12 @@ class Source:
     needs_scan: bool = True
     max_file_size: int = DEFAULT_MAX_FILE_SIZE
 
-    # Declared for the type checker only (no class attribute): present on the sources of that kind.
-    #: ``MASK``: the encoded mask of sample ``index``, as :meth:`read_bytes` reads the image.
-    read_mask_bytes: Callable[[int], np.ndarray]
+    # Declared for the type checker only (no class attribute): the columns of sources of that kind.
     #: ``MASK`` sources of files: per sample, its mask file.
     mask_names: List[str]
     #: ``BOXES``: per sample, ``(n, 4)`` float32 ``xyxy`` boxes and their ``(n,)`` int64 labels.
     boxes: List[np.ndarray]
     box_labels: List[np.ndarray]
-    #: Sources of tars (the ones that set :attr:`shards_per_run`): ``(N,)`` the tar of each sample.
-    shard_of: np.ndarray
 
     def __len__(self) -> int:
         return len(self.names)
@@ -144,11 +140,34 @@ class Source:
         """The order of one epoch (all ranks): a permutation of ``(seed, epoch)``, or the stored order."""
         return epoch_order(len(self), seed=seed, epoch=epoch, shuffle=shuffle)
 
-    # -- targets ------------------------------------------------------------------
+    def tars_of(self, indices: Indices) -> Optional[np.ndarray]:
+        """``(n,)`` the tar each sample of ``indices`` is read from (``None``: loose files)."""
+        return None
+
+    # -- targets: what the kind's handler (:func:`gpupipe.targets.handler`) reads ----------------
+
+    @property
+    def target(self) -> Target:
+        """The handler of this source's kind of target."""
+        return handler(self.kind)
 
     def label_sets(self, indices: Indices) -> List[np.ndarray]:
         """Per sample, its class indices (multi-label sources override this)."""
-        return [self.labels[i:i + 1] for i in indices]
+        return [self.labels[i : i + 1] for i in indices]
+
+    def read_mask(self, index: int) -> np.ndarray:
+        """``MASK`` sources: the encoded mask of sample ``index``, as :meth:`read_bytes` reads the image.
+
+        Raises:
+            gpupipe.fileio.UnreadableFile: the mask cannot be read.
+        """
+        raise TypeError(f"{type(self).__name__} gives {self.kind.title}, not masks")
+
+    def boxes_of(self, index: int) -> Tuple[np.ndarray, np.ndarray]:
+        """``BOXES`` sources: sample ``index``'s ``(n, 4)`` float32 xyxy boxes and ``(n,)`` int64 labels."""
+        if self.kind is not TargetKind.BOXES:
+            raise TypeError(f"{type(self).__name__} gives {self.kind.title}, not boxes")
+        return self.boxes[index], self.box_labels[index]
 
     # -- subsets ------------------------------------------------------------------
 
@@ -204,18 +223,3 @@ class _SampleView(Sequence):
         if isinstance(i, slice):
             return [self[k] for k in range(*i.indices(len(self)))]
         return Sample(self.source.names[i], int(self.source.labels[i]))
-
-
-def check_labels(labels: np.ndarray, num_classes: int, what: str, name_of: Callable[[int], str]) -> None:
-    """Every label must index a class.
-
-    Raises:
-        ValueError: naming the first sample (``name_of(i)``) whose label is out of range.
-    """
-    bad = np.flatnonzero((labels < 0) | (labels >= num_classes))
-    if len(bad):
-        i = int(bad[0])
-        raise ValueError(
-            f"{what}: label {int(labels[i])} of {name_of(i)!r} is outside the class range 0..{num_classes - 1}"
-            + (f" ({len(bad)} such labels)" if len(bad) > 1 else "")
-        )

@@ -54,8 +54,9 @@ class CocoDetection(FileSource):
 
     columns = ("names", "labels", "boxes", "box_labels", "annotated_sizes", "annotation_errors")
 
-    def __init__(self, images: PathLike, annotations: PathLike, *, include_crowd: bool = False,
-                 keep_empty: bool = True) -> None:
+    def __init__(
+        self, images: PathLike, annotations: PathLike, *, include_crowd: bool = False, keep_empty: bool = True
+    ) -> None:
         self.kind = TargetKind.BOXES
         self.root = Path(images).expanduser().absolute()
         self.annotations = Path(annotations).expanduser().absolute()
@@ -90,8 +91,9 @@ class CocoDetection(FileSource):
         self.names = [image_of[i]["path"] for i in kept]
         self.boxes = [np.asarray(boxes[i], np.float32).reshape(-1, 4) for i in kept]
         self.box_labels = [np.asarray(labels[i], np.int64) for i in kept]
-        self.annotated_sizes = np.array([[image_of[i]["height"], image_of[i]["width"]] for i in kept],
-                                        np.int64).reshape(-1, 2)
+        self.annotated_sizes = np.array(
+            [[image_of[i]["height"], image_of[i]["width"]] for i in kept], np.int64
+        ).reshape(-1, 2)
         self.annotation_errors = {k: errors[i] for k, i in enumerate(kept) if i in errors}
         self.labels = np.full(len(kept), -1, np.int64)
 
@@ -105,8 +107,9 @@ class CocoDetection(FileSource):
             key = _hashable(record["id"])
             path = os.path.normpath(os.path.join(root, name)) if isinstance(name, str) and name else ""
             if key is None:
-                self.problems.append(Skipped(f"{self.annotations}#images[{k}]",
-                                             f"id {record['id']!r} is not a number or string"))
+                self.problems.append(
+                    Skipped(f"{self.annotations}#images[{k}]", f"id {record['id']!r} is not a number or string")
+                )
             elif key in image_of:
                 self.problems.append(Skipped(where, "the image id repeats (the first record is used)"))
             elif not path.startswith(root) or os.path.isabs(name):
@@ -181,15 +184,17 @@ def _box(ann: Dict, image: Dict, label_of: Dict) -> Tuple[Optional[List[float]],
     if _hashable(ann.get("category_id")) not in label_of:
         return None, f"unknown category {ann.get('category_id')!r}"
     bbox = ann.get("bbox")
-    if not isinstance(bbox, list) or len(bbox) != 4 or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in bbox):
+    if (
+        not isinstance(bbox, list)
+        or len(bbox) != 4
+        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in bbox)
+    ):
         return None, f"bbox must be 4 numbers [x, y, w, h], got {bbox!r}"
     x, y, w, h = (float(v) for v in bbox)
     if w <= 0 or h <= 0:
         return None, f"box of size {w:g}x{h:g} (sizes must be positive)"
     width, height = image["width"], image["height"]
-    if x < -EDGE_TOLERANCE or y < -EDGE_TOLERANCE or x + w > width + EDGE_TOLERANCE \
-            or y + h > height + EDGE_TOLERANCE:
+    if x < -EDGE_TOLERANCE or y < -EDGE_TOLERANCE or x + w > width + EDGE_TOLERANCE or y + h > height + EDGE_TOLERANCE:
         return None, f"box [{x:g}, {y:g}, {w:g}, {h:g}] lies outside its {width}x{height} image"
     return [max(0.0, x), max(0.0, y), min(float(width), x + w), min(float(height), y + h)], ""
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..fileio import UnreadableFile, read_file
 from ..targets import TargetKind
-from .base import Source, check_labels
+from .base import Indices, Source
 
 logger = logging.getLogger("gpupipe.sources")
 
@@ -152,7 +152,7 @@ def split_folders_message(root: PathLike, classes: Optional[Sequence[str]] = Non
     """
     if classes is None:
         try:
-            with os.scandir(root) as entries:
+            with os.scandir(os.fspath(root)) as entries:
                 classes = sorted(e.name for e in entries if not e.name.startswith(".") and _is_dir(e))
         except OSError:
             return ""
@@ -164,8 +164,10 @@ def split_folders_message(root: PathLike, classes: Optional[Sequence[str]] = Non
     shown = os.fspath(root)
     slash = "" if shown.endswith(os.sep) else os.sep
     folders = ", ".join(name + os.sep for name in classes)
-    return (f"{shown}{slash} holds split folders {folders}, each with class folders, not classes: "
-            f"pass {shown}{slash}{split}")
+    return (
+        f"{shown}{slash} holds split folders {folders}, each with class folders, not classes: "
+        f"pass {shown}{slash}{split}"
+    )
 
 
 def _has_subfolder(path: str) -> bool:
@@ -229,18 +231,17 @@ class FileList(FileSource):
         if not any(isinstance(v, _SETS) for v in raw):
             self.classes, index = _numbering(raw, classes)
             self.labels = np.fromiter(map(index, raw), np.int64, len(raw))
-            check_labels(self.labels, len(self.classes), "FileList", self.names.__getitem__)
+            self.target.check(self, "FileList")
             return
         sets = [list(v) if isinstance(v, _SETS) else [v] for v in raw]
         self.classes, index = _numbering([v for s in sets for v in s], classes)
         self.label_lists = [np.fromiter(map(index, s), np.int64, len(s)) for s in sets]
-        for i, values in enumerate(self.label_lists):
-            check_labels(values, len(self.classes), "FileList", lambda _, i=i: self.names[i])
         self.kind = TargetKind.MULTI_LABEL
         self.columns = ("names", "labels", "label_lists")
         self.labels = np.full(len(sets), -1, np.int64)
+        self.target.check(self, "FileList")
 
-    def label_sets(self, indices: Sequence[int]) -> List[np.ndarray]:
+    def label_sets(self, indices: Indices) -> List[np.ndarray]:
         return [self.label_lists[i] for i in indices]
 
 
@@ -271,7 +272,11 @@ def _read_list_file(list_file: Path) -> Iterator[Tuple[str, LabelArg]]:
     except UnreadableFile as err:
         raise ValueError(f"FileList: {list_file}: {err.reason}") from None
     if list_file.suffix.lower() == ".csv":
-        rows = [(i, row) for i, row in enumerate(csv.reader(io.StringIO(text, newline="")), 1) if any(c.strip() for c in row)]
+        rows = [
+            (i, row)
+            for i, row in enumerate(csv.reader(io.StringIO(text, newline="")), 1)
+            if any(c.strip() for c in row)
+        ]
         if rows and len(rows[0][1]) == 2 and rows[0][1][1].strip().lower() in _CSV_HEADER_LABELS:
             rows = rows[1:]
         for lineno, row in rows:

@@ -42,8 +42,15 @@ class SegmentationFolder(FileSource):
 
     columns = ("names", "labels", "mask_names")
 
-    def __init__(self, images: PathLike, masks: PathLike, *, classes: Optional[Sequence[str]] = None,
-                 ignore_index: int = 255, extensions: Sequence[str] = IMAGE_EXTENSIONS) -> None:
+    def __init__(
+        self,
+        images: PathLike,
+        masks: PathLike,
+        *,
+        classes: Optional[Sequence[str]] = None,
+        ignore_index: int = 255,
+        extensions: Sequence[str] = IMAGE_EXTENSIONS,
+    ) -> None:
         self.kind = TargetKind.MASK
         self.root = Path(images).expanduser().absolute()
         self.mask_root = Path(masks).expanduser().absolute()
@@ -56,14 +63,20 @@ class SegmentationFolder(FileSource):
         self.classes = list(classes) if classes is not None else []
         found = _by_stem(self.root, tuple(e.lower() for e in extensions))
         masks_found = _by_stem(self.mask_root, (".png",))
-        self.problems: List[Skipped] = [Skipped(path, "no mask (expected " + str(self.mask_root / (key + ".png")) + ")")
-                                        for key, path in sorted(found.items()) if key not in masks_found]
-        self.problems += [Skipped(path, "a mask without an image") for key, path in sorted(masks_found.items())
-                          if key not in found]
+        self.problems: List[Skipped] = [
+            Skipped(path, "no mask (expected " + str(self.mask_root / (key + ".png")) + ")")
+            for key, path in sorted(found.items())
+            if key not in masks_found
+        ]
+        self.problems += [
+            Skipped(path, "a mask without an image") for key, path in sorted(masks_found.items()) if key not in found
+        ]
         paired = sorted(key for key in found if key in masks_found)
         if not paired:
-            raise ValueError(f"SegmentationFolder: no image under {str(self.root)!r} has a mask under "
-                             f"{str(self.mask_root)!r} (a mask is <masks>/<same relative path>/<stem>.png)")
+            raise ValueError(
+                f"SegmentationFolder: no image under {str(self.root)!r} has a mask under "
+                f"{str(self.mask_root)!r} (a mask is <masks>/<same relative path>/<stem>.png)"
+            )
         self.names = [found[key] for key in paired]
         self.mask_names = [masks_found[key] for key in paired]
         self.labels = np.full(len(paired), -1, np.int64)
@@ -72,13 +85,12 @@ class SegmentationFolder(FileSource):
         n = len(self.problems)
         return f"{n} file{'s' if n != 1 else ''} {'does' if n == 1 else 'do'} not pair up"
 
-    def read_mask_bytes(self, index: int) -> np.ndarray:
+    def read_mask(self, index: int) -> np.ndarray:
         return np.frombuffer(bytearray(read_file(self.mask_names[index], self.max_file_size)), np.uint8)
 
     def _scan(self, max_pixels: int, max_file_size: int) -> ScanResult:
         images = scan(self.names, max_pixels=max_pixels, max_file_size=max_file_size, cache_dir=env.cache_dir())
-        masks = scan(self.mask_names, max_pixels=max_pixels, max_file_size=max_file_size,
-                     cache_dir=env.cache_dir())
+        masks = scan(self.mask_names, max_pixels=max_pixels, max_file_size=max_file_size, cache_dir=env.cache_dir())
         bad: Dict[int, str] = dict(images.bad)
         for i, reason in masks.bad.items():
             bad.setdefault(i, f"mask {self.mask_names[i]}: {reason}")
@@ -94,8 +106,9 @@ class SegmentationFolder(FileSource):
 def _by_stem(root: Path, extensions) -> Dict[str, str]:
     """``{relative path without extension: file}`` of the files under ``root``."""
     prefix = len(str(root)) + 1
-    return {os.path.splitext(path[prefix:])[0]: path for path in walk_images(str(root), extensions,
-                                                                              {folder_id(str(root))})}
+    return {
+        os.path.splitext(path[prefix:])[0]: path for path in walk_images(str(root), extensions, {folder_id(str(root))})
+    }
 
 
 def _mask_problem(path: str, mask_size: np.ndarray, image_size: np.ndarray) -> str:
@@ -109,8 +122,10 @@ def _mask_problem(path: str, mask_size: np.ndarray, image_size: np.ndarray) -> s
     if colour not in _MASK_COLOUR_TYPES or (colour == 0 and depth != 8) or (colour == 3 and depth > 8):
         return f"mask {path} is not a single-channel 8-bit or palette PNG (colour type {colour}, {depth}-bit)"
     if tuple(mask_size) != tuple(image_size):
-        return (f"mask {path} is {mask_size[1]}x{mask_size[0]}, its image {image_size[1]}x{image_size[0]} "
-                "(EXIF orientation applied)")
+        return (
+            f"mask {path} is {mask_size[1]}x{mask_size[0]}, its image {image_size[1]}x{image_size[0]} "
+            "(EXIF orientation applied)"
+        )
     return ""
 
 

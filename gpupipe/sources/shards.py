@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import logging
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -17,7 +17,7 @@ from ..remote.packs import PackedTar, remote_pack
 from ..scan import ScanResult
 from ..seeding import order_generator
 from ..targets import TargetKind
-from .base import Source, check_labels
+from .base import Indices, Source
 
 logger = logging.getLogger("gpupipe.sources")
 
@@ -31,15 +31,22 @@ class ShardSource(Source):
         store: where the tars are (:class:`~gpupipe.remote.LocalStore` or, for URLs, the node's cache).
         tar_paths: the tars as local files (for URLs: where the cache keeps them).
         entries: per sample, its members by extension (offset and size in its tar).
-        shard_of: ``(N,)`` the tar of each sample.
-        image_ext, mask_ext: the members holding the image and the mask.
+        shard_of: ``(N,)`` the tar of each sample (:meth:`tars_of` is the public question).
+        image_ext: the member holding the image.
+        target_ext: the member DALI's reader reads with the image (a mask), else ``None``.
         damaged: ``{index: reason}`` of members that cannot be read (found when the source was built).
     """
 
     needs_scan = False
     image_ext = shardfmt.IMAGE_EXT
-    mask_ext: Optional[str] = None
-    columns = ("names", "labels", "entries", "shard_of", "image_sizes", "damaged")
+    target_ext: Optional[str] = None
+    columns: Tuple[str, ...] = ("names", "labels", "entries", "shard_of", "image_sizes", "damaged")
+    store: Union[LocalStore, CachedStore]
+    root: Union[str, Path]
+    entries: List[shardfmt.IndexEntry]
+    shard_of: np.ndarray
+    image_sizes: np.ndarray
+    damaged: Dict[int, str]
 
     @property
     def tar_paths(self) -> List[str]:
@@ -53,7 +60,7 @@ class ShardSource(Source):
     def fetched_since(self, since: float):
         """For tars behind URLs, what the node downloaded of them from wall time ``since`` on
         (a :class:`~gpupipe.remote.cache.Fetched`); ``None`` for tars on this disk."""
-        return self.store.fetched_since(since) if self.store.remote else None
+        return self.store.fetched_since(since) if isinstance(self.store, CachedStore) else None
 
     def _init_tables(self) -> None:
         self.shard_of = np.asarray(self.shard_of, np.int64)
@@ -68,15 +75,20 @@ class ShardSource(Source):
         pixels = self.image_sizes[:, 0] * self.image_sizes[:, 1]
         for i in np.flatnonzero(pixels > max_pixels):
             h, w = self.image_sizes[i]
-            bad.setdefault(int(i), f"too many pixels: {w}x{h} = {w * h / 1e6:.0f} MP exceeds the "
-                                   f"{max_pixels / 1e6:.0f} MP limit (decompression bomb?)")
+            bad.setdefault(
+                int(i),
+                f"too many pixels: {w}x{h} = {w * h / 1e6:.0f} MP exceeds the "
+                f"{max_pixels / 1e6:.0f} MP limit (decompression bomb?)",
+            )
         return ScanResult(bad=bad, sizes=self.image_sizes)
 
     def members(self, indices: Sequence[int]) -> List[Tuple[str, List[shardfmt.IndexEntry]]]:
         """``(tar path, entries)`` per run of consecutive samples from one tar (what DALI's reader takes)."""
-        shard_of = self.shard_of[np.asarray(indices, np.int64)]
-        return [(self.tar_paths[shard], [self.entries[i] for i in indices[start:end]])
-                for shard, start, end in shardfmt.runs(shard_of)]
+        shard_of = self.shard_of[np.asarray(indices, np.int64)].tolist()
+        return [
+            (self.tar_paths[shard], [self.entries[i] for i in indices[start:end]])
+            for shard, start, end in shardfmt.runs(shard_of)
+        ]
 
     def read_member(self, index: int, ext: str) -> np.ndarray:
         """One member of sample ``index`` as a writable 1-D uint8 array.
@@ -94,18 +106,23 @@ class ShardSource(Source):
         if not self.store.remote:
             return
         per_shard = max(1, len(self) // max(1, len(self.tar_paths)))
-        upcoming = self.shard_of[np.asarray(order[start:start + 4 * per_shard], np.int64)]
+        upcoming = self.shard_of[np.asarray(order[start : start + 4 * per_shard], np.int64)]
         self.store.prefetch(list(dict.fromkeys(upcoming.tolist())))
 
-    def hold(self, indices: Sequence[int]):
+    def hold(self, indices: Indices):
         """Makes the tars of ``indices`` local and keeps them so until the returned hold is released."""
         return self.store.hold(np.unique(self.shard_of[np.asarray(indices, np.int64)]).tolist())
 
     def read_bytes(self, index: int) -> np.ndarray:
         return self.read_member(index, self.image_ext)
 
-    def read_mask_bytes(self, index: int) -> np.ndarray:
-        return self.read_member(index, self.mask_ext)
+    def read_mask(self, index: int) -> np.ndarray:
+        if self.target_ext is None:
+            return super().read_mask(index)
+        return self.read_member(index, self.target_ext)
+
+    def tars_of(self, indices) -> np.ndarray:
+        return self.shard_of[np.asarray(indices, np.int64)]
 
     def epoch_order(self, *, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
         """Shuffled epochs permute the tars, then the samples inside each: reads stay within one tar at a time."""
@@ -127,8 +144,11 @@ class ShardSource(Source):
             tar_size = tar_sizes[int(self.shard_of[i])]
             for ext in required:
                 member = entry.get(ext)
-                problem = f"no .{ext} member" if member is None else shardfmt.member_problem(
-                    member, tar_size, self.max_file_size)
+                problem = (
+                    f"no .{ext} member"
+                    if member is None
+                    else shardfmt.member_problem(member, tar_size, self.max_file_size)
+                )
                 if problem:
                     damaged[i] = problem
                     break
@@ -186,49 +206,66 @@ class Shards(ShardSource):
         RemoteError: a remote pack's server cannot be reached after the retries.
     """
 
-    def __init__(self, root, *, max_file_size: int = DEFAULT_MAX_FILE_SIZE, cache_dir=None,
-                 cache_limit="20GB", storage_options: Optional[Dict] = None, retry: Optional[Retry] = None,
-                 checksums: Optional[bool] = None) -> None:
+    def __init__(
+        self,
+        root,
+        *,
+        max_file_size: int = DEFAULT_MAX_FILE_SIZE,
+        cache_dir=None,
+        cache_limit="20GB",
+        storage_options: Optional[Dict] = None,
+        retry: Optional[Retry] = None,
+        checksums: Optional[bool] = None,
+    ) -> None:
         self.max_file_size = max_file_size
         if is_url(str(root)):
             self.root = str(root).rstrip("/")
-            cache = ShardCache(cache_dir or default_cache_dir(), byte_size(cache_limit, "cache_limit"), retry,
-                               storage_options)
+            cache = ShardCache(
+                cache_dir or default_cache_dir(), byte_size(cache_limit, "cache_limit"), retry, storage_options
+            )
             manifest, tars = remote_pack(self.root, cache)
-            self.store = CachedStore([t.location for t in tars], [t.size for t in tars], [t.sha256 for t in tars],
-                                     cache)
+            self.store = CachedStore(
+                [t.location for t in tars], [t.size for t in tars], [t.sha256 for t in tars], cache
+            )
         else:
-            self.root = Path(root).expanduser().absolute()
-            manifest, tars = _local_pack(self.root, checksums)
+            local = Path(root).expanduser().absolute()
+            self.root = local
+            manifest, tars = _local_pack(local, checksums)
             self.store = LocalStore([t.location for t in tars])
         self.manifest = manifest
         self.kind = TargetKind(manifest.get("kind", "label"))
         self.classes = list(manifest["classes"])
         self.ignore_index = int(manifest.get("ignore_index", 255))
-        if self.kind is TargetKind.MASK:
-            self.mask_ext = shardfmt.TARGET_EXT["mask"]
+        target = self.target
+        if target.read_from_tar:
+            self.target_ext = target.member
         self.entries, self.names = [], []
-        shard_of, labels, sizes = [], [], []
-        self.label_lists: List[np.ndarray] = []
-        self.boxes: List[np.ndarray] = []
-        self.box_labels: List[np.ndarray] = []
+        shard_of: List[int] = []
+        labels: List[int] = []
+        sizes: List[List[int]] = []
+        columns: Dict[str, list] = {field: [] for field in target.manifest_fields if field != "labels"}
         for number, (shard, tar) in enumerate(zip(manifest["shards"], tars)):
+            count = len(tar.entries)
             self.entries.extend(tar.entries)
-            shard_of.extend([number] * len(tar.entries))
-            self.names.extend(f"{tar.location}#{e[self.image_ext].name if self.image_ext in e else '?'}"
-                              for e in tar.entries)
-            self._take_targets(shard)
-            labels.extend(shard.get("labels") or [-1] * len(tar.entries))
-            sizes.extend(shard.get("sizes") or [[-1, -1]] * len(tar.entries))
+            shard_of.extend([number] * count)
+            self.names.extend(
+                f"{tar.location}#{e[self.image_ext].name if self.image_ext in e else '?'}" for e in tar.entries
+            )
+            labels.extend(shard.get("labels") or [-1] * count)
+            for field, values in target.unpack(shard, count).items():
+                if field in columns:
+                    columns[field].extend(values)
+            sizes.extend(shard.get("sizes") or [[-1, -1]] * count)
         if not self.names:
             raise ValueError(f"Shards: {self.root} holds no samples")
-        self.shard_of = shard_of
+        self.shard_of = np.asarray(shard_of, np.int64)
         self._init_tables()
         self.labels = np.asarray(labels, np.int64)
-        if self.kind is TargetKind.LABEL:
-            check_labels(self.labels, len(self.classes), f"Shards {self.root}", self.names.__getitem__)
-        self._set_columns()
-        required = [self.image_ext] + ([self.mask_ext] if self.mask_ext else [])
+        for field, values in columns.items():
+            setattr(self, field, values)
+        self.columns = ShardSource.columns + tuple(columns)
+        target.check(self, f"Shards {self.root}")
+        required = [self.image_ext] + ([self.target_ext] if self.target_ext else [])
         self.validate_members([t.size for t in tars], required)
         self.image_sizes = np.asarray(sizes, np.int64).reshape(-1, 2)
         if manifest["version"] < 2:
@@ -244,27 +281,9 @@ class Shards(ShardSource):
         size = convert.get("max_size") if isinstance(convert, dict) else None
         return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
 
-    def _take_targets(self, shard: Dict) -> None:
-        if self.kind is TargetKind.MULTI_LABEL:
-            rows = [np.asarray(r, np.int64) for r in shard["label_lists"]]
-            for r in rows:
-                check_labels(r, len(self.classes), f"Shards {self.root}", lambda _: shard["name"])
-            self.label_lists.extend(rows)
-        elif self.kind is TargetKind.BOXES:
-            for boxes, labels in zip(shard["boxes"], shard["box_labels"]):
-                labels = np.asarray(labels, np.int64)
-                check_labels(labels, len(self.classes), f"Shards {self.root}", lambda _: shard["name"])
-                self.boxes.append(np.asarray(boxes, np.float32).reshape(-1, 4))
-                self.box_labels.append(labels)
-
-    def _set_columns(self) -> None:
-        extra = {TargetKind.MULTI_LABEL: ("label_lists",), TargetKind.BOXES: ("boxes", "box_labels")}
-        self.columns = ShardSource.columns + extra.get(self.kind, ())
-
-    def label_sets(self, indices: Sequence[int]) -> List[np.ndarray]:
-        if self.kind is TargetKind.MULTI_LABEL:
-            return [self.label_lists[i] for i in indices]
-        return super().label_sets(indices)
+    def label_sets(self, indices: Indices) -> List[np.ndarray]:
+        lists = self.__dict__.get("label_lists")
+        return super().label_sets(indices) if lists is None else [lists[i] for i in indices]
 
 
 def _local_pack(root: Path, checksums: Optional[bool]) -> Tuple[Dict, List[PackedTar]]:

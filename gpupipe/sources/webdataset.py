@@ -60,10 +60,19 @@ class WebDataset(ShardSource):
 
     image_ext = IMAGE_MEMBER
 
-    def __init__(self, urls: Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]], *, label: str = "cls",
-                 image: str = "jpg;jpeg;png;webp", classes: Optional[Sequence[str]] = None, cache_dir=None,
-                 cache_limit="20GB", storage_options: Optional[Dict] = None, retry: Optional[Retry] = None,
-                 max_file_size: int = DEFAULT_MAX_FILE_SIZE) -> None:
+    def __init__(
+        self,
+        urls: Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]],
+        *,
+        label: str = "cls",
+        image: str = "jpg;jpeg;png;webp",
+        classes: Optional[Sequence[str]] = None,
+        cache_dir=None,
+        cache_limit="20GB",
+        storage_options: Optional[Dict] = None,
+        retry: Optional[Retry] = None,
+        max_file_size: int = DEFAULT_MAX_FILE_SIZE,
+    ) -> None:
         locations = _expand(urls)
         self.max_file_size = max_file_size
         self.root = locations[0] if len(locations) == 1 else f"{locations[0]} .. ({len(locations)} tars)"
@@ -72,8 +81,9 @@ class WebDataset(ShardSource):
             raise ValueError(f"WebDataset: image must name extensions such as 'jpg;png', got {image!r}")
         folder = Path(cache_dir or default_cache_dir())
         remote = [is_url(loc) for loc in locations]
-        cache = ShardCache(folder, byte_size(cache_limit, "cache_limit"), retry, storage_options) if any(remote) \
-            else None
+        cache = (
+            ShardCache(folder, byte_size(cache_limit, "cache_limit"), retry, storage_options) if any(remote) else None
+        )
         if cache is not None and not all(remote):
             raise ValueError("WebDataset: give either local tars or URLs, not both")
         indexer = _Indexer(folder / "wds-index", cache, image_exts, label)
@@ -94,9 +104,10 @@ class WebDataset(ShardSource):
                 label_list.append(labels[number][k])
                 sizes.append(idx.sizes[k])
         if not self.names:
-            raise ValueError(f"WebDataset: no usable sample in {self.root}" +
-                             (f" ({len(self.problems)} problems, the first: {self.problems[0]})"
-                              if self.problems else ""))
+            raise ValueError(
+                f"WebDataset: no usable sample in {self.root}"
+                + (f" ({len(self.problems)} problems, the first: {self.problems[0]})" if self.problems else "")
+            )
         tar_sizes = [meta["size"] for meta, _ in indexes]
         if cache is not None:
             self.store = CachedStore(locations, tar_sizes, [meta.get("sha256") for meta, _ in indexes], cache)
@@ -154,8 +165,9 @@ class _Indexer:
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(json.dumps({"meta": meta, "index": _to_json(index)}))
         os.replace(tmp, path)
-        logger.info("WebDataset: indexed %s: %d samples, %d problems", location, len(index.samples),
-                    len(index.problems))
+        logger.info(
+            "WebDataset: indexed %s: %d samples, %d problems", location, len(index.samples), len(index.problems)
+        )
         return meta, index
 
     def _meta(self, location: str) -> Dict:
@@ -189,24 +201,34 @@ def _classes(indexes, classes: Optional[Sequence[str]], problems: List[Skipped])
         for _, member, value in idx.samples:
             label = lookup.get(value) if isinstance(value, str) else (value if 0 <= value < len(classes) else None)
             if label is None:
-                problems.append(Skipped(f"{meta['location']}#{member.name}",
-                                        f"label {value!r} is not one of the {len(classes)} classes"))
+                problems.append(
+                    Skipped(
+                        f"{meta['location']}#{member.name}", f"label {value!r} is not one of the {len(classes)} classes"
+                    )
+                )
             row.append(label)
         labels.append(row)
     return classes, labels
 
 
 def _to_json(index: TarIndex) -> Dict:
-    return {"samples": [[key, m.name, m.offset, m.size, value] for key, m, value in index.samples],
-            "sizes": [list(s) for s in index.sizes], "bad": {str(k): v for k, v in index.bad.items()},
-            "problems": [list(p) for p in index.problems]}
+    return {
+        "samples": [[key, m.name, m.offset, m.size, value] for key, m, value in index.samples],
+        "sizes": [list(s) for s in index.sizes],
+        "bad": {str(k): v for k, v in index.bad.items()},
+        "problems": [list(p) for p in index.problems],
+    }
 
 
 def _from_json(data: Dict) -> TarIndex:
-    return TarIndex(samples=[(key, shardfmt.Member(name, offset, size), value)
-                             for key, name, offset, size, value in data["samples"]],
-                    sizes=[tuple(s) for s in data["sizes"]], bad={int(k): v for k, v in data["bad"].items()},
-                    problems=[tuple(p) for p in data["problems"]])
+    return TarIndex(
+        samples=[
+            (key, shardfmt.Member(name, offset, size), value) for key, name, offset, size, value in data["samples"]
+        ],
+        sizes=[tuple(s) for s in data["sizes"]],
+        bad={int(k): v for k, v in data["bad"].items()},
+        problems=[tuple(p) for p in data["problems"]],
+    )
 
 
 __all__ = ["WebDataset"]

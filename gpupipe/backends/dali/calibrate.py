@@ -40,8 +40,11 @@ def choose_hw_decoder_load(rate: Callable[[float], float]) -> Tuple[float, Dict[
         if 0.0 <= load <= 1.0 and load not in figures:
             figures[load] = rate(load)
     best = max(figures, key=lambda k: figures[k])
-    logger.info("hw_decoder_load=auto chose %.2f (images/s by share: %s)", best,
-                ", ".join(f"{k:.2f}: {v:,.0f}" for k, v in sorted(figures.items())))
+    logger.info(
+        "hw_decoder_load=auto chose %.2f (images/s by share: %s)",
+        best,
+        ", ".join(f"{k:.2f}: {v:,.0f}" for k, v in sorted(figures.items())),
+    )
     return best, figures
 
 

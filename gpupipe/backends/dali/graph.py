@@ -3,8 +3,10 @@
 The reader reads the run's samples; one ``external_source`` gives, per
 iteration, the planned parameters the lowering reads (found once by
 tracing the graph; drawn a few batches ahead on a background thread and
-packed, see :mod:`.params`), the masks of a folder source (palette PNGs as
-their indices) and the boxes of a detection source.
+packed, see :mod:`.params`), then what the target's handler feeds
+(:meth:`~gpupipe.targets.base.Target.dali_feed`: the masks of a folder
+source, the boxes of a detection source). A packed mask is read by the
+reader with its image instead.
 """
 
 from __future__ import annotations
@@ -16,23 +18,21 @@ import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Dict, List, Optional, Sequence, Union
+from typing import Callable, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
-from nvidia.dali import fn, pipeline_def, types
+from nvidia.dali import fn, pipeline_def
 
 from ... import ops as O
-from ...fileio import UnreadableFile
-from ...images import palette_as_gray_png
+from ...config import LoaderConfig
 from ...plan import Planner
 from ...seeding import mix_int
 from ...sources import FileSource, Source
 from ...spec import PipelineSpec
-from ...targets import TargetKind
-from .. import DecoderSettings, RunConfig
-from ..common import source_boxes
+from ..base import Placement
 from .calibrate import DEFAULT_LOAD, remembered_hw_decoder_load
+from .decoder import decoder_kwargs, decoder_settings
 from .lifetime import track
 from .lowering import Graph, lower, quiet_auto_aug
 from .params import ParamLayout, RunParams
@@ -46,17 +46,6 @@ logger = logging.getLogger(__name__)
 CALIBRATION_BATCHES = 10
 
 
-def decoder_kwargs(gpu: bool, settings: DecoderSettings) -> dict:
-    """The image decoder's arguments: libjpeg's fancy chroma upsampling (as torchvision and PIL decode);
-    on the GPU the hardware decoder's share and the preallocation hints."""
-    kwargs = dict(device="mixed" if gpu else "cpu", output_type=types.RGB, jpeg_fancy_upsampling=True)
-    if gpu:
-        load = DEFAULT_LOAD if settings.hw_decoder_load == "auto" else settings.hw_decoder_load  # DALI takes numbers
-        kwargs.update(hw_decoder_load=load, preallocate_width_hint=settings.width_hint,
-                      preallocate_height_hint=settings.height_hint)
-    return kwargs
-
-
 def uses_conditionals(spec: PipelineSpec) -> bool:
     """nvidia.dali.auto_aug branches per sample, which needs DALI's conditionals."""
     return any(isinstance(op, (O.RandAugment, O.TrivialAugment)) for op in spec.ops)
@@ -66,23 +55,36 @@ class Pipelines:
     """Builds the pipelines of one backend.
 
     Args:
-        source, spec, config: as the backend's.
+        source, spec, config, placement: as the backend's.
         graph_spec: the spec the graph computes (uint8 output when dali-cpu feeds a GPU).
         gpu: decode with ``device="mixed"`` and run the image ops on the GPU.
         planner: draws the parameters.
         sizes: ``(N, 2)`` the samples' image sizes.
     """
 
-    def __init__(self, source: Source, spec: PipelineSpec, graph_spec: PipelineSpec, config: RunConfig, *,
-                 gpu: bool, planner: Planner, sizes: np.ndarray) -> None:
+    def __init__(
+        self,
+        source: Source,
+        spec: PipelineSpec,
+        graph_spec: PipelineSpec,
+        config: LoaderConfig,
+        placement: Placement,
+        *,
+        gpu: bool,
+        planner: Planner,
+        sizes: np.ndarray,
+    ) -> None:
         self.source, self.spec, self.graph_spec, self.config, self.gpu = source, spec, graph_spec, config, gpu
+        self.placement = placement
         self.planner, self.sizes = planner, sizes
+        self.decoder = decoder_settings(config, sizes)
         self.reader = reader_for(source)
-        self.masks_from_files = source.kind is TargetKind.MASK and isinstance(source, FileSource)
+        self.target = source.target
+        # what the external source feeds besides the parameters: the target, unless the reader reads it
+        self.fed = 0 if not self.target.moves_with_pixels or self.reader.reads_target else self.target.dali_feeds
         self.layout = self._used_params()
-        load = config.decoder.hw_decoder_load
+        load = self.decoder.hw_decoder_load
         self.hw_decoder_load: Optional[float] = None if load == "auto" else float(load)
-        self.calibration: Dict[float, float] = {}  # hw_decoder_load -> images/s, when "auto" measured them
         self._calibrating = threading.Lock()
         self._planner_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpupipe-plan")
 
@@ -103,19 +105,26 @@ class Pipelines:
 
         def feed(info):
             k = min(info.iteration, len(refs) - 1)
-            return params.batch(k) + self._targets(refs[k])
+            return params.batch(k) + self._feed(refs[k])
 
         @pipeline_def(enable_conditionals=uses_conditionals(self.spec))
         def graph():
             nodes = self.reader(indices, files)
             captured["expected"] = nodes.expected
-            return (*self._lower(nodes.encoded, nodes.mask, self._external(feed), hw_decoder_load), nodes.identity)
+            inputs = self._external(feed)
+            targets = [nodes.target] if nodes.target is not None else inputs[self.layout.outputs :]
+            return (*self._lower(nodes.encoded, inputs, targets, hw_decoder_load), nodes.identity)
 
         try:
             with quiet_auto_aug():
-                pipe = graph(batch_size=self.config.batch_size, num_threads=self.config.num_threads,
-                             device_id=self.device_id(), seed=mix_int(self.config.seed) % (2**31),
-                             exec_dynamic=True, prefetch_queue_depth=max(1, min(self.config.prefetch, len(refs))))
+                pipe = graph(
+                    batch_size=self.config.batch_size,
+                    num_threads=self.placement.threads,
+                    device_id=self.device_id(),
+                    seed=mix_int(self.config.seed) % (2**31),
+                    exec_dynamic=True,
+                    prefetch_queue_depth=max(1, min(self.config.prefetch, len(refs))),
+                )
                 pipe.build()
         except BaseException:
             files.close()
@@ -128,8 +137,9 @@ class Pipelines:
             files.close()
             held.release()
 
-        return Run(pipe, refs, check=functools.partial(self._check_order, expected=captured["expected"]),
-                   on_close=close)
+        return Run(
+            pipe, refs, check=functools.partial(self._check_order, expected=captured["expected"]), on_close=close
+        )
 
     def _resolved_hw_decoder_load(self, refs: List[BatchRef]) -> float:
         """The loader's ``hw_decoder_load``; ``"auto"`` is measured once, on the first batches read."""
@@ -137,18 +147,25 @@ class Pipelines:
             if self.hw_decoder_load is None:
                 sample = refs[:CALIBRATION_BATCHES]
                 if len(sample) < 3:
-                    logger.info("hw_decoder_load=auto: %d batches are too few to measure; using %.2f",
-                                len(sample), DEFAULT_LOAD)
+                    logger.info(
+                        "hw_decoder_load=auto: %d batches are too few to measure; using %.2f", len(sample), DEFAULT_LOAD
+                    )
                     self.hw_decoder_load = DEFAULT_LOAD
                 else:
-                    key = (self.device_id(), type(self.source).__name__, len(self.source), repr(self.spec.ops),
-                           self.config.batch_size, self.config.num_threads)
+                    key = (
+                        self.device_id(),
+                        type(self.source).__name__,
+                        len(self.source),
+                        repr(self.spec.ops),
+                        self.config.batch_size,
+                        self.placement.threads,
+                    )
                     try:
-                        self.hw_decoder_load, self.calibration = remembered_hw_decoder_load(
-                            key, functools.partial(self._rate, sample))
+                        self.hw_decoder_load, _ = remembered_hw_decoder_load(key, functools.partial(self._rate, sample))
                     except RunFailed as failure:  # a bad file among them: the run will find and report it
-                        logger.warning("hw_decoder_load=auto could not measure (%s); using %.2f",
-                                       failure.error, DEFAULT_LOAD)
+                        logger.warning(
+                            "hw_decoder_load=auto could not measure (%s); using %.2f", failure.error, DEFAULT_LOAD
+                        )
                         self.hw_decoder_load = DEFAULT_LOAD
             return self.hw_decoder_load
 
@@ -166,36 +183,41 @@ class Pipelines:
             run.close()
 
     def prober(self) -> Prober:
-        """Runs suspect samples one at a time through the same graph (see :mod:`.recovery`)."""
+        """Runs suspect samples one at a time through the same graph (see :mod:`.recovery`); the
+        probe reads each suspect's image (and its target, where that is read) itself."""
+        moving = self.target.moves_with_pixels
+
         def read(index: int):
-            image = self.source.read_bytes(index)
-            mask = self.mask_bytes(index, strict=True) if self.source.kind is TargetKind.MASK else None
-            return image, mask
+            feed = self.target.dali_feed(self.source, [index], strict=True) if moving else []
+            return self.source.read_bytes(index), feed
 
         def prepare(suspect, data):
-            (index, epoch, position), (image, mask) = suspect, data
+            (index, epoch, position), (image, feed) = suspect, data
             ref = BatchRef(epoch, 0, np.array([index]), np.array([position]), 1)
-            params = self._plan([ref]) + self._targets(ref)
-            if self.masks_from_files:
-                params[self.layout.outputs] = [mask]
-            return [image], params, [mask]
+            return [image], self._plan([ref]) + feed
 
         return Prober(self._probe_pipeline, read, prepare)
 
     def _probe_pipeline(self, prober: Prober):
-        shard_masks = self.source.kind is TargetKind.MASK and not self.masks_from_files
+        feeds = self.target.dali_feeds if self.target.moves_with_pixels else 0
 
         @pipeline_def(enable_conditionals=uses_conditionals(self.spec))
         def graph():
             encoded = fn.external_source(source=lambda info: prober.current[0], batch=True, batch_info=True)
-            params = self._external(lambda info: prober.current[1])
-            mask = fn.external_source(source=lambda info: prober.current[2], batch=True, batch_info=True) \
-                if shard_masks else None
-            return tuple(self._lower(encoded, mask, params))
+            inputs = self._external(lambda info: prober.current[1], fed=feeds)
+            return tuple(self._lower(encoded, inputs, inputs[self.layout.outputs :]))
 
         with quiet_auto_aug():
-            pipe = graph(batch_size=1, num_threads=1, device_id=self.device_id(), seed=0, exec_dynamic=False,
-                         exec_pipelined=False, exec_async=False, prefetch_queue_depth=1)
+            pipe = graph(
+                batch_size=1,
+                num_threads=1,
+                device_id=self.device_id(),
+                seed=0,
+                exec_dynamic=False,
+                exec_pipelined=False,
+                exec_async=False,
+                prefetch_queue_depth=1,
+            )
             pipe.build()
         return track(pipe)
 
@@ -203,20 +225,17 @@ class Pipelines:
         """The layout of the planned parameters the lowering reads (traced once in a graph never built)."""
         dummy = self.planner.plan(0, np.zeros(1, np.int64), np.array([[64, 64]]), [np.zeros((0, 4), np.float32)])
         every = ParamLayout(dummy.steps, [(j, name) for j, step in enumerate(dummy.steps) for name in sorted(step)])
+        feeds = self.target.dali_feeds if self.target.moves_with_pixels else 0
         recorded: List = []
 
         @pipeline_def(enable_conditionals=uses_conditionals(self.spec))
         def trace():
-            inputs = self._external(lambda info: None, every)
-            params = every.nodes(inputs[:every.outputs])
+            inputs = self._external(lambda info: None, every, fed=feeds)
+            params = every.nodes(inputs[: every.outputs])
             recorded.append(params)
-            g = Graph(self.graph_spec, params, gpu=False, decoder={})
+            state = self.target.dali_start(inputs[every.outputs :], gpu=False) if feeds else None
+            g = Graph(self.graph_spec, params, gpu=False, decoder={}, target=self.target, state=state)
             g.encoded = fn.external_source(name="encoded")
-            if self.source.kind is TargetKind.MASK:
-                g.mask = fn.external_source(name="mask")
-            if self.source.kind is TargetKind.BOXES:
-                g.boxes = g.raw = inputs[every.outputs]
-                g.box_labels = inputs[every.outputs + 1]
             return tuple(lower(g))
 
         with quiet_auto_aug(), warnings.catch_warnings():
@@ -225,75 +244,60 @@ class Pipelines:
         used = set(recorded[0].used)
         return ParamLayout(dummy.steps, [key for key in every.keys if key in used])
 
-    def _external(self, source: Callable, layout: Optional[ParamLayout] = None):
+    def _external(self, source: Callable, layout: Optional[ParamLayout] = None, fed: Optional[int] = None):
+        """One ``external_source`` giving the packed parameters of ``layout`` (the run's by default),
+        then ``fed`` target inputs (by default what the run feeds)."""
         layout = layout or self.layout
-        outputs = layout.outputs + (1 if self.masks_from_files else 0) + \
-            (2 if self.source.kind is TargetKind.BOXES else 0)
+        outputs = layout.outputs + (self.fed if fed is None else fed)
         if outputs == 0:
             return []
         nodes = fn.external_source(source=source, batch=True, batch_info=True, num_outputs=outputs)
         return list(nodes) if isinstance(nodes, (list, tuple)) else [nodes]
 
-    def _lower(self, encoded, mask, inputs, hw_decoder_load: Optional[float] = None) -> List:
-        """The lowered graph; on the GPU with ``hw_decoder_load``, else the share resolved so far
+    def _lower(self, encoded, inputs: List, targets: List, hw_decoder_load: Optional[float] = None) -> List:
+        """The lowered graph on ``encoded`` images with the parameter ``inputs`` and the target's
+        ``targets`` inputs; on the GPU with ``hw_decoder_load``, else the share resolved so far
         (``"auto"`` before measuring: DALI's default)."""
         n = self.layout.outputs
         if hw_decoder_load is None:
             hw_decoder_load = DEFAULT_LOAD if self.hw_decoder_load is None else self.hw_decoder_load
-        settings = dataclasses.replace(self.config.decoder, hw_decoder_load=hw_decoder_load)
-        g = Graph(self.graph_spec, self.layout.nodes(inputs[:n]), gpu=self.gpu,
-                  decoder=decoder_kwargs(self.gpu, settings))
+        settings = dataclasses.replace(self.decoder, hw_decoder_load=hw_decoder_load)
+        state = self.target.dali_start(targets, gpu=self.gpu) if self.target.moves_with_pixels else None
+        g = Graph(
+            self.graph_spec,
+            self.layout.nodes(inputs[:n]),
+            gpu=self.gpu,
+            decoder=decoder_kwargs(self.gpu, settings),
+            target=self.target,
+            state=state,
+        )
         g.encoded = encoded
-        extra = list(inputs[n:])
-        if self.source.kind is TargetKind.MASK:
-            mask = fn.decoders.image(extra.pop(0) if mask is None else mask, device="cpu", output_type=types.ANY_DATA)
-            g.mask = mask.gpu() if self.gpu else mask
-        if self.source.kind is TargetKind.BOXES:
-            g.boxes = g.raw = extra[0]
-            g.box_labels = extra[1]
         return lower(g)
 
     def _plan(self, refs: Sequence[BatchRef]) -> List[np.ndarray]:
         """The packed parameters of every sample of ``refs`` (``batch_size`` rows per ref, in order),
-        drawn at once (the refs may span epochs); detection refs get their content sizes
-        (``ref.content_sizes``)."""
+        drawn at once (the refs may span epochs); each ref gets its content sizes (``ref.content_sizes``)."""
         bs = refs[0].indices.shape[0]
         indices = np.concatenate([r.indices for r in refs])
         positions = np.concatenate([r.positions for r in refs])
         epochs = np.repeat(np.array([r.epoch for r in refs], np.int64), bs)
-        boxes = source_boxes(self.source, indices)
-        plan = self.planner.plan(epochs, positions, self.sizes[indices], boxes)
-        if boxes is not None:
-            content = self.planner.content_sizes(plan)
-            for m, ref in enumerate(refs):
-                ref.content_sizes = content[m * bs:(m + 1) * bs]
+        plan = self.planner.plan(
+            epochs, positions, self.sizes[indices], self.target.planning_boxes(self.source, indices)
+        )
+        content = self.planner.content_sizes(plan)
+        for m, ref in enumerate(refs):
+            ref.content_sizes = content[m * bs : (m + 1) * bs]
         return self.layout.pack(plan.steps, len(indices))
 
-    def _targets(self, ref: BatchRef) -> List:
-        """Batch ``ref``'s masks (folder sources) or boxes and labels, as the external source gives them."""
-        out: List = []
-        if self.masks_from_files:
-            out.append([self.mask_bytes(int(i)) for i in ref.indices])
-        if self.source.kind is TargetKind.BOXES:
-            out.append([np.asarray(self.source.boxes[int(i)], np.float32).reshape(-1, 4) for i in ref.indices])
-            out.append([np.asarray(self.source.box_labels[int(i)], np.int32) for i in ref.indices])
-        return out
-
-    def mask_bytes(self, index: int, strict: bool = False) -> np.ndarray:
-        """A mask file's bytes, a palette PNG turned into its indices; an unreadable one gives no
-        bytes (the decoder then fails, and the probe names the file) unless ``strict``."""
-        try:
-            data = self.source.read_mask_bytes(index).tobytes()
-        except UnreadableFile:
-            if strict:
-                raise
-            return np.zeros(0, np.uint8)
-        return np.frombuffer(palette_as_gray_png(data), np.uint8)
+    def _feed(self, ref: BatchRef) -> List:
+        """What the external source gives for the target of batch ``ref``'s samples (nothing when the
+        reader reads it, or it does not move with the pixels)."""
+        return self.target.dali_feed(self.source, ref.indices) if self.fed else []
 
     def device_id(self) -> Optional[int]:
         if not self.gpu:
             return None
-        index = self.config.device.index
+        index = self.placement.device.index
         return torch.cuda.current_device() if index is None else index
 
     def _check_order(self, identity, ref: BatchRef, consumed: int, expected) -> None:
@@ -308,5 +312,6 @@ class Pipelines:
             got = [np.asarray(identity[i]).tobytes().decode("utf-8", "surrogateescape") for i in range(bs)]
             if got == list(want):
                 return
-        raise RuntimeError(f"internal error: DALI read {list(got[:3])}... for batch {ref.key}, "
-                           f"the plan says {list(want[:3])}...")
+        raise RuntimeError(
+            f"internal error: DALI read {list(got[:3])}... for batch {ref.key}, the plan says {list(want[:3])}..."
+        )

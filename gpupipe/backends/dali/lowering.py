@@ -1,17 +1,18 @@
 """The DALI lowering: each op as DALI operators applied with its planned parameters.
 
 The parameters arrive through one ``external_source`` (a node per
-parameter, see :class:`Params`); every lowering reads the ones of its op,
-so the image, the mask and the boxes get one window, one coin, one angle:
+parameter, see :mod:`.params`); every lowering reads the ones of its op,
+so the image and its target get one window, one coin, one angle:
 
 * ``Decode`` followed by a crop decodes only the window
   (``decoders.image_slice``: ROI decoding); with ``device="mixed"`` on the
   GPU (nvJPEG, with the hardware JPEG decoder where the GPU has one), and
   every later image op then runs on the GPU.
-* Masks are decoded on the CPU (8-bit class ids) and follow with
-  nearest-neighbour sampling, padded with ``ignore_index``.
-* Boxes are moved with ``coord_transform`` by each geometric op's affine
-  map, clipped to the image, and the ones that do not survive get label -1.
+* A geometric op is a pixel *kernel* (``kernel(node, fill=..., nearest=...)``:
+  a slice, resize, flip or rotation) applied to the images, then handed with
+  the op's parameters to the target's handler, which moves its own state
+  (:meth:`~gpupipe.targets.base.Target.dali_move`: masks sample the kernel
+  nearest-neighbour, boxes move by the op's affine map).
 * A trailing ``HorizontalFlip``, ``Normalize`` and the output dtype / layout
   become one ``crop_mirror_normalize``.
 """
@@ -28,7 +29,8 @@ from nvidia.dali import math as dmath
 
 from ... import ops as O
 from ...spec import PipelineSpec
-from ...targets import IMAGE_LEVEL
+from ...targets import IMAGE_LEVEL, Target
+from ...targets.base import Kernel
 from ..common import Lowering
 
 #: DALI dtype that ``crop_mirror_normalize`` emits for each output dtype;
@@ -37,22 +39,38 @@ DALI_DTYPE = {"float32": types.FLOAT, "bfloat16": types.FLOAT, "float16": types.
 
 
 class Graph:
-    """What is being built: the image, mask and box nodes, the spec and the parameters
+    """What is being built: the image nodes, the target's state, the spec and the parameters
     (``params[j, name]``: op ``j``'s planned parameter as a node, see :mod:`.params`).
 
-    The nodes are DALI ``DataNode`` values, ``Any`` to mypy (DALI is not analysed, see pyproject.toml)."""
+    The nodes are DALI ``DataNode`` values, ``Any`` to mypy (DALI is not analysed, see pyproject.toml).
 
-    def __init__(self, spec: PipelineSpec, params, *, gpu: bool, decoder: Dict) -> None:
+    Args:
+        spec: the spec the graph computes.
+        params: the planned parameters as nodes.
+        gpu: the image ops run on the GPU.
+        decoder: the image decoder's keyword arguments.
+        target: the handler of the source's targets, with their state in the graph (``None``:
+            nothing moves with the pixels).
+    """
+
+    def __init__(
+        self,
+        spec: PipelineSpec,
+        params,
+        *,
+        gpu: bool,
+        decoder: Dict,
+        target: Optional[Target] = None,
+        state: Any = None,
+    ) -> None:
         self.spec = spec
         self.params = params
         self.gpu = gpu
         self.decoder = decoder  # decoder keyword arguments
         self.images: Any = None
         self.encoded: Any = None
-        self.mask: Any = None
-        self.boxes: Any = None  # (N, 4) xyxy, clipped after every op
-        self.raw: Any = None  # the same boxes, never clipped (visible fraction)
-        self.box_labels: Any = None
+        self.target = target
+        self.state: Any = state
 
     def p(self, j: int, name: str):
         return self.params[j, name]
@@ -66,60 +84,72 @@ class Graph:
         size = self.p(j, name)
         return size[0], size[1]
 
-
-def _anchor_shape(g: Graph, j: int):
-    return fn.stack(g.p(j, "top"), g.p(j, "left")), fn.stack(g.p(j, "height"), g.p(j, "width"))
-
-
-def _move_boxes(g: Graph, j: int) -> None:
-    """Boxes through op ``j``'s affine map: corners moved, enclosing box, clipped to the new size."""
-    if g.boxes is None:
-        return
-    h, w = g.hw(j)
-    limit = fn.cast(fn.stack(w, h, w, h), dtype=types.FLOAT)
-    g.raw = _affine_boxes(g.raw, g.p(j, "affine"))
-    g.boxes = dmath.min(dmath.max(_affine_boxes(g.boxes, g.p(j, "affine")), 0.0), limit)
+    def geometric(self, j: int, op: O.Op, kernel: Kernel, fill: Any = 0, *, image: bool = True) -> None:
+        """Applies op ``j``'s pixel ``kernel`` to the images (``fill`` where no pixel maps; not when
+        ``image`` is ``False``: already done) and moves the target with it."""
+        if image:
+            self.images = kernel(self.images, fill=fill, nearest=False)
+        if self.target is not None and self.state is not None:
+            self.state = self.target.dali_move(self.state, kernel, _OpParams(self, j), op, self.spec)
 
 
-def _affine_boxes(boxes, affine):
-    x0, y0, x1, y1 = (boxes[:, k] for k in range(4))
-    corners = fn.stack(fn.stack(x0, y0, axis=1), fn.stack(x1, y0, axis=1), fn.stack(x0, y1, axis=1),
-                       fn.stack(x1, y1, axis=1), axis=1)
-    moved = fn.reshape(fn.coord_transform(fn.reshape(corners, shape=[-1, 2]), MT=affine), shape=[-1, 4, 2])
-    return fn.cat(fn.reductions.min(moved, axes=1), fn.reductions.max(moved, axes=1), axis=1)
+class _OpParams:
+    """Op ``j``'s planned parameters as nodes: ``params[name]``."""
+
+    def __init__(self, g: Graph, j: int) -> None:
+        self.g, self.j = g, j
+
+    def __getitem__(self, name: str):
+        return self.g.p(self.j, name)
 
 
-def _slice(node, g: Graph, j: int, fill):
-    anchor, shape = _anchor_shape(g, j)
-    return fn.slice(node, anchor, shape, axis_names="HW", out_of_bounds_policy="pad", fill_values=fill)
+def _slicing(anchor, shape) -> Kernel:
+    """A window ``anchor`` ``(top, left)``, ``shape`` ``(h, w)``; outside the image: ``fill``."""
+
+    def kernel(x, *, fill, nearest: bool = False):
+        fill = list(fill) if isinstance(fill, tuple) else fill
+        return fn.slice(x, anchor, shape, axis_names="HW", out_of_bounds_policy="pad", fill_values=fill)
+
+    return kernel
+
+
+def _resizing(size) -> Kernel:
+    """A resize to ``size`` ``(h, w)``: linear with antialiasing, or nearest-neighbour."""
+
+    def kernel(x, *, fill=0, nearest: bool = False):
+        return fn.resize(
+            x, size=size, antialias=not nearest, interp_type=types.INTERP_NN if nearest else types.INTERP_LINEAR
+        )
+
+    return kernel
+
+
+def _then(first: Kernel, second: Kernel) -> Kernel:
+    def kernel(x, *, fill, nearest: bool = False):
+        return second(first(x, fill=fill, nearest=nearest), fill=fill, nearest=nearest)
+
+    return kernel
+
+
+def _window_kernel(g: Graph, j: int) -> Kernel:
+    return _slicing(fn.stack(g.p(j, "top"), g.p(j, "left")), fn.stack(g.p(j, "height"), g.p(j, "width")))
+
+
+def _resize_kernel(g: Graph, j: int) -> Kernel:
+    return _resizing(fn.cast(g.p(j, "size"), dtype=types.FLOAT))
 
 
 def _window(g: Graph, j: int, op: O.Op, fill=0) -> None:
-    """Op ``j`` as a window ``(top, left, height, width)``; outside the image: ``fill`` (masks: ignore_index)."""
-    g.images = _slice(g.images, g, j, list(fill) if isinstance(fill, tuple) else fill)
-    if g.mask is not None:
-        g.mask = _slice(g.mask, g, j, g.spec.ignore_index)
-    _move_boxes(g, j)
-
-
-def _resize_images(g: Graph, j: int) -> None:
-    size = fn.cast(g.p(j, "size"), dtype=types.FLOAT)
-    g.images = fn.resize(g.images, size=size, antialias=True, interp_type=types.INTERP_LINEAR)
-    if g.mask is not None:
-        g.mask = fn.resize(g.mask, size=size, antialias=False, interp_type=types.INTERP_NN)
+    """Op ``j`` as a window ``(top, left, height, width)``; outside the image: ``fill``."""
+    g.geometric(j, op, _window_kernel(g, j), fill)
 
 
 def _resize(g: Graph, j: int, op: O.Op) -> None:
-    _resize_images(g, j)
-    _move_boxes(g, j)
+    g.geometric(j, op, _resize_kernel(g, j))
 
 
 def _resized_crop(g: Graph, j: int, op: O.RandomResizedCrop) -> None:
-    g.images = _slice(g.images, g, j, 0)
-    if g.mask is not None:
-        g.mask = _slice(g.mask, g, j, g.spec.ignore_index)
-    _resize_images(g, j)
-    _move_boxes(g, j)
+    g.geometric(j, op, _then(_window_kernel(g, j), _resize_kernel(g, j)))
 
 
 def _decode(g: Graph, j: int, op: O.Decode) -> None:
@@ -140,51 +170,35 @@ def _decode_resized_crop(g: Graph, j: int, op: O.RandomResizedCrop) -> None:
     """Decode fused with the crop after it: only the window (always inside the image) is decoded."""
     anchor = fn.stack(g.p(j, "left"), g.p(j, "top"))
     shape = fn.stack(g.p(j, "width"), g.p(j, "height"))
-    g.images = fn.decoders.image_slice(g.encoded, anchor, shape, axis_names="WH", **roi_decoder(g.decoder))
-    if g.mask is not None:
-        g.mask = _slice(g.mask, g, j, g.spec.ignore_index)
-    _resize_images(g, j)
-    _move_boxes(g, j)
+    g.images = _resize_kernel(g, j)(
+        fn.decoders.image_slice(g.encoded, anchor, shape, axis_names="WH", **roi_decoder(g.decoder))
+    )
+    g.geometric(j, op, _then(_window_kernel(g, j), _resize_kernel(g, j)), image=False)
 
 
 def _zoom_out(g: Graph, j: int, op: O.RandomZoomOut) -> None:
     h, w = g.hw(j)
-    anchor, shape = fn.stack(-g.p(j, "top"), -g.p(j, "left")), fn.stack(h, w)
-    g.images = fn.slice(g.images, anchor, shape, axis_names="HW", out_of_bounds_policy="pad", fill_values=list(op.fill))
-    if g.mask is not None:
-        g.mask = fn.slice(g.mask, anchor, shape, axis_names="HW", out_of_bounds_policy="pad",
-                          fill_values=g.spec.ignore_index)
-    _move_boxes(g, j)
-
-
-def _iou_crop(g: Graph, j: int, op: O.RandomIoUCrop) -> None:
-    if g.boxes is not None:  # boxes whose centre is outside the window are emptied (dropped later)
-        top, left = fn.cast(g.p(j, "top"), dtype=types.FLOAT), fn.cast(g.p(j, "left"), dtype=types.FLOAT)
-        bottom = top + fn.cast(g.p(j, "height"), dtype=types.FLOAT)
-        right = left + fn.cast(g.p(j, "width"), dtype=types.FLOAT)
-        cx = (g.boxes[:, 0] + g.boxes[:, 2]) * 0.5
-        cy = (g.boxes[:, 1] + g.boxes[:, 3]) * 0.5
-        inside = fn.cast((cx > left) & (cx < right) & (cy > top) & (cy < bottom), dtype=types.FLOAT)
-        keep = fn.stack(inside, inside, inside, inside, axis=1)
-        g.boxes, g.raw = g.boxes * keep, g.raw * keep
-    _window(g, j, op)
+    g.geometric(j, op, _slicing(fn.stack(-g.p(j, "top"), -g.p(j, "left")), fn.stack(h, w)), op.fill)
 
 
 def _flip(g: Graph, j: int, op: O.HorizontalFlip) -> None:
     flag = g.p(j, "flip")
-    g.images = fn.flip(g.images, horizontal=flag)
-    if g.mask is not None:
-        g.mask = fn.flip(g.mask, horizontal=flag)
-    _move_boxes(g, j)
+    g.geometric(j, op, lambda x, fill=0, nearest=False: fn.flip(x, horizontal=flag))
 
 
 def _rotate(g: Graph, j: int, op: O.RandomRotation) -> None:
     angle = g.p(j, "angle")
-    g.images = fn.rotate(g.images, angle=angle, keep_size=True, fill_value=0, interp_type=types.INTERP_LINEAR)
-    if g.mask is not None:
-        g.mask = fn.rotate(g.mask, angle=angle, keep_size=True, fill_value=g.spec.ignore_index,
-                           interp_type=types.INTERP_NN)
-    _move_boxes(g, j)
+
+    def kernel(x, *, fill, nearest: bool = False):
+        return fn.rotate(
+            x,
+            angle=angle,
+            keep_size=True,
+            fill_value=fill,
+            interp_type=types.INTERP_NN if nearest else types.INTERP_LINEAR,
+        )
+
+    g.geometric(j, op, kernel)
 
 
 def _color_jitter(g: Graph, j: int, op: O.ColorJitter) -> None:
@@ -196,8 +210,9 @@ def _color_jitter(g: Graph, j: int, op: O.ColorJitter) -> None:
             x = dmath.clamp(x * g.on_device(g.p(j, "brightness")), 0.0, 255.0)
         if op.contrast:
             c = g.on_device(g.p(j, "contrast"))
-            gray = fn.color_space_conversion(fn.cast(x, dtype=types.UINT8), image_type=types.RGB,
-                                             output_type=types.GRAY)
+            gray = fn.color_space_conversion(
+                fn.cast(x, dtype=types.UINT8), image_type=types.RGB, output_type=types.GRAY
+            )
             x = dmath.clamp(c * x + (1.0 - c) * fn.reductions.mean(fn.cast(gray, dtype=types.FLOAT)), 0.0, 255.0)
         g.images = fn.cast(x, dtype=types.UINT8)
     if op.saturation or op.hue:
@@ -216,15 +231,28 @@ def _erase(g: Graph, j: int, op: O.RandomErasing) -> None:
     on = g.p(j, "erase")
     anchor = fn.cast(fn.stack(g.p(j, "top"), g.p(j, "left")), dtype=types.FLOAT)
     shape = fn.cast(fn.stack(g.p(j, "height") * on, g.p(j, "width") * on), dtype=types.FLOAT)
-    g.images = fn.erase(g.images, anchor=anchor, shape=shape, axis_names="HW",
-                        fill_value=[round(255 * m) for m in g.spec.mean])
+    g.images = fn.erase(
+        g.images, anchor=anchor, shape=shape, axis_names="HW", fill_value=[round(255 * m) for m in g.spec.mean]
+    )
 
 
 #: torchvision's op names -> DALI's auto_aug names.
-_AUTO_AUG_NAMES = {"Identity": "identity", "ShearX": "shear_x", "ShearY": "shear_y", "TranslateX": "translate_x",
-                   "TranslateY": "translate_y", "Rotate": "rotate", "Brightness": "brightness", "Color": "color",
-                   "Contrast": "contrast", "Sharpness": "sharpness", "Posterize": "posterize", "Solarize": "solarize",
-                   "AutoContrast": "auto_contrast", "Equalize": "equalize"}
+_AUTO_AUG_NAMES = {
+    "Identity": "identity",
+    "ShearX": "shear_x",
+    "ShearY": "shear_y",
+    "TranslateX": "translate_x",
+    "TranslateY": "translate_y",
+    "Rotate": "rotate",
+    "Brightness": "brightness",
+    "Color": "color",
+    "Contrast": "contrast",
+    "Sharpness": "sharpness",
+    "Posterize": "posterize",
+    "Solarize": "solarize",
+    "AutoContrast": "auto_contrast",
+    "Equalize": "equalize",
+}
 
 
 def _auto_augment(g: Graph, j: int, op) -> None:
@@ -244,12 +272,15 @@ def _auto_augment(g: Graph, j: int, op) -> None:
     ops, signs = g.p(j, "ops"), g.p(j, "signs")
     for level in range(levels):
         magnitude = signed_bin(bins, random_sign=signs[level])
-        g.images = select(ordered, ops[level], data=g.images, magnitude_bin=magnitude,
-                          num_magnitude_bins=op.num_magnitude_bins, shape=shape, fill_value=0)
-
-
-def _no_op(g: Graph, j: int, op: O.Op) -> None:
-    """Ops that change nothing here (``Decode`` is the reader's output when not fused)."""
+        g.images = select(
+            ordered,
+            ops[level],
+            data=g.images,
+            magnitude_bin=magnitude,
+            num_magnitude_bins=op.num_magnitude_bins,
+            shape=shape,
+            fill_value=0,
+        )
 
 
 _IMAGE_ONLY = "DALI's auto_aug applies its geometric ops to one input, not to the targets"
@@ -264,7 +295,7 @@ LOWERINGS: Dict[type, Lowering] = {
     O.RandomCrop: Lowering(_window),
     O.PadTo: Lowering(lambda g, j, op: _window(g, j, op, op.fill)),
     O.RandomZoomOut: Lowering(_zoom_out),
-    O.RandomIoUCrop: Lowering(_iou_crop),
+    O.RandomIoUCrop: Lowering(_window),
     O.HorizontalFlip: Lowering(_flip),
     O.RandomRotation: Lowering(_rotate),
     O.ColorJitter: Lowering(_color_jitter),
@@ -276,7 +307,8 @@ LOWERINGS: Dict[type, Lowering] = {
 }
 #: Pairs of neighbours that become one DALI operator: ``Decode`` and the random crop after it (ROI decoding).
 FUSIONS: Dict[Tuple[type, type], Callable[[Graph, int, Any], None]] = {
-    (O.Decode, O.RandomResizedCrop): _decode_resized_crop}
+    (O.Decode, O.RandomResizedCrop): _decode_resized_crop
+}
 
 
 @contextlib.contextmanager
@@ -312,17 +344,19 @@ def quiet_auto_aug():
 _QUIET: Dict = {"lock": threading.Lock(), "depth": 0, "shown": None, "show": None}
 
 
-def lower(g: Graph, output_mirror: Optional[object] = None) -> List:
-    """Builds the graph of ``g.spec`` on ``g.encoded`` (and the targets).
+def lower(g: Graph) -> List:
+    """Builds the graph of ``g.spec`` on ``g.encoded`` (and the target's state).
 
     Returns:
         ``[images]`` (``(B, C, H, W)``, or ``(B, H, W, C)`` for channels_last),
-        then the mask, or the boxes and their labels, when the spec carries them.
+        then the outputs that carry the target (:meth:`~gpupipe.targets.base.Target.dali_outputs`).
     """
     spec = g.spec
+    moving = g.target is not None and g.state is not None
     ops = list(enumerate(spec.ops))
-    tail_flip = ops.pop() if ops and isinstance(ops[-1][1], O.HorizontalFlip) and g.boxes is None \
-        and g.mask is None else None  # with targets the flip stays an op, so they follow it
+    tail_flip = (
+        ops.pop() if ops and isinstance(ops[-1][1], O.HorizontalFlip) and not moving else None
+    )  # with targets the flip stays an op, so they follow it
     k = 0
     while k < len(ops):
         j, op = ops[k]
@@ -339,29 +373,16 @@ def lower(g: Graph, output_mirror: Optional[object] = None) -> List:
     if spec.output.dtype != "uint8":
         cmn["mean"] = [255.0 * m for m in spec.mean]
         cmn["std"] = [255.0 * s for s in spec.std]
-    images = fn.crop_mirror_normalize(g.images, dtype=DALI_DTYPE[spec.output.dtype],
-                                      output_layout="HWC" if spec.output.channels_last else "CHW", **cmn)
-    outputs = [images]
-    if g.mask is not None:
-        outputs.append(g.mask)
-    if g.boxes is not None:
-        outputs.extend(_sanitized(g))
-    return outputs
-
-
-def _sanitized(g: Graph):
-    """Padded boxes and labels; boxes that do not survive get label -1 (and zero coordinates)."""
-    rule = g.spec.sanitize
-    w = g.boxes[:, 2] - g.boxes[:, 0]
-    h = g.boxes[:, 3] - g.boxes[:, 1]
-    keep = (w >= max(rule.min_size, 1e-6)) & (h >= max(rule.min_size, 1e-6))
-    if rule.min_visible > 0:
-        raw_area = (g.raw[:, 2] - g.raw[:, 0]) * (g.raw[:, 3] - g.raw[:, 1])
-        keep = keep & (w * h >= dmath.max(raw_area, 1e-12) * rule.min_visible)
-    kept = fn.cast(keep, dtype=types.INT32)
-    labels = g.box_labels * kept + (kept - 1)
-    boxes = g.boxes * fn.cast(fn.stack(kept, kept, kept, kept, axis=1), dtype=types.FLOAT)
-    return fn.pad(boxes, axes=[0], fill_value=0.0), fn.pad(labels, axes=[0], fill_value=-1)
+    images = fn.crop_mirror_normalize(
+        g.images,
+        dtype=DALI_DTYPE[spec.output.dtype],
+        output_layout="HWC" if spec.output.channels_last else "CHW",
+        **cmn,
+    )
+    if not moving:
+        return [images]
+    assert g.target is not None  # moving
+    return [images, *g.target.dali_outputs(g.state, spec)]
 
 
 __all__ = ["LOWERINGS", "FUSIONS", "Graph", "lower", "quiet_auto_aug", "roi_decoder", "DALI_DTYPE"]

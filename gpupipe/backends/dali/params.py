@@ -71,10 +71,12 @@ class ParamLayout:
 
     def pack(self, steps: Sequence[Dict[str, np.ndarray]], count: int) -> List[np.ndarray]:
         """``count`` samples' parameters as ``[(count, F) float32, (count, I) int32]`` (empty kinds left out)."""
-        rows = {False: np.empty((count, self.float_width), np.float32),
-                True: np.empty((count, self.int_width), np.int32)}
+        rows = {
+            False: np.empty((count, self.float_width), np.float32),
+            True: np.empty((count, self.int_width), np.int32),
+        }
         for (j, name), slot in self.slots.items():
-            rows[slot.integer][:, slot.offset:slot.offset + slot.size] = np.asarray(steps[j][name]).reshape(count, -1)
+            rows[slot.integer][:, slot.offset : slot.offset + slot.size] = np.asarray(steps[j][name]).reshape(count, -1)
         return [rows[kind] for kind, width in ((False, self.float_width), (True, self.int_width)) if width]
 
     def nodes(self, packed: Sequence) -> "ParamNodes":
@@ -100,7 +102,7 @@ class ParamNodes:
             if slot.shape == ():
                 node = row[slot.offset]
             else:
-                node = row[slot.offset:slot.offset + slot.size]
+                node = row[slot.offset : slot.offset + slot.size]
                 if len(slot.shape) > 1:
                     node = fn.reshape(node, shape=list(slot.shape))
             self._made[key] = node
@@ -142,7 +144,7 @@ class RunParams:
             for old in [c for c in self._chunks if c < chunk]:
                 del self._chunks[old]
         start = (k - chunk * self.per_chunk) * self.batch_size
-        return [r[start:start + self.batch_size] for r in rows]
+        return [r[start : start + self.batch_size] for r in rows]
 
     def _ahead(self, chunk: int) -> None:
         if chunk * self.per_chunk >= len(self.refs):
@@ -152,7 +154,7 @@ class RunParams:
                 self._chunks[chunk] = self.executor.submit(self._plan_chunk, chunk)
 
     def _plan_chunk(self, chunk: int) -> List[np.ndarray]:
-        return self.plan(self.refs[chunk * self.per_chunk:(chunk + 1) * self.per_chunk])
+        return self.plan(self.refs[chunk * self.per_chunk : (chunk + 1) * self.per_chunk])
 
 
 __all__ = ["ParamLayout", "ParamNodes", "RunParams", "Slot", "PLAN_CHUNK", "PLAN_BATCHES"]

@@ -13,7 +13,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 from nvidia.dali import fn
@@ -31,13 +31,13 @@ class ReaderNodes:
     Attributes:
         encoded: the encoded images.
         identity: per sample, what tells it apart (the slot number, or ``source_info``).
-        mask: encoded masks when the reader reads them (packed shards), else ``None``.
+        target: the encoded target when the reader reads it (a packed mask), else ``None``.
         expected: per slot, what ``identity`` must say (checked on every batch).
     """
 
     encoded: object
     identity: object
-    mask: Optional[object]
+    target: Optional[object]
     expected: Callable[[int, int], object]
 
 
@@ -73,6 +73,8 @@ class FileReader:
     here, and read through links made in each run's folder.
     """
 
+    reads_target = False
+
     def __init__(self, source: FileSource) -> None:
         self.names = np.array(source.names, dtype=object)
         self.unsafe = {i for i, name in enumerate(source.names) if not name.isascii() and not _utf8(name)}
@@ -83,8 +85,7 @@ class FileReader:
             for k, i in enumerate(indices):
                 if int(i) in self.unsafe:
                     names[k] = _link(names[k], k, files)
-        encoded, slots = fn.readers.file(files=names, labels=list(range(len(names))), random_shuffle=False,
-                                         name=READER)
+        encoded, slots = fn.readers.file(files=names, labels=list(range(len(names))), random_shuffle=False, name=READER)
         return ReaderNodes(encoded, slots, None, lambda start, count: np.arange(start, start + count))
 
 
@@ -107,10 +108,13 @@ def _link(path: str, slot: int, files: ReaderFiles) -> str:
 
 class ShardReader:
     """``readers.webdataset`` over index files written for the run: one per run of consecutive
-    samples from one tar (a shuffled epoch visits the tars one by one, so there are few)."""
+    samples from one tar (a shuffled epoch visits the tars one by one, so there are few). A target
+    packed as pixel data (a mask) is read with its image."""
 
     def __init__(self, source: ShardSource) -> None:
         self.source = source
+        self.exts = [source.image_ext] + ([source.target_ext] if source.target_ext else [])
+        self.reads_target = source.target_ext is not None
 
     def __call__(self, indices: Sequence[int], files: ReaderFiles) -> ReaderNodes:
         source = self.source
@@ -119,23 +123,25 @@ class ShardReader:
         identities: List[str] = []
         for k, (tar, entries) in enumerate(source.members(indices)):
             index = files.path(f"run{k}.idx")
-            picked = [{ext: e[ext] for ext in _exts(source)} for e in entries]
+            picked = [{ext: e[ext] for ext in self.exts} for e in entries]
             shardfmt.write_index(Path(index), picked)
             paths.append(tar)
             index_paths.append(index)
             identities.extend(f"{tar}:{e[source.image_ext].offset}:{e[source.image_ext].name}" for e in entries)
-        outputs = fn.readers.webdataset(paths=paths, index_paths=index_paths, ext=_exts(source), random_shuffle=False,
-                                        missing_component_behavior="error", name=READER)
-        encoded, mask = (outputs[0], outputs[1]) if source.mask_ext else (outputs, None)
+        outputs = fn.readers.webdataset(
+            paths=paths,
+            index_paths=index_paths,
+            ext=self.exts,
+            random_shuffle=False,
+            missing_component_behavior="error",
+            name=READER,
+        )
+        encoded, target = (outputs[0], outputs[1]) if self.reads_target else (outputs, None)
         info = fn.get_property(encoded, key="source_info")
-        return ReaderNodes(encoded, info, mask, lambda start, count: identities[start:start + count])
+        return ReaderNodes(encoded, info, target, lambda start, count: identities[start : start + count])
 
 
-def _exts(source: ShardSource) -> List[str]:
-    return [source.image_ext] + ([source.mask_ext] if source.mask_ext else [])
-
-
-Reader = Callable[[Sequence[int], ReaderFiles], ReaderNodes]
+Reader = Union[FileReader, ShardReader]
 
 #: source type -> reader class; the most specific base class of a source picks its reader (each reader takes
 #: the sources of its key's type, which a dict's type cannot say: ``Any``).

@@ -26,9 +26,14 @@ def dali_reason(err: Exception) -> str:
     """The useful line of a DALI error message."""
     text = str(err)
     body = text.split("encountered:", 1)[-1]
-    lines = [line.strip() for line in body.splitlines()
-             if line.strip() and "pipeline object is no longer valid" not in line and "Critical error" not in line
-             and not line.strip().startswith("C++ context")]
+    lines = [
+        line.strip()
+        for line in body.splitlines()
+        if line.strip()
+        and "pipeline object is no longer valid" not in line
+        and "Critical error" not in line
+        and not line.strip().startswith("C++ context")
+    ]
     return lines[0] if lines else (text.strip().splitlines() or [type(err).__name__])[0]
 
 
@@ -79,7 +84,7 @@ def suspects_of(refs) -> List[Suspect]:
     """The real samples of the batches in flight, with their epochs and slots."""
     out: List[Suspect] = []
     for ref in refs:
-        out.extend((int(i), ref.epoch, int(p)) for i, p in zip(ref.indices[:ref.count], ref.positions[:ref.count]))
+        out.extend((int(i), ref.epoch, int(p)) for i, p in zip(ref.indices[: ref.count], ref.positions[: ref.count]))
     return out
 
 

@@ -31,7 +31,7 @@ class BatchRef:
         indices, positions: ``(batch_size,)`` the samples and their slots, the
             last real one repeated to fill a short batch.
         count: the real samples.
-        content_sizes: ``(batch_size, 2)`` the output images' content sizes (detection), set when planned.
+        content_sizes: ``(batch_size, 2)`` the output images' content sizes (without padding), set when planned.
     """
 
     epoch: int
@@ -87,7 +87,7 @@ class Run:
         self.on_close = on_close
         self.consumed = 0
         self.scheduled = 0
-        self.labels: Optional[torch.Tensor] = None  # every ref's labels on the device, made on first use
+        self.targets: Optional[torch.Tensor] = None  # every ref's image-level targets on the device, made on first use
 
     @property
     def next_key(self) -> Optional[Tuple[int, int]]:
@@ -121,8 +121,9 @@ class Run:
         try:
             outputs = self.pipe.share_outputs(stream) if stream is not None else self.pipe.share_outputs()
         except RuntimeError as err:
-            raise RunFailed(self.consumed, self.refs[self.consumed:max(self.scheduled, self.consumed + 1)],
-                            err) from err
+            raise RunFailed(
+                self.consumed, self.refs[self.consumed : max(self.scheduled, self.consumed + 1)], err
+            ) from err
         self.check(outputs[-1], ref, self.consumed)
         self.consumed += 1
         self.pipe.release_outputs()  # with exec_dynamic the buffers live on with their references
@@ -145,14 +146,4 @@ def to_torch(tensor_list, device: Optional[torch.device]) -> torch.Tensor:
     return torch.from_dlpack(dense)
 
 
-def compact_boxes(boxes: torch.Tensor, labels: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Puts each row's surviving boxes (label >= 0) first and drops trailing all-padding columns."""
-    valid = labels >= 0
-    order = torch.argsort((~valid).to(torch.int8), dim=1, stable=True)
-    labels = torch.gather(labels, 1, order)
-    boxes = torch.gather(boxes, 1, order[..., None].expand(-1, -1, 4))
-    count = int(valid.sum(dim=1).max()) if labels.numel() else 0
-    return boxes[:, :count].contiguous(), labels[:, :count].contiguous()
-
-
-__all__ = ["BatchRef", "Run", "RunFailed", "padded", "to_torch", "compact_boxes"]
+__all__ = ["BatchRef", "Run", "RunFailed", "padded", "to_torch"]

@@ -3,31 +3,30 @@
 from __future__ import annotations
 
 import warnings
-from typing import List, Sequence
+from typing import List
 
 import numpy as np
 import torch
 import torchvision
 from torch.utils.data import Dataset, get_worker_info
-from torchvision import tv_tensors
 from torchvision.io import ImageReadMode
 
 from ...batch import empty_like_output, normalize_uint8
-from ...errors import DecodeError
+from ...errors import DecodeError, first_line
 from ...fileio import UnreadableFile
-from ...images import decode_mask, decode_rgb
+from ...images import decode_rgb
 from ...ops import RandomResizedCrop
-from ...plan import boxes as bx
 from ...sources import Source
 from ...spec import PipelineSpec
-from ...targets import IMAGE_LEVEL, TargetKind
-from ..common import pad_boxes
+from ...targets import Target
 from .lowering import Item, apply_ops
 
 # torchvision 0.29 deprecates torchvision.io decoding in favour of TorchCodec;
 # it is still the fastest CPU JPEG path here, so the notice is silenced.
-warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision",
-                        category=DeprecationWarning)
+warnings.filterwarnings(
+    "ignore", message="The image decoding and encoding capabilities of TorchVision", category=DeprecationWarning
+)
+
 
 def decode(data: torch.Tensor, path: str) -> torch.Tensor:
     """Decodes encoded bytes to ``(3, H, W)`` uint8 RGB, EXIF orientation applied.
@@ -43,11 +42,11 @@ def decode(data: torch.Tensor, path: str) -> torch.Tensor:
         try:
             return torchvision.io.decode_jpeg(data, mode=ImageReadMode.RGB, apply_exif_orientation=True)
         except RuntimeError as err:
-            raise DecodeError(path, _first_line(err)) from err
+            raise DecodeError(path, first_line(err)) from err
     try:
         return torch.from_numpy(decode_rgb(data.numpy().tobytes()).copy()).permute(2, 0, 1)
     except (OSError, ValueError, SyntaxError) as err:
-        raise DecodeError(path, _first_line(err)) from err
+        raise DecodeError(path, first_line(err)) from err
 
 
 def reduction(window, size) -> int:
@@ -84,34 +83,39 @@ def decode_reduced(data: np.ndarray, path: str, params, size):
             img.draft("RGB", (full_w // denominator, full_h // denominator))  # PIL picks 1/denominator
             pixels = np.asarray(img.convert("RGB"))
     except (OSError, ValueError, SyntaxError) as err:
-        raise DecodeError(path, _first_line(err)) from err
+        raise DecodeError(path, first_line(err)) from err
     sy, sx = pixels.shape[0] / full_h, pixels.shape[1] / full_w
     top, left = int(round(int(params["top"]) * sy)), int(round(int(params["left"]) * sx))
-    moved = dict(params, top=np.int64(top), left=np.int64(left),
-                 height=np.int64(min(max(1, round(height * sy)), pixels.shape[0] - top)),
-                 width=np.int64(min(max(1, round(width * sx)), pixels.shape[1] - left)))
+    moved = dict(
+        params,
+        top=np.int64(top),
+        left=np.int64(left),
+        height=np.int64(min(max(1, round(height * sy)), pixels.shape[0] - top)),
+        width=np.int64(min(max(1, round(width * sx)), pixels.shape[1] - left)),
+    )
     return torch.from_numpy(pixels.copy()).permute(2, 0, 1), moved
-
-
-def _first_line(err: Exception) -> str:
-    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
 
 
 class DecodedSamples(Dataset):
     """Reads, decodes and transforms one sample; a key is ``(index, planned parameters per op)``.
 
     Returns ``(image, target, failure)``: the ``(3, H, W)`` uint8 image, the
-    sample's mask (``(H, W)`` uint8) or ``(boxes, labels)`` (``None`` for
-    image-level targets, which the main process looks up), and ``None``; or,
-    for a sample that cannot be read or decoded, ``(None, None, reason)``.
+    sample's moved target as its handler finishes it (``None`` for image-level
+    targets, which the main process looks up), and ``None``; or, for a sample
+    that cannot be read or decoded, ``(None, None, reason)``.
     """
 
     def __init__(self, source: Source, spec: PipelineSpec, reduced_decode: bool = True) -> None:
         self.source = source
         self.spec = spec
+        self.target: Target = source.target
         # Scaled JPEG decoding applies to a RandomResizedCrop right after Decode, with class targets only.
-        self.reduced_decode = reduced_decode and len(spec.ops) > 1 and isinstance(spec.ops[1], RandomResizedCrop) \
-            and source.kind in IMAGE_LEVEL
+        self.reduced_decode = (
+            reduced_decode
+            and len(spec.ops) > 1
+            and isinstance(spec.ops[1], RandomResizedCrop)
+            and not self.target.moves_with_pixels
+        )
 
     def __len__(self) -> int:
         return len(self.source)
@@ -126,7 +130,7 @@ class DecodedSamples(Dataset):
         except UnreadableFile as err:
             return None, None, err.reason
         apply_ops(item, self.spec, steps)
-        return item.image, _target_of(item, self.spec), None
+        return item.image, self.target.finish(item.state, self.spec) if item.state is not None else None, None
 
     def load(self, index: int, path: str, steps) -> Item:
         data = self.source.read_bytes(index)
@@ -137,56 +141,17 @@ class DecodedSamples(Dataset):
             image, steps[1] = decode_reduced(data, path, steps[1], crop.size)
         if image is None:
             image = decode(torch.from_numpy(data), path)
-        item = Item(image=image)
-        kind = self.source.kind
-        if kind is TargetKind.MASK:
-            try:
-                mask = decode_mask(self.source.read_mask_bytes(index).tobytes())
-            except (OSError, ValueError, SyntaxError) as err:
-                raise DecodeError(path, f"mask: {_first_line(err)}") from err
-            if mask.shape != tuple(image.shape[-2:]):
-                raise DecodeError(path, f"mask is {mask.shape[1]}x{mask.shape[0]}, the image "
-                                        f"{image.shape[-1]}x{image.shape[-2]}")
-            item.mask = tv_tensors.Mask(torch.from_numpy(mask.copy())[None])
-        elif kind is TargetKind.BOXES:
-            boxes = np.asarray(self.source.boxes[index], np.float32).reshape(-1, 4)
-            item.boxes = tv_tensors.BoundingBoxes(torch.from_numpy(boxes.copy()), format="XYXY",
-                                                  canvas_size=tuple(image.shape[-2:]))
-            item.raw_boxes = boxes.copy()
-            item.box_labels = torch.from_numpy(np.asarray(self.source.box_labels[index], np.int64))
-        return item
+        size = (int(image.shape[-2]), int(image.shape[-1]))
+        return Item(image=image, target=self.target, state=self.target.load(self.source, index, size, path))
 
 
-def _target_of(item: Item, spec: PipelineSpec):
-    if item.mask is not None:
-        return item.mask.as_subclass(torch.Tensor)[0]
-    if item.boxes is not None:
-        boxes = item.boxes.as_subclass(torch.Tensor).to(torch.float32)
-        assert item.raw_boxes is not None and item.box_labels is not None  # set with the boxes
-        keep = sanitize(boxes.numpy(), item.raw_boxes, spec)
-        return boxes[torch.from_numpy(keep)], item.box_labels[torch.from_numpy(keep)]
-    return None
-
-
-def sanitize(clipped: np.ndarray, raw: np.ndarray, spec: PipelineSpec) -> np.ndarray:
-    """``(N,)`` the boxes that survive: wide and tall enough, and visible enough
-    (:class:`~gpupipe.ops.SanitizeBoxes`)."""
-    rule = spec.sanitize
-    w = clipped[:, 2] - clipped[:, 0]
-    h = clipped[:, 3] - clipped[:, 1]
-    keep = (w >= rule.min_size) & (h >= rule.min_size) & (w > 0) & (h > 0)
-    if rule.min_visible > 0:
-        keep &= bx.area(clipped) >= rule.min_visible * np.maximum(bx.area(raw), 1e-12)
-    return keep
-
-
-def collate(results: List[tuple], spec: PipelineSpec, kind: TargetKind, finish: bool):
+def collate(results: List[tuple], spec: PipelineSpec, target: Target, finish: bool):
     """Stacks samples into a batch; failed samples get an empty slot and are listed.
 
     Returns:
         ``(images, target_part, failures)``: ``(B, 3, H, W)`` images (normalised
-        when ``finish``, else uint8), the masks ``(B, H, W)`` uint8 or the padded
-        boxes (``None`` for image-level targets), and the failures ``(slot, reason)``.
+        when ``finish``, else uint8), the target's part made here (:meth:`~gpupipe.targets.base.Target.stack`;
+        ``None`` for image-level targets), and the failures ``(slot, reason)``.
     """
     failures = [(k, reason) for k, (_, _, reason) in enumerate(results) if reason is not None]
     h, w = spec.size
@@ -202,20 +167,7 @@ def collate(results: List[tuple], spec: PipelineSpec, kind: TargetKind, finish: 
         batch = normalize_uint8(batch, spec, out=empty_like_output(batch, spec, shared=in_worker))
     elif in_worker:
         batch = batch.share_memory_()
-    return batch, stack_targets([t for _, t, _ in results], spec, kind), failures
-
-
-def stack_targets(parts: Sequence, spec: PipelineSpec, kind: TargetKind):
-    """The batch's masks ``(B, H, W)`` uint8 or padded boxes; ``None`` for image-level targets."""
-    if kind is TargetKind.MASK:
-        h, w = spec.size
-        return torch.stack([p if p is not None else torch.full((h, w), spec.ignore_index, dtype=torch.uint8)
-                            for p in parts])
-    if kind is TargetKind.BOXES:
-        empty = (torch.zeros(0, 4), torch.zeros(0, dtype=torch.int64))
-        parts = [p if p is not None else empty for p in parts]
-        return pad_boxes([b for b, _ in parts], [lbl for _, lbl in parts])
-    return None
+    return batch, target.stack([t for _, t, _ in results], spec), failures
 
 
 def finish_one(image: torch.Tensor, spec: PipelineSpec, finish: bool) -> torch.Tensor:
@@ -223,4 +175,4 @@ def finish_one(image: torch.Tensor, spec: PipelineSpec, finish: bool) -> torch.T
     return normalize_uint8(image[None], spec)[0] if finish else image
 
 
-__all__ = ["DecodedSamples", "collate", "decode", "finish_one", "stack_targets"]
+__all__ = ["DecodedSamples", "collate", "decode", "finish_one"]

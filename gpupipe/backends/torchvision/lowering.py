@@ -1,28 +1,30 @@
 """The torchvision lowering: each op applied with its planned parameters by ``transforms.v2`` kernels.
 
-A sample travels as an :class:`Item`: the image (``(3, H, W)`` uint8), its
-mask (``tv_tensors.Mask``) or boxes (``tv_tensors.BoundingBoxes``, plus the
-same boxes moved but never clipped, for the visible fraction). Geometric
-kernels dispatch on each, so the mask and the boxes get the image's exact
-window, coin and angle.
+A sample travels as an :class:`Item`: the image (``(3, H, W)`` uint8) and
+its target's state (``None`` for image-level targets). A geometric op is a
+pixel *kernel* (``kernel(x, fill=..., nearest=...)`` on a plain ``(C, H, W)``
+tensor: a window, resize, flip or rotation) applied to the image, then
+handed with the op's parameters to the target's handler
+(:meth:`~gpupipe.targets.base.Target.move`): a mask samples the same kernel
+nearest-neighbour, boxes move by the op's affine map. So the target gets the
+image's exact window, coin and angle.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 import numpy as np
 import torch
-from torchvision import tv_tensors
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import InterpolationMode
 from torchvision.transforms.v2 import functional as F
 
 from ... import ops as O
-from ...plan import boxes as bx
 from ...spec import PipelineSpec
-from ...targets import IMAGE_LEVEL
+from ...targets import IMAGE_LEVEL, Target
+from ...targets.base import Kernel
 from ..common import Lowering
 
 Params = Dict[str, np.ndarray]
@@ -30,100 +32,101 @@ Params = Dict[str, np.ndarray]
 
 @dataclass
 class Item:
-    """One sample on its way through the ops."""
+    """One sample on its way through the ops: the image and its target's state."""
 
     image: torch.Tensor
-    mask: Optional[tv_tensors.Mask] = None
-    boxes: Optional[tv_tensors.BoundingBoxes] = None
-    raw_boxes: Optional[np.ndarray] = None  # moved like ``boxes`` but not clipped
-    box_labels: Optional[torch.Tensor] = None
+    target: Optional[Target] = None
+    state: Any = None
 
     @property
     def size(self):
         return self.image.shape[-2:]
 
-    def geometry(self, params: Params, image_fn, mask_fn=None, boxes_fn=None) -> None:
-        """Applies one geometric kernel to the image, the mask and the boxes."""
-        self.image = image_fn(self.image)
-        if self.mask is not None:
-            self.mask = (mask_fn or image_fn)(self.mask)
-        if self.boxes is not None:
-            moved = (boxes_fn or image_fn)(self.boxes)
-            height, width = self.size  # clipped here too: the kernels' scaling may overshoot by rounding
-            moved[:, 0::2] = moved[:, 0::2].clamp(0, width)
-            moved[:, 1::2] = moved[:, 1::2].clamp(0, height)
-            self.boxes = moved
-            assert self.raw_boxes is not None  # set with the boxes
-            self.raw_boxes = bx.apply(params["affine"].astype(np.float64), self.raw_boxes)
-
-
-def _window(item: Item, p: Params, spec: PipelineSpec, fill=(0, 0, 0)) -> None:
-    """Crops the window ``(top, left, height, width)``; parts outside the image take ``fill``
-    (masks: ``ignore_index``). Boxes are moved and clipped."""
-    top, left, h, w = int(p["top"]), int(p["left"]), int(p["height"]), int(p["width"])
-    item.geometry(p, lambda x: _paste(x, top, left, h, w, fill),
-                  lambda m: tv_tensors.wrap(_paste(m, top, left, h, w, (spec.ignore_index,)), like=m),
-                  lambda b: F.crop(b, top, left, h, w))
+    def geometry(self, params: Params, op: O.Op, spec: PipelineSpec, kernel: Kernel, fill: Any = 0) -> None:
+        """Applies one geometric ``kernel`` to the image (``fill`` where no pixel maps) and moves the target."""
+        self.image = kernel(self.image, fill=fill, nearest=False)
+        if self.target is not None and self.state is not None:
+            self.state = self.target.move(self.state, kernel, params, op, spec)
 
 
 def _paste(x: torch.Tensor, top: int, left: int, h: int, w: int, fill) -> torch.Tensor:
+    """The window ``(top, left, h, w)`` of ``x``; parts outside it take ``fill`` (a number or one per channel)."""
     height, width = x.shape[-2:]
     if 0 <= top and 0 <= left and top + h <= height and left + w <= width:
-        return x[..., top:top + h, left:left + w]
+        return x[..., top : top + h, left : left + w]
+    fill = tuple(fill) if isinstance(fill, (tuple, list)) else (fill,)
     out = torch.empty((*x.shape[:-2], h, w), dtype=x.dtype)
     out[...] = torch.tensor(fill, dtype=x.dtype).view(-1, 1, 1) if len(fill) > 1 else fill[0]
     y0, x0 = max(top, 0), max(left, 0)
     y1, x1 = min(top + h, height), min(left + w, width)
     if y1 > y0 and x1 > x0:
-        out[..., y0 - top:y1 - top, x0 - left:x1 - left] = x[..., y0:y1, x0:x1]
+        out[..., y0 - top : y1 - top, x0 - left : x1 - left] = x[..., y0:y1, x0:x1]
     return out
 
 
-def _as_plain(kernel):
-    """Runs a mask kernel on the Mask's plain tensor and wraps the result back. torchvision's Mask
-    kernels pick their own sampling: ``resized_crop`` always, and ``resize`` before 0.29, sample
-    NEAREST whatever ``interpolation`` asks, where DALI and the plan sample pixel centres."""
-    return lambda mask: tv_tensors.wrap(kernel(mask.as_subclass(torch.Tensor)), like=mask)
+def _interpolation(nearest: bool) -> InterpolationMode:
+    """Pixel centres sampled nearest (class ids: ``NEAREST_EXACT``, as DALI and the plan sample), else bilinear."""
+    return InterpolationMode.NEAREST_EXACT if nearest else InterpolationMode.BILINEAR
 
 
 def _fill(op) -> tuple:
     return tuple(int(round(v)) for v in op.fill)
 
 
-def _resized_crop(item: Item, p: Params, size) -> None:
+def _window(item: Item, p: Params, op: O.Op, spec: PipelineSpec, fill=(0, 0, 0)) -> None:
+    """Crops the window ``(top, left, height, width)``; parts outside the image take ``fill``."""
     top, left, h, w = int(p["top"]), int(p["left"]), int(p["height"]), int(p["width"])
-    size = [int(v) for v in size]
-    item.geometry(p, lambda x: F.resized_crop(x, top, left, h, w, size, antialias=True),
-                  _as_plain(lambda m: F.resized_crop(m, top, left, h, w, size,
-                                                     interpolation=InterpolationMode.NEAREST_EXACT)))
+    item.geometry(p, op, spec, lambda x, fill, nearest=False: _paste(x, top, left, h, w, fill), fill)
 
 
-def _resize(item: Item, p: Params) -> None:
+def _zoom_out(item: Item, p: Params, op: O.RandomZoomOut, spec: PipelineSpec) -> None:
+    window = {**p, "top": -p["top"], "left": -p["left"], "height": p["size"][0], "width": p["size"][1]}
+    _window(item, window, op, spec, _fill(op))
+
+
+def _resized_crop(item: Item, p: Params, op: O.RandomResizedCrop, spec: PipelineSpec) -> None:
+    top, left, h, w = int(p["top"]), int(p["left"]), int(p["height"]), int(p["width"])
+    size = [int(v) for v in op.size]
+    item.geometry(
+        p,
+        op,
+        spec,
+        lambda x, fill=0, nearest=False: F.resized_crop(
+            x, top, left, h, w, size, interpolation=_interpolation(nearest), antialias=not nearest
+        ),
+    )
+
+
+def _resize(item: Item, p: Params, op: O.Op, spec: PipelineSpec) -> None:
     size = [int(v) for v in p["size"]]
-    item.geometry(p, lambda x: F.resize(x, size, antialias=True),
-                  _as_plain(lambda m: F.resize(m, size, interpolation=InterpolationMode.NEAREST_EXACT)))
+    item.geometry(
+        p,
+        op,
+        spec,
+        lambda x, fill=0, nearest=False: F.resize(
+            x, size, interpolation=_interpolation(nearest), antialias=not nearest
+        ),
+    )
 
 
-def _flip(item: Item, p: Params) -> None:
+def _flip(item: Item, p: Params, op: O.HorizontalFlip, spec: PipelineSpec) -> None:
     if int(p["flip"]):
-        item.geometry(p, F.horizontal_flip)
+        item.geometry(p, op, spec, lambda x, fill=0, nearest=False: F.horizontal_flip(x))
 
 
-def _rotate(item: Item, p: Params, spec: PipelineSpec) -> None:
+def _rotate(item: Item, p: Params, op: O.RandomRotation, spec: PipelineSpec) -> None:
     angle = float(p["angle"])
-    item.geometry(p, lambda x: F.rotate(x, angle, interpolation=InterpolationMode.BILINEAR, fill=0),
-                  _as_plain(lambda m: F.rotate(m, angle, interpolation=InterpolationMode.NEAREST,
-                                               fill=spec.ignore_index)))
-
-
-def _iou_crop(item: Item, p: Params, spec: PipelineSpec) -> None:
-    if item.boxes is not None:  # boxes whose centre leaves the window are dropped, as v2.RandomIoUCrop does
-        window = np.array([p["left"], p["top"], p["left"] + p["width"], p["top"] + p["height"]], np.float64)
-        outside = torch.from_numpy(~bx.centered_in(item.boxes.numpy(), window))
-        item.boxes[outside] = 0.0
-        assert item.raw_boxes is not None  # set with the boxes
-        item.raw_boxes[outside.numpy()] = 0.0
-    _window(item, p, spec)
+    item.geometry(
+        p,
+        op,
+        spec,
+        lambda x, fill, nearest=False: F.rotate(
+            x,
+            angle,
+            interpolation=InterpolationMode.NEAREST if nearest else InterpolationMode.BILINEAR,
+            fill=fill if isinstance(fill, (int, float)) else list(fill),
+        ),
+    )
 
 
 def _color_jitter(item: Item, p: Params, op: O.ColorJitter) -> None:
@@ -155,7 +158,7 @@ def _erase(item: Item, p: Params, spec: PipelineSpec) -> None:
         top, left, h, w = int(p["top"]), int(p["left"]), int(p["height"]), int(p["width"])
         fill = torch.tensor([round(255 * m) for m in spec.mean], dtype=item.image.dtype).view(3, 1, 1)
         item.image = item.image.clone()
-        item.image[:, top:top + h, left:left + w] = fill
+        item.image[:, top : top + h, left : left + w] = fill
 
 
 _POLICIES = {O.RandAugment: v2.RandAugment(), O.TrivialAugment: v2.TrivialAugmentWide()}
@@ -177,8 +180,9 @@ def _auto_augment(item: Item, p: Params, op) -> None:
                 magnitude = -magnitude
         else:
             magnitude = 0.0
-        img = policy._apply_image_or_video_transform(img, name, magnitude, interpolation=InterpolationMode.NEAREST,
-                                                     fill=policy._fill)
+        img = policy._apply_image_or_video_transform(
+            img, name, magnitude, interpolation=InterpolationMode.NEAREST, fill=policy._fill
+        )
     item.image = img
 
 
@@ -187,18 +191,16 @@ _IMAGE_ONLY = "it shears, translates and rotates the image without its targets"
 #: op type -> Lowering(apply(item, params, op, spec)).
 LOWERINGS = {
     O.Decode: Lowering(lambda item, p, op, spec: None),
-    O.RandomResizedCrop: Lowering(lambda item, p, op, spec: _resized_crop(item, p, op.size)),
-    O.Resize: Lowering(lambda item, p, op, spec: _resize(item, p)),
-    O.RandomResize: Lowering(lambda item, p, op, spec: _resize(item, p)),
-    O.CenterCrop: Lowering(lambda item, p, op, spec: _window(item, p, spec)),
-    O.RandomCrop: Lowering(lambda item, p, op, spec: _window(item, p, spec)),
-    O.PadTo: Lowering(lambda item, p, op, spec: _window(item, p, spec, _fill(op))),
-    O.RandomZoomOut: Lowering(lambda item, p, op, spec: _window(
-        item, {**p, "top": -p["top"], "left": -p["left"], "height": p["size"][0], "width": p["size"][1]}, spec,
-        _fill(op))),
-    O.RandomIoUCrop: Lowering(lambda item, p, op, spec: _iou_crop(item, p, spec)),
-    O.HorizontalFlip: Lowering(lambda item, p, op, spec: _flip(item, p)),
-    O.RandomRotation: Lowering(lambda item, p, op, spec: _rotate(item, p, spec)),
+    O.RandomResizedCrop: Lowering(_resized_crop),
+    O.Resize: Lowering(_resize),
+    O.RandomResize: Lowering(_resize),
+    O.CenterCrop: Lowering(_window),
+    O.RandomCrop: Lowering(_window),
+    O.PadTo: Lowering(lambda item, p, op, spec: _window(item, p, op, spec, _fill(op))),
+    O.RandomZoomOut: Lowering(_zoom_out),
+    O.RandomIoUCrop: Lowering(_window),
+    O.HorizontalFlip: Lowering(_flip),
+    O.RandomRotation: Lowering(_rotate),
     O.ColorJitter: Lowering(lambda item, p, op, spec: _color_jitter(item, p, op)),
     O.RandomGrayscale: Lowering(lambda item, p, op, spec: _grayscale(item, p)),
     O.GaussianBlur: Lowering(lambda item, p, op, spec: _blur(item, p, op)),

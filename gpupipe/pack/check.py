@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import tarfile
 from pathlib import Path
 from typing import BinaryIO, Dict, List
 
 from .. import shardfmt
-from ..fileio import UnreadableFile, regular_stat
-from .writer import BLOCK, sha256_of
+from ..fileio import UnreadableFile, regular_stat, sha256_of
+from ..targets import TargetKind, handler
+from .writer import BLOCK
 
 #: Problems listed per shard before the rest are summarised.
 MAX_PROBLEMS = 20
@@ -74,8 +74,9 @@ def _check_shard(tar: Path, index: Path, shard: Dict, kind: str) -> List[str]:
     return problems
 
 
-def _check_member(fh: BinaryIO, member: shardfmt.Member, size: int, ext: str, shard: Dict, number: int,
-                  kind: str) -> str:
+def _check_member(
+    fh: BinaryIO, member: shardfmt.Member, size: int, ext: str, shard: Dict, number: int, kind: str
+) -> str:
     if member.offset < BLOCK or member.offset + member.size > size:
         return "index points outside the file"
     fh.seek(member.offset - BLOCK)
@@ -85,16 +86,7 @@ def _check_member(fh: BinaryIO, member: shardfmt.Member, size: int, ext: str, sh
         return f"no tar header before the indexed data ({err})"
     if header.name != member.name or header.size != member.size:
         return f"tar header says {header.name!r} ({header.size} bytes)"
-    if ext == "cls" and kind == "label":
-        if fh.read(member.size) != shardfmt.encode_class(shard["labels"][number]):
-            return f"class differs from the manifest's label {shard['labels'][number]}"
-    elif ext == "json" and kind in ("multi_label", "boxes"):
-        try:
-            payload = json.loads(fh.read(member.size))
-        except (ValueError, UnicodeDecodeError) as err:
-            return f"unreadable target ({err})"
-        want = {"labels": shard["label_lists"][number]} if kind == "multi_label" else \
-            {"boxes": shard["boxes"][number], "labels": shard["box_labels"][number]}
-        if payload != want:
-            return "target differs from the manifest's"
+    target = handler(TargetKind(kind))
+    if ext == target.member:
+        return target.member_problem(lambda: fh.read(member.size), shard, number)
     return ""

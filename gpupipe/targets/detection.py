@@ -1,45 +1,13 @@
-"""What a sample carries besides its image, and how a batch of it looks.
-
-| kind | per sample | in a batch |
-|---|---|---|
-| ``LABEL`` | a class index | ``(B,)`` int64 |
-| ``MULTI_LABEL`` | a set of class indices | ``(B, num_classes)`` float32 multi-hot |
-| ``MASK`` | a class-id image | ``(B, H, W)`` int64, aligned with the images |
-| ``BOXES`` | ``(N, 4)`` xyxy boxes and ``(N,)`` labels | ``{"boxes": (B, Nmax, 4) float32, "labels": (B, Nmax) int64, "image_sizes": (B, 2) int64}``, padded with label ``-1`` |
-
-Ops declare which kinds they can carry (:attr:`gpupipe.ops.Op.carries`); a
-backend may refuse more (see its lowering table).
-"""  # noqa: E501  (a Markdown table row cannot be wrapped)
+"""Padded detection batches as torchvision's detection models and references take them."""
 
 from __future__ import annotations
 
-import enum
-from typing import TYPE_CHECKING, Dict, FrozenSet, List
+from typing import TYPE_CHECKING, Dict, List
+
+from .boxes import unpad
 
 if TYPE_CHECKING:
     import torch
-
-
-class TargetKind(str, enum.Enum):
-    """The kind of target a source gives."""
-
-    LABEL = "label"
-    MULTI_LABEL = "multi_label"
-    MASK = "mask"
-    BOXES = "boxes"
-
-    @property
-    def title(self) -> str:  # type: ignore[override]  # shadows str.title (TargetKind is a str Enum); public name
-        return {"label": "class labels", "multi_label": "multi-label targets", "mask": "masks",
-                "boxes": "boxes"}[self.value]
-
-
-ALL_TARGETS: FrozenSet[TargetKind] = frozenset(TargetKind)
-#: Targets that do not move with the pixels (a class per image).
-IMAGE_LEVEL: FrozenSet[TargetKind] = frozenset({TargetKind.LABEL, TargetKind.MULTI_LABEL})
-
-#: The box value of padding rows in a detection batch (their label is ``-1``).
-BOX_PADDING = 0.0
 
 
 def to_detection_inputs(images: "torch.Tensor", targets: Dict[str, "torch.Tensor"], label_offset: int = 0):
@@ -49,8 +17,7 @@ def to_detection_inputs(images: "torch.Tensor", targets: Dict[str, "torch.Tensor
     targets come from :func:`to_detection_targets`.
     """
     sizes = targets["image_sizes"].tolist()
-    return ([image[:, :h, :w] for image, (h, w) in zip(images, sizes)],
-            to_detection_targets(targets, label_offset))
+    return ([image[:, :h, :w] for image, (h, w) in zip(images, sizes)], to_detection_targets(targets, label_offset))
 
 
 def to_detection_targets(targets: Dict[str, "torch.Tensor"], label_offset: int = 0) -> List[Dict[str, "torch.Tensor"]]:
@@ -66,12 +33,7 @@ def to_detection_targets(targets: Dict[str, "torch.Tensor"], label_offset: int =
         A list of ``B`` dicts ``{"boxes": (n_i, 4) float32, "labels": (n_i,) int64}``
         on the same device, padding removed.
     """
-    boxes, labels = targets["boxes"], targets["labels"]
-    out = []
-    for b in range(labels.shape[0]):
-        keep = labels[b] >= 0
-        out.append({"boxes": boxes[b][keep], "labels": labels[b][keep] + label_offset})
-    return out
+    return [{"boxes": boxes, "labels": labels + label_offset} for boxes, labels in unpad(targets)]
 
 
 class DetectionLists:

@@ -19,21 +19,24 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import torch
 
 from . import backends, env, frameworks, options
-from .backends import EpochRead
-from .batch import Batch, take_rows
+from .backends import EpochRead, Placement
+from .batch import Batch, without_failed
 from .batchaug import BatchMixer
+from .config import LoaderConfig
 from .epochs import EpochCursor
-from .errors import Skipped
+from .errors import ErrorPolicy, Skipped
 from .sampling import RankShare, batches_per_epoch, per_rank, split
 from .seeding import batch_key
 from .sources import Source
 from .spec import PipelineSpec
 from .stats import LoadStats, StatsSummary
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("gpupipe.loader")
 
-#: The loader state format (``state_dict()["format"]``).
-STATE_FORMAT = 2
+
+def _setting(name: str) -> property:
+    """A loader attribute that reads ``loader.config.<name>``."""
+    return property(lambda self: getattr(self.config, name), doc=f"``config.{name}``.")
 
 
 class Loader:
@@ -48,48 +51,69 @@ class Loader:
     Attributes:
         source: where the samples come from (bad files already left out).
         spec: the checked pipeline.
+        config: the loader's settings (:class:`~gpupipe.config.LoaderConfig`); ``batch_size``,
+            ``drop_last``, ``even_batches``, ``shuffle``, ``seed`` and ``on_error`` read it
+            (``batch_size`` is per rank).
         backend: the backend's name (``"dali"``, ``"dali-cpu"``, ``"torchvision"``).
         backend_reason: why ``backend="auto"`` chose it.
         device: where batches land.
+        num_threads: DALI threads or DataLoader workers.
         rank, world_size: this process's part of the data (see :mod:`gpupipe.sampling`); a share not
             given is taken again from ``torch.distributed`` when iteration starts (see :meth:`__iter__`).
-        batch_size, drop_last, even_batches, shuffle, seed: as given; ``batch_size`` is per rank.
-        num_threads: DALI threads or DataLoader workers.
         sampler, batch_sampler: where frameworks call ``set_epoch`` (see :mod:`gpupipe.frameworks`).
     """
 
-    def __init__(self, source: Source, spec: PipelineSpec, config: backends.RunConfig, *, backend: str,
-                 shuffle: bool, world: Optional[options.World] = None, even_batches: bool = True,
-                 backend_reason: str = "", log_every: Optional[int] = None, auto_threads: bool = False,
-                 auto_device: bool = False) -> None:
+    def __init__(
+        self,
+        source: Source,
+        spec: PipelineSpec,
+        config: LoaderConfig,
+        *,
+        backend: str,
+        placement: Placement,
+        errors: Optional[ErrorPolicy] = None,
+        world: Optional[env.World] = None,
+        backend_reason: str = "",
+        auto_device: bool = False,
+    ) -> None:
         self.source = source
         self.spec = spec
-        self.batch_size = config.batch_size
-        self.drop_last = config.drop_last
-        self.device = config.device
-        self.on_error = config.on_error
-        self.shuffle = shuffle
-        self.seed = config.seed
-        self._world = world or options.World(0, 1, "argument")
+        self.config = config
+        self._placement = placement
+        self._errors = errors if errors is not None else ErrorPolicy(config.on_error)
+        self._world = world or env.World(0, 1, "argument")
         self._settled = False  # threads not yet fitted to a process group
-        self._auto_threads, self._auto_device = auto_threads, auto_device
-        self.even_batches = even_batches
-        self.num_threads = config.num_threads
+        self._auto_device = auto_device
         self.backend_reason = backend_reason
-        self._config = config
-        self._skip_log = config.skip_log
         self._dropped = 0
         self.sampler = frameworks.EpochSampler(self)
         self.batch_sampler = frameworks.EpochBatchSampler(self.sampler)
-        self._backend = backends.create(backend, source, spec, config)
+        self._backend = backends.create(backend, source, spec, config, placement, self._errors)
         self.backend = self._backend.name
         self._mixer = BatchMixer(spec.batch_ops, len(source.classes)) if spec.batch_ops else None
         self._cursor = EpochCursor()
-        self._stats = LoadStats(self.backend, self.device.type == "cuda", log_every, source=source)
+        self._stats = LoadStats(self.backend, self.device.type == "cuda", config.log_every, source=source)
         self._live: Optional[weakref.ref] = None
         prepare = getattr(self._backend, "prepare", None)
         if prepare is not None and len(self):
             prepare(self._read(self._cursor.epoch), self._read)
+
+    # -- settings, read from the config -----------------------------------------------------
+
+    batch_size = _setting("batch_size")
+    drop_last = _setting("drop_last")
+    even_batches = _setting("even_batches")
+    shuffle = _setting("shuffle")
+    seed = _setting("seed")
+    on_error = _setting("on_error")
+
+    @property
+    def device(self) -> torch.device:
+        return self._placement.device
+
+    @property
+    def num_threads(self) -> int:
+        return self._placement.threads
 
     # -- the DataLoader surface -------------------------------------------------
 
@@ -106,20 +130,21 @@ class Loader:
         """Not there: a gpupipe loader is no ``torch.utils.data.DataLoader`` (AttributeError says what to use)."""
         raise AttributeError(frameworks.NO_DATASET)
 
-    def _settle(self) -> options.World:
-        """The share, checked against ``torch.distributed`` as it is now (see :func:`options.settle_world`).
+    def _settle(self) -> env.World:
+        """The share, checked against ``torch.distributed`` as it is now (see :func:`gpupipe.env.settle_world`).
 
         A share taken before the process group existed gives way to the
         group's, and what was left to gpupipe (``num_threads``, the CUDA device) is
         chosen again once, for the processes of this host (:meth:`_refit`).
         """
         group = env.process_group()
-        world = options.settle_world(self._world, group)
+        world = env.settle_world(self._world, group)
         if world != self._world:
             if (world.rank, world.world_size) != (self._world.rank, self._world.world_size):
-                logger.info("gpupipe loader: %s from torch.distributed (the loader was built before the process "
-                            "group)", world)
-                options.check_batch_fits(self.source, self, world.world_size)
+                logger.info(
+                    "gpupipe loader: %s from torch.distributed (the loader was built before the process group)", world
+                )
+                options.check_batch_fits(self.source, self.config, world.world_size)
             self._world = world
         if group is not None and not self._settled:
             self._settled = self._refit()
@@ -130,25 +155,33 @@ class Loader:
         processes (the backend is rebuilt, between passes only); whether that is done."""
         if self._cursor.current is not None or "_backend" not in self.__dict__:
             return False  # a pass is under way (at the next, then), or the loader is closed
-        threads = env.default_threads() if self._auto_threads else self.num_threads
         device = self.device
         if self._auto_device and device.type == "cuda":
             device = torch.device("cuda", torch.cuda.current_device())  # the framework has chosen this rank's GPU
-        if (threads, device) == (self.num_threads, self.device):
+        placement = Placement.chosen(device, self.config.num_threads)
+        if placement == self._placement:
             return True
-        logger.info("gpupipe loader: %d threads (%d processes on this host), device %s", threads,
-                    env.local_world_size(), device)
-        self._config = dataclasses.replace(self._config, num_threads=threads, device=device)
+        logger.info(
+            "gpupipe loader: %d threads (%d processes on this host), device %s",
+            placement.threads,
+            env.local_world_size(),
+            device,
+        )
         self._backend.close()
-        self._backend = backends.create(self.backend, self.source, self.spec, self._config)
-        self.num_threads, self.device = threads, device
+        self._backend = backends.create(self.backend, self.source, self.spec, self.config, placement, self._errors)
+        self._placement = placement
         return True
 
     def __len__(self) -> int:
         """Batches per epoch on this rank (the same on every rank unless ``even_batches=False``)."""
         world = self._settle()
-        samples = per_rank(len(self.source), world.world_size, drop_last=self.drop_last,
-                           even_batches=self.even_batches, rank=world.rank)
+        samples = per_rank(
+            len(self.source),
+            world.world_size,
+            drop_last=self.drop_last,
+            even_batches=self.even_batches,
+            rank=world.rank,
+        )
         return batches_per_epoch(samples, self.batch_size, self.drop_last)
 
     def rank_share(self, epoch: Optional[int] = None) -> RankShare:
@@ -156,8 +189,13 @@ class Loader:
         epoch = self._cursor.epoch if epoch is None else epoch
         world = self._settle()
         order = self.source.epoch_order(seed=self.seed, epoch=epoch, shuffle=self.shuffle)
-        return split(order, rank=world.rank, world_size=world.world_size, drop_last=self.drop_last,
-                     even_batches=self.even_batches)
+        return split(
+            order,
+            rank=world.rank,
+            world_size=world.world_size,
+            drop_last=self.drop_last,
+            even_batches=self.even_batches,
+        )
 
     def shard(self, epoch: Optional[int] = None) -> RankShare:
         """Deprecated name of :meth:`rank_share`."""
@@ -186,24 +224,37 @@ class Loader:
         read = self._read(current.epoch)
         rank, world_size = self._world.rank, self._world.world_size
         if read.share.padded and rank == 0:
-            logger.debug("epoch %d: %d samples repeated to give %d ranks equal shares",
-                         current.epoch, read.share.padded, world_size)
+            logger.debug(
+                "epoch %d: %d samples repeated to give %d ranks equal shares",
+                current.epoch,
+                read.share.padded,
+                world_size,
+            )
         batches = self._backend.iter_epoch(read, current.start, upcoming=self._read)
         self._stats.pass_started()
-        accelerate = frameworks.begin_pass(self._remainder(read), read.share.padded)
+        accelerate = frameworks.begin_pass(
+            read, samples=len(self.source), batch_size=self.batch_size, world_size=world_size
+        )
         try:
             while current.live and current.done < current.total:
                 asked = self._stats.asking()
                 try:
                     images, targets = next(batches)
                 except StopIteration:
-                    raise RuntimeError(f"the {self.backend} backend ended epoch {current.epoch} after "
-                                       f"{current.done} of {current.total} batches") from None
-                if not self.even_batches:
-                    images, targets = self._without_stand_ins(images, targets, read, current.done)
+                    raise RuntimeError(
+                        f"the {self.backend} backend ended epoch {current.epoch} after "
+                        f"{current.done} of {current.total} batches"
+                    ) from None
+                if not self.even_batches:  # exact evaluation: a sample that failed is dropped, not stood in for
+                    slots = read.share.indices[current.done * self.batch_size : (current.done + 1) * self.batch_size]
+                    images, targets, dropped = without_failed(
+                        images, targets, slots, self.source.names, self._errors.log
+                    )
+                    self._dropped += dropped
                 if self._mixer is not None:  # MixUp / CutMix: soft targets (B, num_classes)
-                    images, targets = self._mixer(images, targets, inplace=True, key=batch_key(
-                        self.seed, current.epoch, rank, current.done))
+                    images, targets = self._mixer(
+                        images, targets, inplace=True, key=batch_key(self.seed, current.epoch, rank, current.done)
+                    )
                 current.done += 1
                 self._stats.delivered(asked, int(images.shape[0]))
                 if accelerate is not None:
@@ -215,24 +266,6 @@ class Loader:
             close = getattr(batches, "close", None)
             if close is not None:
                 close()
-
-    def _remainder(self, read: EpochRead) -> int:
-        """Real samples in the epoch's last batch gathered over all ranks when some are padding, else 0."""
-        if not read.share.padded or not read.batches:
-            return 0
-        return len(self.source) - (read.batches - 1) * self.batch_size * self._world.world_size
-
-    def _without_stand_ins(self, images, targets, read: EpochRead, batch: int) -> Batch:
-        """Exact evaluation (``even_batches=False``): a sample that failed to load is dropped from
-        its batch and counted (:meth:`stats`), never replaced by another, which would count twice."""
-        if not len(self._skip_log):
-            return images, targets
-        indices = read.share.indices[batch * self.batch_size:(batch + 1) * self.batch_size]
-        keep = [k for k, i in enumerate(indices) if self.source.names[i] not in self._skip_log]
-        if len(keep) == len(indices):
-            return images, targets
-        self._dropped += len(indices) - len(keep)
-        return take_rows(images, targets, keep)
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch whose order and augmentations the next pass reads.
@@ -269,7 +302,7 @@ class Loader:
     def skipped(self) -> List[Skipped]:
         """Every sample left out (``on_error="skip"``), with the reason: found by the
         scan when the loader was built, or when it failed while loading."""
-        return list(self._skip_log.entries)
+        return list(self._errors.log.entries)
 
     @property
     def classes(self) -> List[str]:
@@ -317,10 +350,10 @@ class Loader:
         repeat the rest of the epoch exactly, on any backend. The state is
         per rank: in DDP save each rank's.
         """
-        epoch, done = self._cursor.state()
         world = self._settle()
-        return {"format": STATE_FORMAT, "epoch": epoch, "batches_done": done, "seed": self.seed, "rank": world.rank,
-                "world_size": world.world_size, "backend": self.backend}
+        return self._cursor.state_dict(
+            seed=self.seed, rank=world.rank, world_size=world.world_size, backend=self.backend
+        )
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continues from :meth:`state_dict`: the next pass gives exactly the batches that would have come next.
@@ -329,21 +362,7 @@ class Loader:
             ValueError: the state comes from a loader with another seed or
                 world size, or is malformed.
         """
-        try:
-            epoch, done, seed = int(state["epoch"]), int(state["batches_done"]), int(state["seed"])
-            world_size = int(state.get("world_size", 1))
-        except (KeyError, TypeError, ValueError) as err:
-            raise ValueError(f"load_state_dict: not a gpupipe loader state: {state!r}") from err
-        if seed != self.seed:
-            raise ValueError(f"load_state_dict: state has seed {seed}, this loader seed {self.seed}")
-        if world_size != self.world_size:
-            raise ValueError(
-                f"load_state_dict: state comes from world_size {world_size}, this loader has {self.world_size}; "
-                "the order of an epoch depends on the world size"
-            )
-        if epoch < 0 or not 0 <= done <= len(self):
-            raise ValueError(f"load_state_dict: batches_done {done} is outside 0..{len(self)} (epoch {epoch})")
-        self._cursor.load(epoch, done)
+        self._cursor.load_state_dict(state, seed=self.seed, world_size=self.world_size, batches=len(self))
 
     # -- lifetime ----------------------------------------------------------------
 
@@ -372,5 +391,7 @@ class Loader:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"gpupipe.Loader(backend={self.backend!r}, device={str(self.device)!r}, "
-                f"batch_size={self.batch_size}, batches={len(self)}, source={self.source!r})")
+        return (
+            f"gpupipe.Loader(backend={self.backend!r}, device={str(self.device)!r}, "
+            f"batch_size={self.batch_size}, batches={len(self)}, source={self.source!r})"
+        )

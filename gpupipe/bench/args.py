@@ -1,0 +1,193 @@
+"""The bench's command line: its flags, checked, with the machine's and the mode's defaults."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import List, NoReturn, Optional
+
+import torch
+
+from .. import backends as gp_backends
+from .. import env
+from ..amp import AMP_CHOICES
+from ..errors import Error as GpupipeError
+from .runner import BASELINE
+
+logger = logging.getLogger("gpupipe.bench")
+
+DESCRIPTION = "one AMP training loop fed by every backend, measured side by side."
+
+
+#: Per mode and device: timed repeats, loader-alone batches per repeat, training steps per repeat.
+MODES = {
+    "quick": {"cpu": dict(repeats=3, steps=20, train_steps=6), "cuda": dict(repeats=3, steps=40, train_steps=30)},
+    "thorough": {"cpu": dict(repeats=5, steps=20, train_steps=12), "cuda": dict(repeats=5, steps=40, train_steps=60)},
+}
+
+
+class BenchError(GpupipeError):
+    """A bad argument or input: printed as one line, ``error: ...``, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise BenchError(message)
+
+
+def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
+    """The flags, with the machine's and the mode's defaults filled in.
+
+    Raises:
+        BenchError: a bad flag or value.
+    """
+    on_gpu = torch.cuda.is_available()
+    parser = _Parser(
+        prog="python -m gpupipe.bench",
+        description=DESCRIPTION,
+        epilog=(
+            "Defaults depend on the machine and the mode. --quick (the default): 3 repeats; with a GPU, resnet50, "
+            "batch 256, 40 loader / 30 train steps and a demo set of 50 batches; without, shufflenet_v2_x0_5, "
+            "batch 32, 20 loader / 6 train steps, 1000 images. --thorough: 5 repeats and twice the training steps."
+        ),
+    )
+    parser.add_argument(
+        "--data",
+        type=Path,
+        help="image folder root/<class>/<image>, or a folder packed by "
+        "python -m gpupipe.pack (no baseline then) (default: the demo data)",
+    )
+    parser.add_argument(
+        "--backends",
+        default="all",
+        help=f"comma-separated from {BASELINE},{','.join(gp_backends.BACKENDS)}; 'all' = every one this machine has",
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--quick",
+        dest="mode",
+        action="store_const",
+        const="quick",
+        help="3 repeats: medians good to ~10-20 %% on a quiet machine, a few minutes (the default)",
+    )
+    mode.add_argument(
+        "--thorough",
+        dest="mode",
+        action="store_const",
+        const="thorough",
+        help="5 repeats and twice the training steps: tighter ranges, about twice as long",
+    )
+    parser.add_argument(
+        "--model", help="torchvision model name (default: resnet50 on a GPU, shufflenet_v2_x0_5 on a CPU)"
+    )
+    parser.add_argument("--batch-size", type=int, help="images per batch (default: 256 on a GPU, 32 on a CPU)")
+    parser.add_argument("--image-size", type=int, default=224, help="train-preset crop size in px (default: 224)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        help="batches per loader-alone repeat, fewer where warm-up and timing would not fit in one "
+        "epoch (default: 40 GPU / 20 CPU)",
+    )
+    parser.add_argument("--train-steps", type=int, help="steps per training repeat (default: by mode, see below)")
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=10,
+        help="loader-alone batches before each timed repeat; more than the loader's prefetch "
+        "queue, so that no repeat starts on free, already-prepared batches (default: 10)",
+    )
+    parser.add_argument(
+        "--train-warmup", type=int, default=3, help="training steps before each timed repeat (default: 3)"
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        help="timed repeats, interleaved across backends; medians and min-max are reported "
+        "(default: 3 quick, 5 thorough)",
+    )
+    parser.add_argument(
+        "--amp",
+        choices=AMP_CHOICES,
+        default="auto",
+        help="autocast dtype; auto: bf16 on a GPU that has it, and on a CPU only where a short "
+        "probe finds it faster than float32 (CPUs without avx512_bf16/amx_bf16: float32); "
+        "fp16 uses a GradScaler; off: float32 (default: auto)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="gpupipe's DALI threads / DataLoader workers (default: the usable CPU cores; "
+        "the baseline always uses one worker per core)",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=["float32", "float16", "bfloat16"],
+        default="float32",
+        help="dtype gpupipe loaders deliver (default: float32, like the baseline)",
+    )
+    parser.add_argument(
+        "--augment",
+        choices=["standard", "heavy"],
+        default="standard",
+        help="train preset as it is, or heavy: + RandAugment m9 n2, random erasing 0.25, "
+        "MixUp 0.8 / CutMix 1.0 (default: standard)",
+    )
+    parser.add_argument("--no-train", action="store_true", help="measure the loaders alone (no model)")
+    parser.add_argument(
+        "--demo-images",
+        type=int,
+        help="size of the generated demo set, 10 classes (default: 1000; on a GPU 50 batches)",
+    )
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=env.cache_dir(),
+        help="where the demo data is built once (default: ~/.cache/gpupipe)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("bench-out"), help="folder for bench.json and bench.png (default: ./bench-out)"
+    )
+    args = parser.parse_args(argv)
+    args.mode = args.mode or "quick"
+    defaults = {
+        "model": "resnet50" if on_gpu else "shufflenet_v2_x0_5",
+        "batch_size": 256 if on_gpu else 32,
+        "threads": env.default_threads(),
+        **MODES[args.mode]["cuda" if on_gpu else "cpu"],
+    }
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    if args.demo_images is None:
+        args.demo_images = max(1000, 50 * args.batch_size) if on_gpu else 1000
+    for name in ("batch_size", "image_size", "steps", "train_steps", "repeats", "threads", "demo_images"):
+        if getattr(args, name) < 1:
+            raise BenchError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    for name in ("warmup", "train_warmup"):
+        if getattr(args, name) < 0:
+            raise BenchError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    return args
+
+
+def choose_backends(spec: str, on_gpu: bool) -> List[str]:
+    """The backends to compare: ``all`` means the baseline plus every backend available here.
+
+    Raises:
+        BenchError: an unknown backend, or ``dali`` without a GPU.
+    """
+    if spec == "all":
+        names = [BASELINE] + [b for b in gp_backends.BACKENDS if gp_backends.available(b)]
+        for missing in sorted(set(gp_backends.BACKENDS) - set(names)):
+            logger.info("skipping backend %r: not available on this machine", missing)
+        return names
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    known = (BASELINE,) + gp_backends.BACKENDS
+    if not names:
+        raise BenchError(f"--backends: none given; choose from {', '.join(known)}")
+    for name in names:
+        if name not in known:
+            raise BenchError(f"--backends: unknown backend {name!r}; choose from {', '.join(known)}")
+        if name == "dali" and not on_gpu:
+            raise BenchError("--backends: 'dali' needs a CUDA GPU; this machine has none (use dali-cpu)")
+    return names

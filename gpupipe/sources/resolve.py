@@ -1,0 +1,36 @@
+"""A path or URL as the source it names."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Union
+
+from .. import shardfmt
+from ..remote import is_url
+from .base import Source
+from .files import FileList, ImageFolder
+from .shards import Shards
+
+PathLike = Union[str, os.PathLike]
+
+
+def as_source(source: Union[Source, PathLike]) -> Source:
+    """Turns a path into a source: a packed folder (or the URL of one) is ``Shards``, another
+    folder an ``ImageFolder``, a file a ``FileList``.
+
+    Raises:
+        ValueError: the path does not exist or is none of these.
+    """
+    if isinstance(source, Source):
+        return source
+    if not isinstance(source, (str, os.PathLike)):
+        raise ValueError(f"source must be a path or a gpupipe Source, got {type(source).__name__}: {source!r}")
+    if is_url(str(source)):
+        return Shards(str(source))
+    path = Path(source).expanduser()
+    if path.is_dir():
+        return Shards(path) if shardfmt.is_packed(path) else ImageFolder(path)
+    if path.is_file():
+        return FileList(path)
+    raise ValueError(f"source path {str(path)!r} does not exist")

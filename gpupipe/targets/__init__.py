@@ -1,0 +1,30 @@
+"""Targets: what a sample carries besides its image, one handler per kind.
+
+Each kind (:class:`TargetKind`) has one handler (:mod:`.labels`,
+:mod:`.multihot`, :mod:`.masks`, :mod:`.boxes`) that owns how the target is
+read from a source, moved by each geometric op on each backend, packed,
+padded and batched (:class:`~gpupipe.targets.base.Target`); backends,
+sources and the packer ask :func:`handler` and never branch on the kind.
+:mod:`.detection` turns padded detection batches into what torchvision's
+detection models take.
+"""
+
+from .base import Target
+from .boxes import BOX_PADDING, PADDING_LABEL
+from .detection import DetectionLists, to_detection_inputs, to_detection_targets
+from .kinds import TargetKind
+from .registry import ALL_TARGETS, HANDLERS, IMAGE_LEVEL, handler
+
+__all__ = [
+    "TargetKind",
+    "Target",
+    "handler",
+    "HANDLERS",
+    "ALL_TARGETS",
+    "IMAGE_LEVEL",
+    "BOX_PADDING",
+    "PADDING_LABEL",
+    "DetectionLists",
+    "to_detection_inputs",
+    "to_detection_targets",
+]

@@ -1,0 +1,29 @@
+"""Every kind's handler, by kind: the one table backends, sources and the packer ask.
+
+Adding a kind: its name in :class:`~gpupipe.targets.TargetKind`, its
+:class:`~gpupipe.targets.base.Target` subclass in a new file of this
+package, and that handler in :data:`HANDLERS` (a test checks that every
+kind has one).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, FrozenSet
+
+from .base import Target
+from .boxes import Boxes
+from .kinds import TargetKind
+from .labels import Labels
+from .masks import Masks
+from .multihot import MultiHot
+
+HANDLERS: Dict[TargetKind, Target] = {handler.kind: handler for handler in (Labels(), MultiHot(), Masks(), Boxes())}
+
+ALL_TARGETS: FrozenSet[TargetKind] = frozenset(TargetKind)
+#: Targets that do not move with the pixels (one value per image).
+IMAGE_LEVEL: FrozenSet[TargetKind] = frozenset(k for k, h in HANDLERS.items() if not h.moves_with_pixels)
+
+
+def handler(kind: TargetKind) -> Target:
+    """The handler of ``kind``."""
+    return HANDLERS[kind]
