@@ -81,7 +81,7 @@ class Pipelines:
         self.reader = reader_for(source)
         self.target = source.target
         # what the external source feeds besides the parameters: the target, unless the reader reads it
-        self.fed = 0 if not self.target.moves_with_pixels or self.reader.reads_target else self.target.dali_feeds
+        self.fed = 0 if self.reader.reads_target else self.target.dali_feeds
         self.layout = self._used_params()
         load = self.decoder.hw_decoder_load
         self.hw_decoder_load: Optional[float] = None if load == "auto" else float(load)
@@ -185,11 +185,9 @@ class Pipelines:
     def prober(self) -> Prober:
         """Runs suspect samples one at a time through the same graph (see :mod:`.recovery`); the
         probe reads each suspect's image (and its target, where that is read) itself."""
-        moving = self.target.moves_with_pixels
 
         def read(index: int):
-            feed = self.target.dali_feed(self.source, [index], strict=True) if moving else []
-            return self.source.read_bytes(index), feed
+            return self.source.read_bytes(index), self.target.dali_feed(self.source, [index], strict=True)
 
         def prepare(suspect, data):
             (index, epoch, position), (image, feed) = suspect, data
@@ -199,12 +197,10 @@ class Pipelines:
         return Prober(self._probe_pipeline, read, prepare)
 
     def _probe_pipeline(self, prober: Prober):
-        feeds = self.target.dali_feeds if self.target.moves_with_pixels else 0
-
         @pipeline_def(enable_conditionals=uses_conditionals(self.spec))
         def graph():
             encoded = fn.external_source(source=lambda info: prober.current[0], batch=True, batch_info=True)
-            inputs = self._external(lambda info: prober.current[1], fed=feeds)
+            inputs = self._external(lambda info: prober.current[1], fed=self.target.dali_feeds)  # no reader here
             return tuple(self._lower(encoded, inputs, inputs[self.layout.outputs :]))
 
         with quiet_auto_aug():
@@ -225,15 +221,14 @@ class Pipelines:
         """The layout of the planned parameters the lowering reads (traced once in a graph never built)."""
         dummy = self.planner.plan(0, np.zeros(1, np.int64), np.array([[64, 64]]), [np.zeros((0, 4), np.float32)])
         every = ParamLayout(dummy.steps, [(j, name) for j, step in enumerate(dummy.steps) for name in sorted(step)])
-        feeds = self.target.dali_feeds if self.target.moves_with_pixels else 0
         recorded: List = []
 
         @pipeline_def(enable_conditionals=uses_conditionals(self.spec))
         def trace():
-            inputs = self._external(lambda info: None, every, fed=feeds)
+            inputs = self._external(lambda info: None, every, fed=self.target.dali_feeds)
             params = every.nodes(inputs[: every.outputs])
             recorded.append(params)
-            state = self.target.dali_start(inputs[every.outputs :], gpu=False) if feeds else None
+            state = self.target.dali_start(inputs[every.outputs :], gpu=False)
             g = Graph(self.graph_spec, params, gpu=False, decoder={}, target=self.target, state=state)
             g.encoded = fn.external_source(name="encoded")
             return tuple(lower(g))
@@ -262,7 +257,7 @@ class Pipelines:
         if hw_decoder_load is None:
             hw_decoder_load = DEFAULT_LOAD if self.hw_decoder_load is None else self.hw_decoder_load
         settings = dataclasses.replace(self.decoder, hw_decoder_load=hw_decoder_load)
-        state = self.target.dali_start(targets, gpu=self.gpu) if self.target.moves_with_pixels else None
+        state = self.target.dali_start(targets, gpu=self.gpu)
         g = Graph(
             self.graph_spec,
             self.layout.nodes(inputs[:n]),
