@@ -115,9 +115,9 @@ class DaliBackend:
             for b in range(start, read.batches):
                 indices, positions = batch_slots(read.share, b, bs)
                 indices = self.bad.replace(indices, read.share, b * bs)
-                tars_read = self.source.tars_of(indices) if budget is not None else None
-                if budget is not None and tars_read is not None:
-                    new = set(tars_read.tolist()) - tars
+                if budget is not None:
+                    read_from = self.source.tars_of(indices)
+                    new = set() if read_from is None else set(read_from.tolist()) - tars
                     if refs and len(tars) + len(new) > budget:
                         return refs
                     tars |= new
