@@ -53,26 +53,16 @@ from typing import Callable, Dict, List
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
+from gpu_results import TARGETS, judge  # noqa: E402,F401 -- TARGETS: the targets' one home, re-exported
 
 logger = logging.getLogger("gpu_proof")
 
 STEPS = ("tests", "data", "stream_safety", "decode_tolerance", "epochs", "hw_decoder_load", "bench-resnet50",
          "bench-resnet18", "bench-heavy", "bench-shards", "peer_compare", "op_costs")
 TESTS_TIMEOUT_S = 480  # the whole ``pytest -m cuda`` run; one test may take 240 s where pytest-timeout is there
-
-#: Issue #25's targets (one H100, 16 cores): ``key: (what, bound)``; a host share is met at or under its
-#: bound, every other figure at or over it. The documentation lists them from here (docs/hooks.py).
-TARGETS = {
-    "resnet18_vs_hand": ("ResNet-18 end to end >= 0.95x the hand-written DALI pipeline", 0.95),
-    "resnet18_host_share": ("host time inside next() <= 10 % of the ResNet-18 epoch", 0.10),
-    "loader_vs_hand": ("dali loader alone >= 0.97x the hand-written DALI pipeline", 0.97),
-    "loader_rate": ("dali loader alone >= 19,000 images/s at 224 px", 19_000),
-    "resnet50_ceiling": ("ResNet-50 AMP end to end >= 95 % of the model-only ceiling", 0.95),
-    "heavy_within_15": ("heavy augmentation within 15 % of the standard preset (dali loader alone)", 0.85),
-}
-
 
 class Proof:
     """Runs the steps, keeps going past a failing one, and collects the figures for the summary."""
@@ -352,22 +342,14 @@ def targets(figures: Dict) -> List[List[str]]:
 
     ratios = peer.get("ratios", {})
     loader, heavy = result("resnet50", "loader").get("images_per_s"), result("heavy", "loader").get("images_per_s")
-    measured = {
-        "resnet18_vs_hand": (ratios.get("resnet18", {}).get("gpupipe_over_hand"), "{:.2f}x"),
-        "resnet18_host_share": (ratios.get("resnet18", {}).get("host_share", {}).get(f"gpupipe-{dali}"), "{:.0%}"),
-        "loader_vs_hand": (ratios.get("loader alone", {}).get("gpupipe_over_hand"), "{:.2f}x"),
-        "loader_rate": (peer.get("results", {}).get(f"gpupipe-{dali} loader alone", {}).get("images_per_s"),
-                        "{:.0f} img/s"),
-        "resnet50_ceiling": (result("resnet50", "train").get("fraction_of_ceiling"), "{:.0%} of the ceiling"),
-        "heavy_within_15": (heavy / loader if heavy and loader else None, "{:.0%} of standard"),
-    }
-    rows = []
-    for key, (text, bound) in TARGETS.items():
-        value, form = measured[key]
-        at_most = key.endswith("host_share")
-        met = "-" if value is None else ("met" if (value <= bound if at_most else value >= bound) else "MISSED")
-        rows.append([text, "-" if value is None else form.format(value), met])
-    return rows
+    return judge({
+        "resnet18_vs_hand": ratios.get("resnet18", {}).get("gpupipe_over_hand"),
+        "resnet18_host_share": ratios.get("resnet18", {}).get("host_share", {}).get(f"gpupipe-{dali}"),
+        "loader_vs_hand": ratios.get("loader alone", {}).get("gpupipe_over_hand"),
+        "loader_rate": peer.get("results", {}).get(f"gpupipe-{dali} loader alone", {}).get("images_per_s"),
+        "resnet50_ceiling": result("resnet50", "train").get("fraction_of_ceiling"),
+        "heavy_within_15": heavy / loader if heavy and loader else None,
+    })
 
 
 def machine_of_bench(figures: Dict) -> Dict:

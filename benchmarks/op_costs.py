@@ -9,7 +9,10 @@ MixUp/CutMix), whose ops on the GPU are the subject of issue #25.
 
 Usage:
     python benchmarks/op_costs.py FOLDER [--backend dali|dali-cpu] [--batch 256] [--rounds 3] [--batches 20]
-                                  [--out benchmarks/results/LABEL/op_costs.json]
+                                  [--hw-decoder-load auto|0.65] [--out benchmarks/results/LABEL/op_costs.json]
+
+``--hw-decoder-load``: the loaders' setting (``auto``, the default, measures it once per prefix;
+a number skips that).
 """
 
 from __future__ import annotations
@@ -65,13 +68,15 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--size", type=int, default=224)
+    parser.add_argument("--hw-decoder-load", default="auto")
     parser.add_argument("--out")
     args = parser.parse_args()
+    load = args.hw_decoder_load if args.hw_decoder_load == "auto" else float(args.hw_decoder_load)
     device = torch.device("cuda" if args.backend == "dali" else "cpu")
     ops = gpupipe.presets.train(args.size, **HEAVY)
     steps = prefixes(ops)
     loaders = {name: gpupipe.loader(args.folder, prefix, batch_size=args.batch, backend=args.backend,
-                                    device=device, drop_last=True) for name, prefix in steps}
+                                    device=device, drop_last=True, hw_decoder_load=load) for name, prefix in steps}
     times = {name: [] for name, _ in steps}
     for r in range(args.rounds):
         order = list(loaders) if r % 2 == 0 else list(reversed(loaders))
@@ -92,6 +97,7 @@ def main() -> None:
         with open(args.out, "w") as f:
             json.dump({"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {gpu}",
                        "backend": args.backend, "batch": args.batch, "batches": args.batches, "rounds": args.rounds,
+                       "hw_decoder_load": load,
                        "folder": args.folder, "rows": rows}, f, indent=1)
 
 

@@ -1,6 +1,7 @@
 """gpupipe against the loaders a user would write instead, on the same folder in one run.
 
     python benchmarks/peer_compare.py [--data DIR] [--models resnet18,resnet50 | --tiny-models]
+                                      [--loaders gpupipe,hand,torchvision-io] [--no-loader-alone]
                                       [--batch-size N] [--rounds 3] [--out FILE]
 
 With a GPU: gpupipe ``dali``, a hand-written DALI pipeline of the same graph
@@ -18,8 +19,10 @@ each model's training loop end to end (with the model-only ceiling), with
 the host CPU time the consumer thread spends inside each ``next()``
 (``time.thread_time``), per batch and as a share of the loop's wall time.
 Autocast by ``gpupipe.amp`` (bf16 on a GPU). Results as JSON under
-``benchmarks/results/<machine>/peer_compare.json``. ``--tiny-models`` trains
-ShuffleNetV2 x0.5 instead of ResNets, for a CPU.
+``benchmarks/results/<machine>/peer_compare.json``, rewritten after every round
+(a run cut short keeps the rounds it finished). ``--tiny-models`` trains
+ShuffleNetV2 x0.5 instead of ResNets, for a CPU; ``--loaders`` keeps some of
+the loaders only (the ratios need ``gpupipe`` and the one compared).
 """
 
 from __future__ import annotations
@@ -41,10 +44,9 @@ import torch  # noqa: E402
 
 import gpupipe  # noqa: E402
 from gpupipe.amp import choose_amp  # noqa: E402
-from gpupipe.env import default_threads  # noqa: E402
 from gpupipe.bench import demo, report, runner  # noqa: E402
 from gpupipe.bench.measure import Stream, repeat_batch  # noqa: E402
-from gpupipe.env import cache_dir  # noqa: E402
+from gpupipe.env import cache_dir, default_threads  # noqa: E402
 
 MEAN, STD = gpupipe.ops.IMAGENET_MEAN, gpupipe.ops.IMAGENET_STD
 SIZE = 224
@@ -53,7 +55,7 @@ SIZE = 224
 class HandDali:
     """The train preset written by hand in DALI, as its documentation shows (DALI shuffles on its own)."""
 
-    def __init__(self, data: Path, batch: int, threads: int, device: torch.device) -> None:
+    def __init__(self, data: Path, batch: int, threads: int, device: torch.device, size: int = SIZE) -> None:
         from nvidia.dali import fn, pipeline_def, types
         from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
@@ -65,7 +67,7 @@ class HandDali:
             encoded, labels = fn.readers.file(file_root=str(data), random_shuffle=True, name="r")
             images = fn.decoders.image_random_crop(encoded, device="mixed" if gpu else "cpu", output_type=types.RGB,
                                                    random_area=[0.08, 1.0], random_aspect_ratio=[3 / 4, 4 / 3])
-            images = fn.resize(images, resize_x=SIZE, resize_y=SIZE, antialias=True)
+            images = fn.resize(images, resize_x=size, resize_y=size, antialias=True)
             images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW",
                                               mean=[255 * m for m in MEAN], std=[255 * s for s in STD],
                                               mirror=fn.random.coin_flip())
@@ -201,13 +203,16 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=10 if on_gpu else 5)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=default_threads())
+    parser.add_argument("--loaders", default="gpupipe,hand,torchvision-io", help="which of the three to run")
+    parser.add_argument("--no-loader-alone", action="store_true", help="the training loops only")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     args.device = torch.device("cuda", 0) if on_gpu else torch.device("cpu")
     images = 50 * args.batch_size if on_gpu else 1000
     args.data = args.data or demo.ensure_demo(cache_dir(), demo.DemoSpec(per_class=images // 10))
     models = ["shufflenet_v2_x0_5"] if args.tiny_models else [m for m in args.models.split(",") if m]
-    makers = loaders(args.device)
+    wanted = [w for w in args.loaders.split(",") if w]
+    makers = {k: v for k, v in loaders(args.device).items() if any(k.startswith(w) for w in wanted)}
     sync = (lambda: torch.cuda.synchronize(args.device)) if on_gpu else (lambda: None)
     classes = len(gpupipe.ImageFolder(args.data).classes)
     steps = {}
@@ -221,8 +226,12 @@ def main() -> None:
         steps[model] = (step, kept)
     runs: Dict[str, List[Dict]] = {}
     order = random.Random(0)
+    machine = report.machine_info(args.device)
+    path = args.out or ROOT / "benchmarks" / "results" / report.hardware_label(machine) / "peer_compare.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     for r in range(args.rounds):
-        cells = [(name, None) for name in makers] + [(name, m) for m in models for name in [*makers, "ceiling"]]
+        cells = [] if args.no_loader_alone else [(name, None) for name in makers]
+        cells += [(name, m) for m in models for name in [*makers, "ceiling"]]
         order.shuffle(cells)
         for name, model in cells:
             key = f"{name} loader alone" if model is None else f"{name} {model}"
@@ -235,34 +244,41 @@ def main() -> None:
             runs.setdefault(key, []).append(result)
             print(f"round {r + 1}: {key:42s} {result['images_per_s']:8.1f} img/s, host "
                   f"{result['host_ms_per_batch']:.1f} ms/batch in next()", file=sys.stderr, flush=True)
-    results = {key: summary(values) for key, values in runs.items()}
-    ratios = _ratios(results, list(makers), models)
-    machine = report.machine_info(args.device)
-    out = {"machine": machine, "data": str(args.data), "data_stats": demo.folder_stats(args.data),
-           "amp": {m: s.amp.as_dict() for m, (s, _) in steps.items()},
-           "settings": {k: v for k, v in vars(args).items() if k not in ("device", "data")} | {"models": models},
-           "results": results, "ratios": ratios}
-    print(json.dumps(ratios, indent=2))
-    path = args.out or ROOT / "benchmarks" / "results" / report.hardware_label(machine) / "peer_compare.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
+        results = {key: summary(values) for key, values in runs.items()}
+        ratios = _ratios(results, list(makers), models)
+        out = {"machine": machine, "data": str(args.data), "rounds_done": r + 1,
+               "amp": {m: s.amp.as_dict() for m, (s, _) in steps.items()},
+               "settings": {k: v for k, v in vars(args).items() if k not in ("device", "data")} | {"models": models},
+               "results": results, "ratios": ratios}
+        path.write_text(json.dumps(out, indent=2, default=str) + "\n")  # after every round: a cut run keeps them
+    out["data_stats"] = demo.folder_stats(args.data)
     path.write_text(json.dumps(out, indent=2, default=str) + "\n")
+    print(json.dumps(out["ratios"], indent=2))
     print(f"wrote {path}", file=sys.stderr)
 
 
 def _ratios(results: Dict, names: List[str], models: List[str]) -> Dict:
-    """gpupipe over the hand-written pipeline and over torchvision.io; each loop's fraction of its ceiling."""
-    ours, hand, tv = names
+    """gpupipe over the hand-written pipeline and over torchvision.io; each loop's fraction of its ceiling
+    (of what was measured: a loader left out, or a round cut short, leaves its ratios out)."""
+    ours = next((n for n in names if n.startswith("gpupipe")), None)
+    others = {"gpupipe_over_hand": "hand-", "gpupipe_over_torchvision_io": "torchvision-io"}
     out: Dict = {}
     for what in ["loader alone", *models]:
-        rate = {n: results[f"{n} {what}"]["images_per_s"] for n in names}
-        out[what] = {"gpupipe_over_hand": round(rate[ours] / rate[hand], 3),
-                     "gpupipe_over_torchvision_io": round(rate[ours] / rate[tv], 3),
-                     "host_ms_per_batch": {n: results[f"{n} {what}"]["host_ms_per_batch"] for n in names},
-                     "host_share": {n: results[f"{n} {what}"]["host_share"] for n in names}}
-        if what != "loader alone":
+        rate = {n: results[f"{n} {what}"]["images_per_s"] for n in names if f"{n} {what}" in results}
+        if not rate:
+            continue
+        entry: Dict = {}
+        for key, prefix in others.items():
+            other = next((n for n in rate if n.startswith(prefix)), None)
+            if ours in rate and other is not None:
+                entry[key] = round(rate[ours] / rate[other], 3)
+        entry["host_ms_per_batch"] = {n: results[f"{n} {what}"]["host_ms_per_batch"] for n in rate}
+        entry["host_share"] = {n: results[f"{n} {what}"]["host_share"] for n in rate}
+        if what != "loader alone" and f"ceiling {what}" in results:
             ceiling = results[f"ceiling {what}"]["images_per_s"]
-            out[what]["of_ceiling"] = {n: round(rate[n] / ceiling, 3) for n in names}
-            out[what]["ceiling_images_per_s"] = ceiling
+            entry["of_ceiling"] = {n: round(rate[n] / ceiling, 3) for n in rate}
+            entry["ceiling_images_per_s"] = ceiling
+        out[what] = entry
     return out
 
 

@@ -12,6 +12,8 @@ figure::
     {{ startup_table("cpu-2core/startup.json") }}
     {{ scan_table("cpu-2core/scan.json") }}
     {{ chart("cpu-2core") }}                         the bench's chart (bench.png), published with the site
+    {{ gpu_results() }}                              every committed GPU proof (results/<gpu>-<date>/quick.json)
+    {{ op_table() }}                                 every op, from the op registry (docs/optable.py)
     {{ value("cpu-2core/bench.json", "results.dali-cpu.loader.x_baseline", "{:.2f}x") }}
     {{ ratio("cpu-2core/pack.json", "loading.dali-cpu.shards.images_per_s", "loading.dali-cpu.folder.images_per_s") }}
 
@@ -308,18 +310,42 @@ def update_readme(path: Path = README, label: str = README_LABEL) -> bool:
     return new != text
 
 
+def _gpu_results():
+    """``benchmarks/gpu_results.py`` (the GPU proof's targets and tables; it imports nothing heavy)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_results", ROOT / "benchmarks" / "gpu_results.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def proof_targets() -> str:
-    """The GPU proof's targets as a list, read from ``TARGETS`` in ``benchmarks/gpu_proof.py`` (their one home)."""
-    tree = ast.parse((ROOT / "benchmarks" / "gpu_proof.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["TARGETS"]:
-            return "\n".join(f"- {text}" for text, _ in ast.literal_eval(node.value).values())
-    raise ResultsError("benchmarks/gpu_proof.py: no TARGETS")
+    """The GPU proof's targets as a list, from ``TARGETS`` in ``benchmarks/gpu_results.py`` (their one home)."""
+    return "\n".join(f"- {text}" for text, _ in _gpu_results().TARGETS.values())
+
+
+def gpu_results(results: Optional[Path] = None) -> str:
+    """Every committed GPU proof (``benchmarks/results/<gpu>-<date>/quick.json``): its machine, targets, peer
+    comparison, ``hw_decoder_load`` sweep and per-op costs; a sentence where none is committed yet."""
+    return _gpu_results().sections(RESULTS if results is None else results)
+
+
+def op_table() -> str:
+    """The table of every op gpupipe ships, derived from the op registry (``docs/optable.py``)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("optable", ROOT / "docs" / "optable.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.table()
 
 
 CALLS: Dict[str, Callable[..., str]] = {f.__name__: f for f in (
     bench_table, bench_tables, cpu_compare_table, pack_tables, remote_tables, startup_table, scan_table, value, ratio,
-    chart, proof_targets)}
+    chart, proof_targets, gpu_results, op_table)}
 
 
 def render(markdown: str, page: str = "") -> str:

@@ -1,4 +1,4 @@
-"""What the example scripts share: argument checks, one-line errors, the precision, per-epoch lines.
+"""What the example scripts share: argument checks, one-line errors, the precision, progress, per-epoch lines.
 
 Nothing here is needed to use gpupipe: the examples' training loops are the
 ones you already have; this keeps their command lines alike.
@@ -8,18 +8,23 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 
 from gpupipe.amp import AMP_CHOICES, AmpChoice, choose_amp
 from gpupipe.cli import ArgumentParser, fail, run
 from gpupipe.remote import is_url
+from gpupipe.stats import rate_text
 from gpupipe.sources.files import split_folders_message
 
 __all__ = ["AMP_CHOICES", "ArgumentParser", "amp", "device", "epoch_line", "existing_file", "existing_folder",
-           "existing_path", "fail", "image_folder", "parser", "positive_int", "run", "torchrun_rank"]
+           "existing_path", "fail", "image_folder", "parser", "positive_int", "progress", "run", "torchrun_rank"]
+
+#: Seconds between two progress lines.
+PROGRESS_EVERY_S = 10.0
 
 
 def parser(doc: str) -> ArgumentParser:
@@ -97,3 +102,48 @@ def epoch_line(epoch: int, loss: float, loader=None, extra: str = "") -> str:
 def torchrun_rank() -> Optional[int]:
     """This process's rank under torchrun, ``None`` when not started by torchrun."""
     return int(os.environ["RANK"]) if "RANK" in os.environ and "WORLD_SIZE" in os.environ else None
+
+
+class progress:  # noqa: N801 -- used as a function: ``for batch in progress(loader, steps)``
+    """The loader's batches, with a line ``step S/T: R images/s, about M left`` after the first step and
+    every ``PROGRESS_EVERY_S`` seconds (a step is timed from one batch to the next, training included).
+
+    The loader's own attributes (``stats``, ``set_epoch``, ``len()``...) are reachable through it.
+    """
+
+    def __init__(self, loader, total_steps: int, show: bool = True) -> None:
+        self.loader, self.total, self.show = loader, total_steps, show
+        self.done, self.images, self.started, self.last = 0, 0, None, 0.0
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __getattr__(self, name: str):
+        return getattr(self.loader, name)
+
+    def __iter__(self) -> Iterator:
+        if self.started is None:
+            self.started = time.perf_counter()
+            if self.show:
+                print(f"training: {self.total} steps; a progress line after the first step and every "
+                      f"{PROGRESS_EVERY_S:.0f} s", flush=True)
+        for batch in self.loader:
+            yield batch
+            self.done += 1
+            self.images += len(batch[0])
+            now = time.perf_counter()
+            if self.show and (self.done == 1 or now - self.last >= PROGRESS_EVERY_S or self.done == self.total):
+                self.last = now
+                print(self.line(now - self.started), flush=True)
+
+    def line(self, elapsed: float) -> str:
+        """``step 3/50: 0.41 images/s, about 4 min 30 s left``."""
+        left = (self.total - self.done) * elapsed / max(self.done, 1)
+        return (f"step {self.done}/{self.total}: {rate_text(self.images / max(elapsed, 1e-9))} images/s, "
+                f"about {duration(left)} left")
+
+
+def duration(seconds: float) -> str:
+    """``45 s``, ``2 min 5 s``."""
+    seconds = round(seconds)
+    return f"{seconds} s" if seconds < 60 else f"{seconds // 60} min {seconds % 60} s"

@@ -122,11 +122,13 @@ def main() -> None:
     done = lambda: args.max_steps and step >= args.max_steps  # noqa: E731
     if start_epoch >= args.epochs or done():
         print(f"rank {rank}: nothing to do: the run finished at epoch {start_epoch}, step {step}")
+    planned = (args.epochs - start_epoch) * len(loader)
+    shown = _common.progress(loader, min(planned, args.max_steps - step) if args.max_steps else planned, rank == 0)
     for epoch in range(start_epoch, args.epochs):
         if done():
             break
         loader.set_epoch(epoch)
-        for images, labels in loader:
+        for images, labels in shown:
             with amp.autocast(device.type):
                 loss = torch.nn.functional.cross_entropy(model(images), labels)
             optimizer.zero_grad(set_to_none=True)

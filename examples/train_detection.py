@@ -131,7 +131,7 @@ def main() -> None:
         extra = f" (mean of {len(losses)} steps, last {losses[-1]:.3f})"
         print(_common.epoch_line(epoch, sum(losses) / len(losses), loader, extra), flush=True)
 
-    train(loader, classes, args.steps, _common.device(), on_epoch=report)
+    train(_common.progress(loader, args.steps), classes, args.steps, _common.device(), on_epoch=report)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """A plain ImageFolder training script, and the same script on gpupipe.
 
-The two loaders below are the only difference: the training loop is the
-one you already have. Run ``python examples/train_imagefolder.py DATA
+The two loaders below are the only difference: the same ImageFolder and
+Compose go to torch's DataLoader or to ``gpupipe.DataLoader``, and the
+training loop is the one you already have. Run ``python examples/train_imagefolder.py DATA
 --loader gpupipe`` (or ``--loader dataloader`` for the original).
 """
 
@@ -16,22 +17,36 @@ from torch import nn
 from torchvision import transforms
 
 import gpupipe
+from gpupipe.shardfmt import is_packed
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
-def dataloader_version(root: str, size: int, batch_size: int) -> torch.utils.data.DataLoader:
-    # Before: torchvision ImageFolder + PIL transforms + DataLoader.
-    dataset = torchvision.datasets.ImageFolder(root, transforms.Compose([
+def recipe(size: int) -> transforms.Compose:
+    return transforms.Compose([
         transforms.RandomResizedCrop(size), transforms.RandomHorizontalFlip(),
         transforms.ToTensor(), transforms.Normalize(MEAN, STD),
-    ]))
-    return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=2)
+    ])
+
+
+def dataset(root: str, size: int) -> torchvision.datasets.ImageFolder:
+    # The script's own dataset: torchvision ImageFolder + PIL transforms, the same for both loaders.
+    return torchvision.datasets.ImageFolder(root, recipe(size))
+
+
+def dataloader_version(root: str, size: int, batch_size: int) -> torch.utils.data.DataLoader:
+    # Before: torch's DataLoader.
+    return torch.utils.data.DataLoader(dataset(root, size), batch_size=batch_size, shuffle=True, num_workers=2)
 
 
 def gpupipe_version(root: str, size: int, batch_size: int, backend: str = "auto") -> gpupipe.Loader:
-    # After: the same recipe, decoded and augmented by DALI (GPU or CPU) or torchvision.
-    return gpupipe.loader(root, gpupipe.presets.train(size), batch_size=batch_size, backend=backend)
+    # After: gpupipe's DataLoader, same arguments; the Compose is compiled to gpupipe ops, run by
+    # DALI (GPU or CPU) or torchvision. A folder packed by `python -m gpupipe.pack` is read with the
+    # same Compose (torchvision's ImageFolder cannot read it).
+    if is_packed(root):
+        return gpupipe.DataLoader(root, batch_size=batch_size, shuffle=True, backend=backend, pipeline=recipe(size))
+    return gpupipe.DataLoader(dataset(root, size), batch_size=batch_size, shuffle=True, num_workers=2,
+                              backend=backend)
 
 
 def train(loader, num_classes: int, epochs: int, device: str = "cpu",
@@ -77,7 +92,7 @@ def main() -> None:
         loader = gpupipe_version(args.root, args.size, args.batch_size, args.backend)
         num_classes = len(loader.classes)
         print(f"gpupipe backend: {loader.backend} ({loader.backend_reason})")
-    train(loader, num_classes, args.epochs, _common.device(),
+    train(_common.progress(loader, args.epochs * len(loader)), num_classes, args.epochs, _common.device(),
           on_epoch=lambda epoch, loss: print(_common.epoch_line(epoch, loss, loader), flush=True))
 
 

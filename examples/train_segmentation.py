@@ -102,7 +102,7 @@ def main() -> None:
     else:
         loader = gpupipe_version(args.images, args.masks, args.crop, args.batch_size, args.backend)
         print(f"gpupipe backend: {loader.backend} ({loader.backend_reason})")
-    train(loader, args.classes, args.epochs, _common.device(),
+    train(_common.progress(loader, args.epochs * len(loader)), args.classes, args.epochs, _common.device(),
           on_epoch=lambda epoch, loss: print(_common.epoch_line(epoch, loss, loader), flush=True))
 
 

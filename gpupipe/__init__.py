@@ -6,7 +6,8 @@
         ...
 
 ``import gpupipe`` does not import DALI; a backend imports its library when used. ``__all__`` is the
-documented API (the API reference pages); the ops are also ``gpupipe.ops.<Op>``.
+documented API (the API reference pages); the ops are also ``gpupipe.ops.<Op>``: their names in ``__all__``
+come from the op registry (``gpupipe.ops.OP_NAMES``), their imports are spelled out for type checkers.
 """
 
 from . import ops, pack, presets, remote
@@ -17,30 +18,32 @@ from .build import loader
 from .config import LoaderConfig
 from .dataloader import Loader
 from .errors import Error, OnError, SampleError, Skipped
-from .ops import (
-    CenterCrop,
-    ColorJitter,
-    CutMix,
-    Decode,
-    GaussianBlur,
-    HorizontalFlip,
-    MixUp,
-    Normalize,
-    Output,
-    PadTo,
-    RandAugment,
-    RandomCrop,
-    RandomErasing,
-    RandomGrayscale,
-    RandomIoUCrop,
-    RandomResize,
-    RandomResizedCrop,
-    RandomRotation,
-    RandomZoomOut,
-    Resize,
-    SanitizeBoxes,
-    TrivialAugment,
-)
+from .interop import DataLoader, UnsupportedTransform, from_torchvision
+from .ops import AutoAugment as AutoAugment
+from .ops import CenterCrop as CenterCrop
+from .ops import ColorJitter as ColorJitter
+from .ops import CutMix as CutMix
+from .ops import Decode as Decode
+from .ops import GaussianBlur as GaussianBlur
+from .ops import HorizontalFlip as HorizontalFlip
+from .ops import MixUp as MixUp
+from .ops import Normalize as Normalize
+from .ops import Output as Output
+from .ops import PadTo as PadTo
+from .ops import RandAugment as RandAugment
+from .ops import RandomAffine as RandomAffine
+from .ops import RandomCrop as RandomCrop
+from .ops import RandomErasing as RandomErasing
+from .ops import RandomGrayscale as RandomGrayscale
+from .ops import RandomIoUCrop as RandomIoUCrop
+from .ops import RandomResize as RandomResize
+from .ops import RandomResizedCrop as RandomResizedCrop
+from .ops import RandomRotation as RandomRotation
+from .ops import RandomZoomOut as RandomZoomOut
+from .ops import Resize as Resize
+from .ops import SanitizeBoxes as SanitizeBoxes
+from .ops import TrivialAugment as TrivialAugment
+from .ops import VerticalFlip as VerticalFlip
 from .pack import PackError
 from .remote import RemoteError
 from .sampling import RankShare
@@ -57,6 +60,9 @@ __all__ = [
     "RankShare",
     "autocast_dtype",
     "choose_amp",
+    # coming from torchvision and timm
+    "DataLoader",
+    "from_torchvision",
     # sources and targets
     "ImageFolder",
     "FileList",
@@ -71,34 +77,14 @@ __all__ = [
     # ops (also gpupipe.ops.<Op>) and presets
     "ops",
     "presets",
-    "Decode",
-    "RandomResizedCrop",
-    "Resize",
-    "CenterCrop",
-    "RandomCrop",
-    "RandomResize",
-    "PadTo",
-    "HorizontalFlip",
-    "RandomRotation",
-    "RandomIoUCrop",
-    "RandomZoomOut",
-    "ColorJitter",
-    "RandomGrayscale",
-    "GaussianBlur",
-    "RandAugment",
-    "TrivialAugment",
-    "RandomErasing",
-    "Normalize",
-    "MixUp",
-    "CutMix",
-    "SanitizeBoxes",
-    "Output",
+    *ops.OP_NAMES,
     # packing and remote data
     "pack",
     "remote",
     # errors
     "Error",
     "SampleError",
+    "UnsupportedTransform",
     "PackError",
     "RemoteError",
     "OnError",

@@ -8,19 +8,38 @@
 on a CPU only where bf16 is faster: a CPU without bf16 instructions
 (``avx512_bf16`` / ``amx_bf16`` in ``/proc/cpuinfo``) gets float32 without
 further ado (emulated bf16 runs several times slower than float32), and one
-with them gets a short probe, a few steps in both precisions, bf16 being
-chosen only when it is clearly faster. Imports nothing beyond torch.
+with them gets a short probe, a few steps in both precisions taking turns,
+bf16 being chosen only when it is clearly faster in every turn.
+
+The probe decides once per machine: its choice is recorded in gpupipe's
+cache folder (``precision/<key>.json`` under ``gpupipe.env.cache_dir()``)
+with the machine's description (CPU model and flags, torch version, device),
+and every later ``auto`` choice on that machine (the bench, the examples,
+``choose_amp()``) reads it; a changed description probes again. A busy
+machine (1-minute load average above ``QUIET_LOAD`` per core) is not
+probed: it gets float32, unrecorded, until a quiet run decides.
+``requested`` (``--amp``) overrides all of this.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
+import logging
+import os
 import platform
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Dict, List, Optional, Set, Tuple, Union
 
 import torch
+
+from . import env
+from .fileio import read_json_object
+
+logger = logging.getLogger(__name__)
 
 #: What ``requested`` may be.
 AMP_CHOICES = ("auto", "bf16", "fp16", "off")
@@ -30,6 +49,10 @@ MIN_SPEEDUP = 1.2
 BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
 #: The flags recorded (and shown) as the ones that matter.
 REPORTED_FLAGS = ("avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "bf16")
+#: Turns of the probe (one call in each precision per turn).
+PROBE_TURNS = 5
+#: The machine is quiet enough to probe when its 1-minute load average per usable core is at most this.
+QUIET_LOAD = 0.75
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "off": torch.float32}
 
 #: A step the probe times: runs once under autocast to the given dtype (``torch.float32``: no autocast).
@@ -107,20 +130,29 @@ def choose_amp(
     *,
     step: Optional[ProbeStep] = None,
     flags: Optional[Dict[str, bool]] = None,
-    repeats: int = 3,
+    repeats: int = PROBE_TURNS,
+    record: bool = True,
 ) -> AmpChoice:
     """Picks the autocast precision for ``device``.
+
+    On a CPU with bf16 instructions ``auto`` is decided once per machine: the
+    probe's choice is recorded in gpupipe's cache folder with the machine's
+    description (CPU model and flags, torch version, device) and read back by
+    every later call (the bench and the examples too); a busy machine is not
+    probed and gets float32 until a quiet run records the choice.
 
     Args:
         device: where the model runs.
         requested: ``"auto"``, or ``"bf16"`` / ``"fp16"`` / ``"off"`` to force one.
         step: on a CPU with bf16 instructions, the step the probe times
             (default: a small convolutional network's training step).
-        flags: the CPU's flags (default: :func:`cpu_info`'s); for tests.
+        flags: the CPU's flags (default: ``cpu_info``'s); for tests.
         repeats: timed calls of ``step`` per precision (after one untimed call each).
+        record: read this machine's recorded choice, and record a new probe's (above); ``False`` probes
+            every time.
 
     Raises:
-        ValueError: ``requested`` is not one of :data:`AMP_CHOICES`.
+        ValueError: ``requested`` is not one of ``AMP_CHOICES``.
     """
     if requested not in AMP_CHOICES:
         raise ValueError(f"amp must be one of {', '.join(AMP_CHOICES)}, got {requested!r}")
@@ -141,12 +173,64 @@ def choose_amp(
             f"this CPU has no bf16 instructions ({', '.join(BF16_FLAGS[:2])}), where bf16 runs "
             "emulated and slower: float32",
         )
-    if step is None:
-        return _default_probe(tuple(found))
-    return _probe(step, found, repeats)
+    if not record:
+        return _default_probe(tuple(found)) if step is None else _probe(step, found, repeats)
+    description = machine_description(device, flags)
+    path = record_path(description)
+    kept = read_json_object(path)
+    if kept is not None and kept.get("description") == description and kept.get("choice") in _DTYPES:
+        return AmpChoice(kept["choice"], f"{kept['reason']} (recorded in {path}; --amp overrides)", kept["probe"])
+    load = machine_load()
+    if load > QUIET_LOAD:
+        return AmpChoice(
+            "off",
+            f"this CPU has {'/'.join(found)}, but the machine is too busy to probe bf16 against float32 "
+            f"(load {load:.1f} per core, above {QUIET_LOAD}): float32, not recorded; a quiet run probes "
+            "and records the choice (or --amp bf16)",
+        )
+    choice = _default_probe(tuple(found)) if step is None else _probe(step, found, repeats)
+    _write_record(path, description, choice)
+    return choice
 
 
-def _probe(step: ProbeStep, found, repeats: int = 3) -> AmpChoice:
+def machine_description(device: torch.device, flags: Optional[Dict[str, bool]] = None) -> Dict:
+    """What a recorded precision choice holds for: the CPU model and flags, torch's version, the device."""
+    info = cpu_info()
+    return {
+        "cpu": info["model"],
+        "flags": dict(info["flags"] if flags is None else flags),
+        "torch": torch.__version__,
+        "device": str(device),
+    }
+
+
+def record_path(description: Dict) -> Path:
+    """The file that holds the choice for ``description`` in gpupipe's cache folder."""
+    key = hashlib.sha256(json.dumps(description, sort_keys=True).encode()).hexdigest()[:16]
+    return env.cache_dir("precision", f"{key}.json")
+
+
+def machine_load() -> float:
+    """The 1-minute load average per usable core (0 where the platform has none)."""
+    if not hasattr(os, "getloadavg"):
+        return 0.0
+    return os.getloadavg()[0] / env.cores()
+
+
+def _write_record(path, description: Dict, choice: AmpChoice) -> None:
+    """Writes the record atomically; a cache folder that cannot be written only costs a probe next time."""
+    body = {"description": description, "choice": choice.name, "reason": choice.reason, "probe": choice.probe}
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(tmp), exist_ok=True)
+        with open(tmp, "w") as fh:
+            json.dump(body, fh, indent=2)
+        os.replace(tmp, path)
+    except OSError as err:
+        logger.warning("could not record the precision choice in %s: %s", path, err)
+
+
+def _probe(step: ProbeStep, found, repeats: int = PROBE_TURNS) -> AmpChoice:
     """bf16 where it is faster in every pair of turns: a busy machine slows single calls at random (OpenMP
     threads waiting for a descheduled one), and one lucky bf16 call must not decide."""
     rounds = probe_rounds(step, (torch.float32, torch.bfloat16), repeats)
@@ -181,7 +265,7 @@ def probe_rounds(step: ProbeStep, dtypes: Tuple[torch.dtype, ...], repeats: int 
 
 
 def probe_seconds(step: ProbeStep, dtypes: Tuple[torch.dtype, ...], repeats: int = 3) -> Tuple[float, ...]:
-    """Per dtype, the fastest of :func:`probe_rounds`' calls."""
+    """Per dtype, the fastest of ``probe_rounds``' calls."""
     rounds = probe_rounds(step, dtypes, repeats)
     return tuple(min(r[k] for r in rounds) for k in range(len(dtypes)))
 
@@ -216,8 +300,18 @@ def _default_probe(found) -> AmpChoice:
 
 
 def autocast_dtype(device: Union[str, torch.device], requested: str = "auto") -> torch.dtype:
-    """The dtype to autocast to on ``device``: ``torch.float32`` means no autocast (see :func:`choose_amp`)."""
+    """The dtype to autocast to on ``device``: ``torch.float32`` means no autocast (see ``choose_amp``)."""
     return choose_amp(device, requested).dtype
 
 
-__all__ = ["AMP_CHOICES", "AmpChoice", "autocast_dtype", "choose_amp", "cpu_info", "torch_build"]
+__all__ = [
+    "AMP_CHOICES",
+    "AmpChoice",
+    "PROBE_TURNS",
+    "QUIET_LOAD",
+    "autocast_dtype",
+    "choose_amp",
+    "cpu_info",
+    "machine_description",
+    "torch_build",
+]

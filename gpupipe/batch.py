@@ -81,7 +81,7 @@ def normalize_uint8(images: torch.Tensor, spec: PipelineSpec, out: Optional[torc
 
 
 def empty_like_output(images: torch.Tensor, spec: PipelineSpec, *, shared: bool) -> Optional[torch.Tensor]:
-    """A float32 tensor for :func:`normalize_uint8` to fill, in shared memory when ``shared``.
+    """A float32 tensor for ``normalize_uint8`` to fill, in shared memory when ``shared``.
 
     A DataLoader worker that fills shared memory directly saves the copy
     torch makes when sending an ordinary tensor to the main process. Returns
@@ -136,7 +136,7 @@ class CudaPrefetcher:
         batches: host batches; images ``(B, 3, H, W)`` uint8 or any dtype, pinned.
         device: the CUDA device.
         finish: applied to the images on the side stream (for example
-            :func:`normalize_uint8`).
+            ``normalize_uint8``).
     """
 
     def __init__(self, batches: Iterable[Batch], device: torch.device, finish) -> None:

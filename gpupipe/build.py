@@ -1,16 +1,16 @@
-"""Builds a loader: :func:`loader`, the drop-in replacement for a ``DataLoader``.
+"""Builds a loader: [`loader`][gpupipe.loader], the drop-in replacement for a ``DataLoader``.
 
-It reads as a short list of steps (see :mod:`gpupipe.options`): check every
-setting (one :class:`~gpupipe.config.LoaderConfig`), choose device and
+It reads as a short list of steps (see ``gpupipe.options``): check every
+setting (one [`LoaderConfig`][gpupipe.LoaderConfig]), choose device and
 backend, check the pipeline's structure, list the source, check that the
 pipeline and backend carry its targets, scan the files, then build the
-:class:`~gpupipe.dataloader.Loader`.
+[`Loader`][gpupipe.Loader].
 """
 
 from __future__ import annotations
 
 import os
-from typing import Optional, Sequence, Tuple, Union
+from typing import Any, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -19,14 +19,15 @@ from .config import LoaderConfig
 from .dataloader import Loader
 from .errors import ErrorPolicy
 from .fileio import DEFAULT_MAX_FILE_SIZE
+from .interop.resolve import resolve_inputs
 from .ops import Op, Output
 from .sources import Source, as_source
 from .spec import build_spec
 
 
 def loader(
-    source: Union[Source, str, os.PathLike],
-    pipeline: Union[str, Sequence[Op]] = "train",
+    source: Union[Source, str, os.PathLike, Any],
+    pipeline: Union[None, str, Sequence[Op], Any] = None,
     *,
     batch_size: int,
     backend: str = "auto",
@@ -48,14 +49,21 @@ def loader(
     preallocate: Union[str, None, Tuple[int, int]] = "auto",
     log_every: Optional[int] = None,
     reduced_decode: bool = True,
+    fallback: Optional[str] = None,
 ) -> Loader:
     """Builds a loader: the drop-in replacement for a ``DataLoader``.
 
     Args:
         source: an image folder (``root/<class>/<image>``), a list file, a
-            packed folder, or a :class:`~gpupipe.sources.Source`.
-        pipeline: ``"train"`` or ``"val"`` (ImageNet presets at 224 px) or a
-            list of ops starting with ``Decode()``.
+            packed folder, a ``Source``, or a
+            ``torchvision.datasets.ImageFolder`` / ``DatasetFolder`` (or a ``Subset`` of
+            one; see ``gpupipe.interop``), kept as [`Loader.dataset`][gpupipe.Loader.dataset].
+        pipeline: a preset name: ``"train"`` or ``"val"`` (ImageNet classification
+            at 224 px), ``"segmentation-train"`` or ``"segmentation-val"``,
+            ``"detection-ssd"`` or ``"detection-val"`` (see [`presets`][gpupipe.presets]); a
+            list of ops starting with ``Decode()``; or a torchvision / timm transform
+            (compiled by ``gpupipe.from_torchvision``); ``None`` (default): the
+            dataset's own ``transform`` for a torchvision dataset, else ``"train"``.
         batch_size: samples per batch (per process).
         backend: ``"auto"``, ``"dali"``, ``"dali-cpu"`` or ``"torchvision"``.
         device: where batches land; by default the current CUDA device if
@@ -68,7 +76,7 @@ def loader(
         seed: seeds the order and the random augmentations.
         num_threads: DALI threads or DataLoader workers; by default the CPU
             cores this process may use, divided among the processes of this job
-            on this host, from any launcher (:func:`gpupipe.env.local_world_size`;
+            on this host, from any launcher (``gpupipe.env.local_world_size``;
             fitted again when a process group appears after the loader was built).
         dtype: ``float32`` (default), ``float16``, ``bfloat16`` (normalised) or
             ``uint8`` (unnormalised), as a name or a ``torch.dtype``.
@@ -86,7 +94,7 @@ def loader(
         on_error: what to do with a sample that cannot be used: ``"raise"``
             (stop with an error naming it; bad files found by the scan are
             all listed when the loader is built) or ``"skip"`` (leave it out,
-            log it once, list it in :attr:`Loader.skipped`).
+            log it once, list it in [`Loader.skipped`][gpupipe.Loader.skipped]).
         max_pixels: images with more pixels are refused, without decoding
             them (decompression bombs).
         max_file_size: larger files are refused (bytes, default 1 GiB).
@@ -100,9 +108,11 @@ def loader(
             has a window at least 2, 4 or 8 times its output size, decode the JPEG at 1/2, 1/4 or
             1/8 scale in the DCT domain (faster, itself an area-averaging downscale; pixels differ
             slightly from a full decode). ``False`` decodes every pixel.
+        fallback: ``"torchvision"``: a torchvision transform that cannot be compiled runs as it is,
+            on PIL images in DataLoader workers (backend ``"torchvision-transform"``), with a warning.
 
     Returns:
-        A :class:`Loader`.
+        A [`Loader`][gpupipe.Loader].
 
     Raises:
         ValueError: a bad argument, named, before any work starts.
@@ -126,8 +136,11 @@ def loader(
         reduced_decode=reduced_decode,
     )
     auto_device = device is None
+    source, pipeline, dataset, backend = resolve_inputs(source, pipeline, fallback, backend)  # torchvision's
     device, backend, why = options.choose_device_and_backend(device, backend, config.num_threads)
     world = env.resolve_world(rank, world_size)
+    if not isinstance(pipeline, str) and not hasattr(pipeline, "__iter__"):
+        raise ValueError(f"loader(pipeline=...) must be a preset name or a list of ops, got {pipeline!r}")
     ops = presets.get(pipeline) if isinstance(pipeline, str) else list(pipeline)
     own_output = ops[-1] if ops and isinstance(ops[-1], Output) else None
     if own_output is not None:
@@ -139,7 +152,7 @@ def loader(
     spec = build_spec(ops, output, target=source.kind, ignore_index=source.ignore_index)
     backends.check_lowerings(backend, spec)
     errors = ErrorPolicy(config.on_error)
-    source = options.without_bad_files(source, config, errors)
+    source = options.without_bad_files(source, config, errors, world)
     options.check_batch_fits(source, config, world.world_size)
     placement = backends.Placement.chosen(device, config.num_threads)
     return Loader(
@@ -152,6 +165,7 @@ def loader(
         world=world,
         backend_reason=why,
         auto_device=auto_device,
+        dataset=dataset,
     )
 
 

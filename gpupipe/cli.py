@@ -32,7 +32,7 @@ def fail(message: str) -> NoReturn:
 
 def user_errors() -> Tuple[Type[BaseException], ...]:
     """The exceptions that report a user's mistake or the state of the data: gpupipe's own
-    (:class:`gpupipe.Error`), and the ``ValueError`` / ``OSError`` / ``ImportError`` its argument and
+    ([`gpupipe.Error`][gpupipe.Error]), and the ``ValueError`` / ``OSError`` / ``ImportError`` its argument and
     file checks raise. With ``GPUPIPE_DEBUG=1`` none is caught: the traceback shows where it came from."""
     from .errors import Error
 
@@ -52,7 +52,7 @@ def message(err: BaseException) -> str:
 
 
 def run(main: Callable[[], Optional[int]]) -> NoReturn:
-    """Runs a command's ``main()`` and exits with its status; a user error (:func:`user_errors`)
+    """Runs a command's ``main()`` and exits with its status; a user error (``user_errors``)
     ends it with one ``error:`` line and status 2."""
     try:
         status = main()

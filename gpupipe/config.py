@@ -1,6 +1,6 @@
-"""The loader's settings: one frozen :class:`LoaderConfig`, checked once when it is made, read by every layer.
+"""The loader's settings: one frozen ``LoaderConfig``, checked once when it is made, read by every layer.
 
-:func:`gpupipe.loader` takes these as keyword arguments and builds the
+[`gpupipe.loader`][gpupipe.loader] takes these as keyword arguments and builds the
 config first, before any file is listed; the loader, its epoch bookkeeping
 and the backends all read the same object (``loader.config``).
 """
@@ -8,7 +8,7 @@ and the backends all read the same object (``loader.config``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 import numpy as np
 
@@ -17,33 +17,62 @@ from .fileio import DEFAULT_MAX_FILE_SIZE
 
 #: ``preallocate``: ``"auto"``, ``None`` or ``(width, height)``.
 Preallocate = Union[str, None, Tuple[int, int]]
+#: The largest seed: seeds are hashed as unsigned 64-bit words (``gpupipe.seeding``).
+MAX_SEED = 2**64 - 1
+#: The largest epoch (``set_epoch``, a loaded state). Epochs travel as signed 64-bit ints on every
+#: backend, and a DALI run reads ahead into the epochs after the one asked for: this leaves them room.
+MAX_EPOCH = 2**62 - 1
 
 
-def positive_int(name: str, value: Any, minimum: int = 1) -> int:
+def positive_int(name: str, value: Any, minimum: int = 1, maximum: Optional[int] = None) -> int:
     """``value`` as an int, checked.
 
     Raises:
-        ValueError: naming the argument, when ``value`` is not an int (a bool is not) ``>= minimum``.
+        ValueError: naming the argument, when ``value`` is not an int (a bool is not) in ``minimum..maximum``.
     """
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be an int in {minimum}..{maximum}, got {value!r}")
     return int(value)
+
+
+def check_epoch(epoch: Any, where: str = "set_epoch") -> int:
+    """An epoch, checked against the one bound every backend can take (``MAX_EPOCH``).
+
+    Raises:
+        ValueError: naming ``epoch`` and ``where`` it came from.
+    """
+    return positive_int(f"{where}: epoch", epoch, 0, MAX_EPOCH)
+
+
+#: Bounds of the int settings: ``name -> (minimum, maximum)``. The maxima are what the layers below
+#: take (DALI's 32-bit batch size and thread count, 64-bit sizes) and what a host can hold in flight.
+INT_BOUNDS: Dict[str, Tuple[int, int]] = {
+    "batch_size": (1, 2**31 - 1),
+    "prefetch": (1, 1024),
+    "max_pixels": (1, 2**62),
+    "max_file_size": (1, 2**62),
+    "seed": (0, MAX_SEED),
+    "num_threads": (0, 1024),
+    "log_every": (1, 2**62),
+}
 
 
 @dataclass(frozen=True)
 class LoaderConfig:
-    """How a loader reads its source (see :func:`gpupipe.loader` for each setting's meaning).
+    """How a loader reads its source (see [`gpupipe.loader`][gpupipe.loader] for each setting's meaning).
 
     Attributes:
         batch_size: samples per batch, per process.
         shuffle: a new order every epoch, from ``seed`` and the epoch.
         drop_last: drop the last, partial batch.
         even_batches: every rank reads as many samples (``False``: each sample once over all ranks).
-        seed: seeds the order and the random augmentations.
+        seed: seeds the order and the random augmentations (``0 .. 2**64 - 1``).
         num_threads: DALI threads or DataLoader workers; ``None``: chosen for this host
-            (:func:`gpupipe.env.default_threads`).
+            (``gpupipe.env.default_threads``).
         prefetch: batches prepared ahead.
-        on_error: ``raise`` or ``skip`` a sample that cannot be used (an :class:`~gpupipe.OnError` once made).
+        on_error: ``raise`` or ``skip`` a sample that cannot be used (an [`OnError`][gpupipe.OnError] once made).
         max_pixels: images with more pixels are refused without decoding them.
         max_file_size: larger files are refused (bytes).
         hw_decoder_load: DALI on a GPU: the hardware JPEG decoder's share, or ``"auto"``.
@@ -52,7 +81,8 @@ class LoaderConfig:
         reduced_decode: torchvision: decode JPEGs at 1/2, 1/4 or 1/8 scale where a crop allows.
 
     Raises:
-        ValueError: naming the first setting out of range, when the config is made.
+        ValueError: naming the first setting out of range (``INT_BOUNDS`` for the ints), when the
+            config is made.
     """
 
     batch_size: int
@@ -71,14 +101,9 @@ class LoaderConfig:
     reduced_decode: bool = True
 
     def __post_init__(self) -> None:
-        ints = {"batch_size": 1, "prefetch": 1, "max_pixels": 1, "max_file_size": 1, "seed": 0}
-        for name, minimum in ints.items():
-            object.__setattr__(self, name, positive_int(name, getattr(self, name), minimum))
-        for name in ("num_threads", "log_every"):
-            if getattr(self, name) is not None:
-                object.__setattr__(
-                    self, name, positive_int(name, getattr(self, name), 0 if name == "num_threads" else 1)
-                )
+        for name, (minimum, maximum) in INT_BOUNDS.items():
+            if getattr(self, name) is not None or name not in ("num_threads", "log_every"):
+                object.__setattr__(self, name, positive_int(name, getattr(self, name), minimum, maximum))
         for name in ("shuffle", "drop_last", "even_batches", "reduced_decode"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
@@ -88,21 +113,23 @@ class LoaderConfig:
             if isinstance(load, bool) or not isinstance(load, (int, float)) or not 0.0 <= load <= 1.0:
                 raise ValueError(f"hw_decoder_load must be 'auto' or a number in [0, 1], got {load!r}")
             object.__setattr__(self, "hw_decoder_load", float(load))
-        object.__setattr__(self, "preallocate", _preallocation(self.preallocate))
+        object.__setattr__(self, "preallocate", _preallocation(self.preallocate, self.max_pixels))
 
 
-def _preallocate_error(value: Any) -> ValueError:
-    return ValueError(f"preallocate must be 'auto', None or (width, height), got {value!r}")
-
-
-def _preallocation(value: Any) -> Preallocate:
+def _preallocation(value: Any, max_pixels: int) -> Preallocate:
+    """``preallocate`` checked: ``(width, height)`` of ints >= 0 whose area is at most ``max_pixels``."""
     if value is None or value == "auto":
         return value
-    if not (isinstance(value, (tuple, list)) and len(value) == 2):
-        raise _preallocate_error(value)
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
-        raise _preallocate_error(value)
+    if (
+        not (isinstance(value, (tuple, list)) and len(value) == 2)
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
+        or value[0] * value[1] > max_pixels
+    ):
+        raise ValueError(
+            f"preallocate must be 'auto', None or (width, height) of at most max_pixels={max_pixels} pixels, "
+            f"got {value!r}"
+        )
     return int(value[0]), int(value[1])
 
 
-__all__ = ["LoaderConfig", "positive_int"]
+__all__ = ["LoaderConfig", "positive_int", "check_epoch", "MAX_SEED", "MAX_EPOCH", "INT_BOUNDS"]

@@ -1,9 +1,9 @@
 """The PyTorch-facing loader: a drop-in for ``torch.utils.data.DataLoader``.
 
-:func:`gpupipe.loader` (:mod:`gpupipe.build`) checks every argument before
-any work starts and builds a :class:`Loader`, which decides each epoch's
+[`gpupipe.loader`][gpupipe.loader] (``gpupipe.build``) checks every argument before
+any work starts and builds a [`Loader`][gpupipe.Loader], which decides each epoch's
 order (the same on every backend), keeps the epoch bookkeeping
-(:mod:`gpupipe.epochs`), keeps its share in step with ``torch.distributed``
+(``gpupipe.epochs``), keeps its share in step with ``torch.distributed``
 and hands ``(images, targets)`` batches per the batch contract from
 whichever backend runs the pipeline.
 """
@@ -23,7 +23,7 @@ from .backends import EpochRead, Placement
 from .batch import Batch, without_failed
 from .batchaug import BatchMixer
 from .config import LoaderConfig
-from .epochs import EpochCursor
+from .epochs import EpochCursor, resume_fields
 from .errors import ErrorPolicy, Skipped
 from .sampling import RankShare, batches_per_epoch, per_rank, split
 from .seeding import batch_key
@@ -42,8 +42,8 @@ def _setting(name: str) -> property:
 class Loader:
     """Iterates ``(images, targets)`` batches of a source through a pipeline.
 
-    Use :func:`gpupipe.loader` to build one. Batches follow the contract:
-    ``images`` ``(B, 3, H, W)`` on :attr:`device` in the requested dtype
+    Use [`gpupipe.loader`][gpupipe.loader] to build one. Batches follow the contract:
+    ``images`` ``(B, 3, H, W)`` on ``device`` in the requested dtype
     (float normalised, or uint8), targets on the same device: ``(B,)`` int64
     labels, ``(B, C)`` float32 multi-hot or soft targets, ``(B, H, W)`` int64
     masks, or a dict of padded ``boxes`` and ``labels``.
@@ -51,16 +51,16 @@ class Loader:
     Attributes:
         source: where the samples come from (bad files already left out).
         spec: the checked pipeline.
-        config: the loader's settings (:class:`~gpupipe.config.LoaderConfig`); ``batch_size``,
+        config: the loader's settings ([`LoaderConfig`][gpupipe.LoaderConfig]); ``batch_size``,
             ``drop_last``, ``even_batches``, ``shuffle``, ``seed`` and ``on_error`` read it
             (``batch_size`` is per rank).
         backend: the backend's name (``"dali"``, ``"dali-cpu"``, ``"torchvision"``).
         backend_reason: why ``backend="auto"`` chose it.
         device: where batches land.
         num_threads: DALI threads or DataLoader workers.
-        rank, world_size: this process's part of the data (see :mod:`gpupipe.sampling`); a share not
-            given is taken again from ``torch.distributed`` when iteration starts (see :meth:`__iter__`).
-        sampler, batch_sampler: where frameworks call ``set_epoch`` (see :mod:`gpupipe.frameworks`).
+        rank, world_size: this process's part of the data (see ``gpupipe.sampling``); a share not
+            given is taken again from ``torch.distributed`` when iteration starts (see ``__iter__``).
+        sampler, batch_sampler: where frameworks call ``set_epoch`` (see ``gpupipe.frameworks``).
     """
 
     def __init__(
@@ -75,8 +75,10 @@ class Loader:
         world: Optional[env.World] = None,
         backend_reason: str = "",
         auto_device: bool = False,
+        dataset: Any = None,
     ) -> None:
         self.source = source
+        self._dataset = dataset
         self.spec = spec
         self.config = config
         self._placement = placement
@@ -127,15 +129,20 @@ class Loader:
 
     @property
     def dataset(self):
-        """Not there: a gpupipe loader is no ``torch.utils.data.DataLoader`` (AttributeError says what to use)."""
-        raise AttributeError(frameworks.NO_DATASET)
+        """The torchvision dataset given, else a ``SourceDataset`` view of the source (``len()``, ``classes``,
+        ``samples``...); refused to Accelerate's ``skip_first_batches`` (``frameworks.refuse_rebuild``)."""
+        frameworks.refuse_rebuild()
+        from .interop.datasets import SourceDataset
+
+        self._dataset = self._dataset if self._dataset is not None else SourceDataset(self.source)
+        return self._dataset
 
     def _settle(self) -> env.World:
-        """The share, checked against ``torch.distributed`` as it is now (see :func:`gpupipe.env.settle_world`).
+        """The share, checked against ``torch.distributed`` as it is now (see ``gpupipe.env.settle_world``).
 
         A share taken before the process group existed gives way to the
         group's, and what was left to gpupipe (``num_threads``, the CUDA device) is
-        chosen again once, for the processes of this host (:meth:`_refit`).
+        chosen again once, for the processes of this host (``_refit``).
         """
         group = env.process_group()
         world = env.settle_world(self._world, group)
@@ -198,7 +205,7 @@ class Loader:
         )
 
     def shard(self, epoch: Optional[int] = None) -> RankShare:
-        """Deprecated name of :meth:`rank_share`."""
+        """Deprecated name of ``rank_share``."""
         warnings.warn("Loader.shard() is now Loader.rank_share()", DeprecationWarning, stacklevel=2)
         return self.rank_share(epoch)
 
@@ -209,11 +216,12 @@ class Loader:
         """Starts a pass over the next epoch (ending any pass still under way).
 
         Raises:
-            ValueError: the loader's share disagrees with the initialised process group (see :meth:`_settle`).
+            ValueError: the loader's share disagrees with the initialised process group (see ``_settle``).
         """
         live = self._live() if self._live is not None else None
         if live is not None:
             live.close()  # a new pass ends the previous one
+        frameworks.follow_sampler(self)  # a user's DistributedSampler (gpupipe.DataLoader) sets the epoch
         self._settle()
         generator = self._pass()
         self._live = weakref.ref(generator)  # weak: the pass refers to the loader, not the other way round
@@ -272,11 +280,9 @@ class Loader:
 
         The order is a function of ``(seed, epoch)`` alone. Without calls to
         ``set_epoch`` each pass reads the epoch after the previous pass's
-        (see :mod:`gpupipe.epochs` for the whole rule).
+        (see ``gpupipe.epochs`` for the whole rule).
         """
-        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
-            raise ValueError(f"set_epoch: epoch must be an int >= 0, got {epoch!r}")
-        self._cursor.set_epoch(epoch)
+        self._cursor.set_epoch(epoch)  # checked there: 0 .. gpupipe.config.MAX_EPOCH
 
     def skip(self, batches: int) -> "Loader":
         """The next pass starts at batch ``batches`` of the epoch it reads (Accelerate's
@@ -342,27 +348,21 @@ class Loader:
     # -- checkpointing ----------------------------------------------------------
 
     def state_dict(self) -> Dict[str, Any]:
-        """Plain data to resume from, for ``torch.save``: where the next batch comes from.
-
-        Holds the epoch and the batches already taken in it (see
-        :mod:`gpupipe.epochs`), the seed and the world. Augmentations are
-        drawn from ``(seed, epoch, slot)``, so this is all a resume needs to
-        repeat the rest of the epoch exactly, on any backend. The state is
-        per rank: in DDP save each rank's.
-        """
+        """Plain data to resume from, for ``torch.save``: the epoch, the batches taken in it, and what decides
+        the samples that follow (``gpupipe.epochs.resume_fields``). Augmentations are drawn from
+        ``(seed, epoch, slot)``, so a resume repeats the rest of the epoch exactly, on any backend. Per rank."""
         world = self._settle()
-        return self._cursor.state_dict(
-            seed=self.seed, rank=world.rank, world_size=world.world_size, backend=self.backend
-        )
+        match = resume_fields(self.config, world.world_size, self.source.names)
+        return self._cursor.state_dict(rank=world.rank, backend=self.backend, match=match)
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Continues from :meth:`state_dict`: the next pass gives exactly the batches that would have come next.
+        """Continues from ``state_dict``: the next pass gives exactly the batches that would have come next.
 
         Raises:
-            ValueError: the state comes from a loader with another seed or
-                world size, or is malformed.
+            ValueError: the state records another value of a field that decides the samples (named), or is malformed.
         """
-        self._cursor.load_state_dict(state, seed=self.seed, world_size=self.world_size, batches=len(self))
+        match = resume_fields(self.config, self.world_size, self.source.names)
+        self._cursor.load_state_dict(state, match=match, batches=len(self))
 
     # -- lifetime ----------------------------------------------------------------
 

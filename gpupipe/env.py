@@ -2,14 +2,14 @@
 
 The one home for each of these questions; every other module asks here.
 
-- :func:`cores`: the CPU cores this process may use (its affinity mask).
-- :func:`process_group`: ``(rank, world_size)`` of an initialised ``torch.distributed`` group.
-- :func:`rank_and_world`: that, else ``RANK`` / ``WORLD_SIZE`` from the launcher, else ``(0, 1)``.
-- :class:`World`, :func:`resolve_world`, :func:`settle_world`: a loader's share of the data, where
+- ``cores``: the CPU cores this process may use (its affinity mask).
+- ``process_group``: ``(rank, world_size)`` of an initialised ``torch.distributed`` group.
+- ``rank_and_world``: that, else ``RANK`` / ``WORLD_SIZE`` from the launcher, else ``(0, 1)``.
+- ``World``, ``resolve_world``, ``settle_world``: a loader's share of the data, where
   it came from, and how it gives way to a process group initialised later.
-- :func:`local_world_size`: the processes of this job on this host, from any launcher.
-- :func:`default_threads`: the cores shared among those processes.
-- :func:`cache_dir`: ``$GPUPIPE_CACHE``, else ``$XDG_CACHE_HOME/gpupipe``, else ``~/.cache/gpupipe``.
+- ``local_world_size``: the processes of this job on this host, from any launcher.
+- ``default_threads``: the cores shared among those processes.
+- ``cache_dir``: ``$GPUPIPE_CACHE``, else ``$XDG_CACHE_HOME/gpupipe``, else ``~/.cache/gpupipe``.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class World:
 
     Attributes:
         rank, world_size: the share.
-        origin: ``"argument"`` (given to :func:`gpupipe.loader`), ``"group"`` (an
+        origin: ``"argument"`` (given to [`gpupipe.loader`][gpupipe.loader]), ``"group"`` (an
             initialised process group), or ``"launcher"`` (``RANK`` / ``WORLD_SIZE``, or
             ``(0, 1)``, before any group existed: replaced by the group's once there is one).
     """
@@ -97,7 +97,7 @@ def resolve_world(rank: Optional[int], world_size: Optional[int]) -> World:
     origin = "argument" if rank is not None or world_size is not None else "group" if group is not None else "launcher"
     world_size = default_world if world_size is None else world_size
     rank = (default_rank if default_rank < world_size else 0) if rank is None else rank
-    world_size = positive_int("world_size", world_size)
+    world_size = positive_int("world_size", world_size, 1, 2**31 - 1)
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
         raise ValueError(f"rank must be an int in [0, world_size={world_size}), got {rank!r}")
     return World(rank, int(world_size), origin)
@@ -134,9 +134,11 @@ def local_world_size() -> int:
     ``accelerate launch``, or MPI's); the whole world when the job meets on
     a loopback address (``MASTER_ADDR``, as Lightning's launcher sets it on
     one machine), which no other host can reach; else the processes of
-    this user on this host whose environment names this job's
-    ``MASTER_ADDR`` and ``MASTER_PORT`` (Linux, read from ``/proc``), the
-    highest ``LOCAL_RANK`` among them plus one; else 1.
+    this user on this host whose environment names this job (its
+    ``MASTER_ADDR``, ``MASTER_PORT`` and the other ``JOB_VARS`` this
+    process has) and that are kin to this process (same launcher; Linux,
+    read from ``/proc``), the highest ``LOCAL_RANK`` among them plus one;
+    else 1. A stale process of an earlier launch does not count.
     """
     for name in LOCAL_SIZE_VARS:
         value = _env_int(name)
@@ -151,23 +153,40 @@ def local_world_size() -> int:
     return max(1, min(world, _job_processes_here()))
 
 
+#: Variables that tell one launch from another: a process counts as a rank of this job only when it
+#: has the same value as this process for each of these that this process has.
+JOB_VARS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID")
+
+
 def _job_processes_here() -> int:
-    """The highest ``LOCAL_RANK`` plus one among this user's processes of this job on this host (0 if unknown)."""
-    addr, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT")
+    """The highest ``LOCAL_RANK`` plus one among this user's processes of this job on this host (0 if unknown).
+
+    A process counts when its environment has this job's ``JOB_VARS`` and a ``LOCAL_RANK``, and
+    it is kin to this process: started by the same parent (the launcher: torchrun, mpirun,
+    srun's step daemon), this process's parent or its child (a launcher that runs rank 0 itself
+    and starts the others, as Lightning's). A stale process of an earlier launch with the same
+    address and port has another parent (its launcher is gone), so it does not count.
+    """
+    port = os.environ.get("MASTER_PORT")
     if not port or not os.path.isdir("/proc"):
         return 0
-    want = {b"MASTER_ADDR": addr.encode(), b"MASTER_PORT": port.encode()}
+    want = {k.encode(): os.environ[k].encode() for k in JOB_VARS if k in os.environ}
+    me, parent = os.getpid(), os.getppid()
     local = {_env_int("LOCAL_RANK") or 0}
     uid = os.getuid()
     for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or int(entry.name) == me:
             continue
         try:
             if entry.stat().st_uid != uid:
                 continue
             with open(os.path.join(entry.path, "environ"), "rb") as fh:
                 data = fh.read(1 << 20)
-        except OSError:  # gone, or not ours to read
+            with open(os.path.join(entry.path, "stat"), "rb") as fh:
+                ppid = int(fh.read(4096).rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):  # gone, not ours to read, or unreadable
+            continue
+        if ppid not in (parent, me) and int(entry.name) != parent:
             continue
         variables = dict(item.split(b"=", 1) for item in data.split(b"\0") if b"=" in item)
         if all(variables.get(k) == v for k, v in want.items()) and variables.get(b"LOCAL_RANK", b"").isdigit():
@@ -177,7 +196,7 @@ def _job_processes_here() -> int:
 
 def default_threads() -> int:
     """The CPU cores this process may use, shared among the processes of this job on this host
-    (:func:`local_world_size`): 8 ranks on a 16-core node get 2 threads each rather than 16. A
+    (``local_world_size``): 8 ranks on a 16-core node get 2 threads each rather than 16. A
     process that a launcher pinned to its own cores (an affinity mask smaller than the host) keeps
     them all: they are already its share."""
     usable = cores()

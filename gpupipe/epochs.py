@@ -15,15 +15,22 @@ The rule (the README states it too):
    any pass, after a finished or ended pass) ``(the epoch the next pass
    reads, 0)``, or the loaded state not yet used. So a checkpoint taken
    right after an epoch's last batch resumes at the next epoch.
+4. A state records what decides the samples that follow (``resume_fields``:
+   seed, world size, per-rank batch size, shuffle, drop_last, even_batches
+   with several ranks, the dataset's sample count and digest); loading it
+   into a loader that differs in any of them is refused, naming the field.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from .config import check_epoch
 
 #: The loader state format (``state_dict()["format"]``).
-STATE_FORMAT = 2
+STATE_FORMAT = 3
 
 
 @dataclass
@@ -58,7 +65,12 @@ class EpochCursor:
         self._pass: Optional[Pass] = None
 
     def set_epoch(self, epoch: int) -> None:
-        """The next pass reads ``epoch`` (a loaded state for another epoch is dropped)."""
+        """The next pass reads ``epoch`` (a loaded state for another epoch is dropped).
+
+        Raises:
+            ValueError: ``epoch`` is not an int in ``0 .. MAX_EPOCH`` (``check_epoch``).
+        """
+        epoch = check_epoch(epoch)
         self._next_epoch = epoch
         if self._resume is not None and self._resume[0] != epoch:
             self._resume = None
@@ -67,7 +79,7 @@ class EpochCursor:
         """Starts a pass over the next epoch, which has ``total`` batches; ends any pass still live."""
         if self._pass is not None:
             self._pass.live = False
-        epoch = self._next_epoch
+        epoch = check_epoch(self._next_epoch, "the next pass")
         start = 0
         if self._resume is not None:
             start = min(self._resume[1], total)
@@ -85,7 +97,7 @@ class EpochCursor:
         self._resume = (epoch, done) if done else None
 
     def skip(self, done: int) -> None:
-        """The next pass starts at batch ``done`` of the epoch it reads (as :meth:`load` of that epoch)."""
+        """The next pass starts at batch ``done`` of the epoch it reads (as ``load`` of that epoch)."""
         self.load(self._next_epoch, done)
 
     def state(self) -> Tuple[int, int]:
@@ -110,38 +122,90 @@ class EpochCursor:
         """The pass under way, if any."""
         return self._pass if self._pass is not None and self._pass.live else None
 
-    def state_dict(self, *, seed: int, rank: int, world_size: int, backend: str) -> Dict[str, Any]:
-        """A loader's checkpoint: :meth:`state` with what must match on resuming."""
+    def state_dict(self, *, rank: int, backend: str, match: Dict[str, Any]) -> Dict[str, Any]:
+        """A loader's checkpoint: ``state``, with ``match`` (``resume_fields``): what a resume must match."""
         epoch, done = self.state()
-        return {
-            "format": STATE_FORMAT,
-            "epoch": epoch,
-            "batches_done": done,
-            "seed": seed,
-            "rank": rank,
-            "world_size": world_size,
-            "backend": backend,
-        }
+        return {"format": STATE_FORMAT, "epoch": epoch, "batches_done": done, "rank": rank, "backend": backend, **match}
 
-    def load_state_dict(self, state: Dict[str, Any], *, seed: int, world_size: int, batches: int) -> None:
-        """Loads a checkpoint of :meth:`state_dict` made by a loader with ``seed`` and ``world_size``
-        (epochs of ``batches`` batches).
+    def load_state_dict(self, state: Dict[str, Any], *, match: Dict[str, Any], batches: int) -> None:
+        """Loads a checkpoint of ``state_dict`` into a loader whose ``resume_fields`` are
+        ``match`` (epochs of ``batches`` batches).
+
+        A field of ``match`` that the state records must be equal: another value would change the
+        samples that follow. A state of an older format that lacks some fields is loaded with a
+        warning naming them (it was valid when it was written); ``seed`` it must have.
 
         Raises:
-            ValueError: another seed or world size (the order would differ), or a malformed state.
+            ValueError: naming the first field that differs with both values, an epoch or
+                ``batches_done`` out of range, or a malformed state.
         """
         try:
-            epoch, done, saved_seed = int(state["epoch"]), int(state["batches_done"]), int(state["seed"])
-            saved_world = int(state.get("world_size", 1))
+            epoch, done, _ = int(state["epoch"]), int(state["batches_done"]), int(state["seed"])
         except (KeyError, TypeError, ValueError) as err:
             raise ValueError(f"load_state_dict: not a gpupipe loader state: {state!r}") from err
-        if saved_seed != seed:
-            raise ValueError(f"load_state_dict: state has seed {saved_seed}, this loader seed {seed}")
-        if saved_world != world_size:
-            raise ValueError(
-                f"load_state_dict: state comes from world_size {saved_world}, this loader has {world_size}; "
-                "the order of an epoch depends on the world size"
+        state = {"world_size": 1, **state}  # format 1 had no world size: a single process
+        for name, ours in match.items():
+            if name in state and state[name] != ours:
+                raise ValueError(
+                    f"load_state_dict: {name} differs: the state has {name} {state[name]!r}, this loader {name} "
+                    f"{ours!r}; "
+                    f"{_WHY[name]}, so the rest of the epoch would repeat or skip samples"
+                )
+        missing = [name for name in match if name not in state]
+        if missing:
+            warnings.warn(
+                f"load_state_dict: this state (format {state.get('format', 1)}) does not record "
+                f"{', '.join(missing)}: resuming without checking that they match",
+                stacklevel=3,
             )
-        if epoch < 0 or not 0 <= done <= batches:
+        check_epoch(epoch, "load_state_dict")
+        if not 0 <= done <= batches:
             raise ValueError(f"load_state_dict: batches_done {done} is outside 0..{batches} (epoch {epoch})")
         self.load(epoch, done)
+
+
+#: Why each field of ``resume_fields`` must match (the error says it).
+_WHY = {
+    "seed": "the order and the augmentations are drawn from it",
+    "world_size": "the order of an epoch is split among the ranks",
+    "batch_size": "batches_done counts batches of the saved size",
+    "shuffle": "it decides the order",
+    "drop_last": "it decides which samples each rank reads",
+    "even_batches": "it decides which samples each rank reads",
+    "samples": "the order is a permutation of the dataset's samples",
+    "dataset": "the order is a permutation of these samples (the digest of their names)",
+}
+
+
+#: The last few names lists digested, with their digests (the list is held, so its id stays its own).
+_DIGESTS: List[Tuple[Sequence[str], str]] = []
+
+
+def _digest_of(names: Sequence[str]) -> str:
+    """:func:`~gpupipe.agreement.listing_digest` of a source's names, computed once per list (a
+    million names take about a second; ``state_dict()`` may be called every few steps)."""
+    from .agreement import listing_digest
+
+    for held, digest in _DIGESTS:
+        if held is names:
+            return digest
+    digest = listing_digest(names)
+    _DIGESTS[:] = [(names, digest)] + _DIGESTS[:3]
+    return digest
+
+
+def resume_fields(config: Any, world_size: int, names: Sequence[str]) -> Dict[str, Any]:
+    """What decides the samples after ``batches_done``: the settings and the dataset (its sample
+    count and ``listing_digest``); ``even_batches`` only with several ranks."""
+    fields = {
+        "seed": config.seed,
+        "world_size": world_size,
+        "batch_size": config.batch_size,
+        "shuffle": config.shuffle,
+        "drop_last": config.drop_last,
+        "samples": len(names),
+        "dataset": _digest_of(names),
+    }
+    if world_size > 1:
+        fields["even_batches"] = config.even_batches
+    return fields

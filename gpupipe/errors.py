@@ -1,16 +1,16 @@
 """One vocabulary for bad input, used by the loader, the backends, the scan and the packer.
 
-* :class:`Error` is the base of every gpupipe exception.
-* :class:`OnError` is the user's choice: ``"raise"`` stops naming the file,
-  ``"skip"`` leaves it out and lists it; :class:`ErrorPolicy` applies it, in
+* [`Error`][gpupipe.Error] is the base of every gpupipe exception.
+* [`OnError`][gpupipe.OnError] is the user's choice: ``"raise"`` stops naming the file,
+  ``"skip"`` leaves it out and lists it; ``ErrorPolicy`` applies it, in
   one place, wherever bad samples are found (the loader's scan, a sample
   failing while loading, the packer).
-* :class:`Skipped` is one left-out file and its reason (the only shape a
+* [`Skipped`][gpupipe.Skipped] is one left-out file and its reason (the only shape a
   reason travels in).
-* :class:`SampleError` is what ``"raise"`` raises, naming every refused
-  sample; :class:`DecodeError` is a decoder's failure on one sample inside
+* [`SampleError`][gpupipe.SampleError] is what ``"raise"`` raises, naming every refused
+  sample; ``DecodeError`` is a decoder's failure on one sample inside
   a backend, before the policy sees it.
-* :class:`SkipLog` collects what was left out, logging each file once.
+* ``SkipLog`` collects what was left out, logging each file once.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class OnError(str, enum.Enum):
 
     @classmethod
     def parse(cls, value: Union[str, "OnError"], *, name: str = "on_error") -> "OnError":
-        """Accepts ``"raise"``, ``"skip"`` or an :class:`OnError`.
+        """Accepts ``"raise"``, ``"skip"`` or an [`OnError`][gpupipe.OnError].
 
         Raises:
             ValueError: naming the argument and the value.
@@ -162,13 +162,13 @@ class SkipLog:
 class ErrorPolicy:
     """The ``on_error`` policy, applied in one place for the loader, its backends and the packer.
 
-    ``"raise"`` refuses bad samples with one :class:`SampleError` naming every
+    ``"raise"`` refuses bad samples with one [`SampleError`][gpupipe.SampleError] naming every
     one of them; ``"skip"`` leaves them out, logging each once and listing it
-    in :attr:`log`.
+    in ``log``.
 
     Args:
-        on_error: ``"raise"``, ``"skip"`` or an :class:`OnError`.
-        log: where skipped samples are listed (a new :class:`SkipLog` by default).
+        on_error: ``"raise"``, ``"skip"`` or an [`OnError`][gpupipe.OnError].
+        log: where skipped samples are listed (a new ``SkipLog`` by default).
 
     Raises:
         ValueError: an ``on_error`` that is neither.

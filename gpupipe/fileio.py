@@ -61,7 +61,7 @@ def read_file(path: str, max_size: Optional[int] = DEFAULT_MAX_FILE_SIZE) -> byt
     so a FIFO or a device swapped in after a check is refused too.
 
     Raises:
-        UnreadableFile: as :func:`regular_stat`, or an I/O error.
+        UnreadableFile: as ``regular_stat``, or an I/O error.
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))

@@ -1,18 +1,24 @@
-"""What training frameworks look for on a data loader, answered for a :class:`~gpupipe.Loader`.
+"""What training frameworks look for on a data loader, answered for a [`Loader`][gpupipe.Loader].
 
 - ``loader.sampler`` and ``loader.batch_sampler.sampler``: where Lightning
   (and ``DistributedSampler`` habits) call ``set_epoch(e)``; both are one
-  :class:`EpochSampler`, which forwards the epoch to the loader, so a loader
+  ``EpochSampler``, which forwards the epoch to the loader, so a loader
   rebuilt every epoch reads epoch ``e``'s order, as gpupipe's own epochs do.
 - Accelerate's gradient state: while a pass runs, the loader is
-  Accelerate's active data loader (:class:`AccelerateEnd`), which says when
+  Accelerate's active data loader (``AccelerateEnd``), which says when
   the batch handed out is the epoch's last (gradient accumulation steps
   there) and how many samples of the last batch gathered over all ranks are
   real (``gather_for_metrics`` drops the padding).
 
-Accelerate's ``prepare()`` hands a gpupipe loader back unchanged, and its
-``skip_first_batches`` rebuilds a ``torch.utils.data.DataLoader`` from a
-``dataset``, which a gpupipe loader does not have: use ``loader.skip(n)``.
+Accelerate's ``prepare()`` hands a gpupipe loader back unchanged. Its
+``skip_first_batches`` would rebuild a ``torch.utils.data.DataLoader`` over
+``loader.dataset`` (decoding with PIL, without gpupipe's pipeline): reading
+``loader.dataset`` from there fails at once (``refuse_rebuild``) with
+``NO_DATASET``, which points to ``loader.skip(n)``.
+
+A ``DistributedSampler`` given to ``gpupipe.DataLoader`` is the loader's
+``sampler``: its ``set_epoch`` decides the epoch each pass reads
+(``follow_sampler``), as it does for a torch ``DataLoader``.
 """
 
 from __future__ import annotations
@@ -22,22 +28,49 @@ import warnings
 import weakref
 from typing import TYPE_CHECKING, Iterator, List, Optional
 
+from .errors import Error
+
 if TYPE_CHECKING:
     from .backends import EpochRead
     from .dataloader import Loader
 
 NO_DATASET = (
-    "a gpupipe Loader has no `dataset`: it is not a torch DataLoader, so Accelerate's skip_first_batches "
-    "cannot rebuild it; call loader.skip(n) (the next pass starts at batch n), or register the loader "
-    "with accelerator.register_for_checkpointing(loader) so that load_state() resumes it exactly"
+    "a gpupipe Loader is not a torch DataLoader: Accelerate's skip_first_batches would rebuild a torch "
+    "DataLoader over loader.dataset, without gpupipe's pipeline; call loader.skip(n) instead (the next pass "
+    "starts at batch n), or register the loader with accelerator.register_for_checkpointing(loader) so that "
+    "load_state() resumes it exactly"
 )
+
+#: ``(module, function)`` of the callers that rebuild a torch ``DataLoader`` from ``loader.dataset``.
+REBUILDERS = (("accelerate.data_loader", "skip_first_batches"),)
+
+
+class RebuildRefused(Error, AttributeError):
+    """A framework tried to rebuild a torch ``DataLoader`` over a gpupipe loader's ``dataset``."""
+
+
+def refuse_rebuild() -> None:
+    """Raises ``RebuildRefused`` (``NO_DATASET``) when ``loader.dataset`` is read by a function
+    of ``REBUILDERS`` (the caller of the ``dataset`` property), before it builds anything."""
+    frame = sys._getframe(2)  # refuse_rebuild <- Loader.dataset <- the reader
+    if (frame.f_globals.get("__name__"), frame.f_code.co_name) in REBUILDERS:
+        raise RebuildRefused(NO_DATASET)
+
+
+def follow_sampler(loader: "Loader") -> None:
+    """Before a pass: a user's sampler given to ``gpupipe.DataLoader`` (a ``DistributedSampler``)
+    decides the epoch, as in a torch ``DataLoader`` (its ``set_epoch``, else epoch 0 every pass)."""
+    sampler = loader.sampler
+    if isinstance(sampler, EpochSampler) or not hasattr(sampler, "epoch"):
+        return
+    loader.set_epoch(int(sampler.epoch))  # a loaded state of that epoch is kept (EpochCursor.set_epoch)
 
 
 class EpochSampler:
     """The loader's order as a sampler: ``set_epoch`` where frameworks call it, and the rank's samples.
 
     Iterating gives the sample indices this rank reads in the epoch the
-    loader is at (see :meth:`Loader.rank_share`).
+    loader is at (see ``Loader.rank_share``).
     """
 
     def __init__(self, loader: "Loader") -> None:
@@ -51,7 +84,7 @@ class EpochSampler:
         return loader
 
     def set_epoch(self, epoch: int) -> None:
-        """Sets the epoch the loader's next pass reads (:meth:`Loader.set_epoch`)."""
+        """Sets the epoch the loader's next pass reads (``Loader.set_epoch``)."""
         self.loader.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[int]:
@@ -62,7 +95,7 @@ class EpochSampler:
 
 
 class EpochBatchSampler:
-    """The loader's batches as lists of sample indices; its ``sampler`` is the :class:`EpochSampler`."""
+    """The loader's batches as lists of sample indices; its ``sampler`` is the ``EpochSampler``."""
 
     def __init__(self, sampler: EpochSampler) -> None:
         self.sampler = sampler
@@ -111,7 +144,7 @@ def _gradient_state():
 def begin_pass(read: "EpochRead", *, samples: int, batch_size: int, world_size: int) -> Optional[AccelerateEnd]:
     """Makes a pass over ``read`` (an epoch of ``samples`` samples in all) Accelerate's active data
     loader (as its own loaders do on ``__iter__``); ``None`` without an ``Accelerator``. Pair with
-    :func:`end_pass`."""
+    ``end_pass``."""
     state = _gradient_state()
     if state is None:
         return None
@@ -131,10 +164,20 @@ def begin_pass(read: "EpochRead", *, samples: int, batch_size: int, world_size: 
 
 
 def end_pass(tracker: Optional[AccelerateEnd]) -> None:
-    """Removes a pass from Accelerate's gradient state (after :func:`begin_pass`)."""
+    """Removes a pass from Accelerate's gradient state (after ``begin_pass``)."""
     state = _gradient_state() if tracker is not None else None
     if state is not None:
         state._remove_dataloader(tracker)
 
 
-__all__ = ["EpochSampler", "EpochBatchSampler", "AccelerateEnd", "begin_pass", "end_pass", "NO_DATASET"]
+__all__ = [
+    "EpochSampler",
+    "EpochBatchSampler",
+    "AccelerateEnd",
+    "begin_pass",
+    "end_pass",
+    "NO_DATASET",
+    "RebuildRefused",
+    "refuse_rebuild",
+    "follow_sampler",
+]

@@ -119,7 +119,7 @@ def read_header(fh: BinaryIO, max_pixels: int) -> Header:
 
 
 def header_at(read_at: ReadAt, open_file: Callable[[], BinaryIO], max_pixels: int) -> Header:
-    """:func:`read_header` over ``read_at(offset, size)``; ``open_file()`` gives PIL a file for other formats."""
+    """``read_header`` over ``read_at(offset, size)``; ``open_file()`` gives PIL a file for other formats."""
     head = read_at(0, HEAD_BYTES)
     if head[:3] == b"\xff\xd8\xff":
         header = _jpeg_header(read_at, head)
@@ -199,42 +199,3 @@ def _exif_orientation(app1: bytes) -> int:
             value = int.from_bytes(entry[8:10], order)
             return value if 1 <= value <= 8 else 1
     return 1
-
-
-def decode_mask(data: bytes) -> np.ndarray:
-    """Decodes a mask of class ids (8-bit gray, or palette: the palette indices) to ``(H, W)`` uint8.
-
-    Raises:
-        ValueError: the file is not a single-channel 8-bit image.
-    """
-    with Image.open(io.BytesIO(data)) as img:
-        if img.mode not in ("L", "P"):
-            raise ValueError(f"a mask must be a single-channel 8-bit or palette image, got mode {img.mode}")
-        return np.asarray(img)
-
-
-def palette_as_gray_png(data: bytes) -> bytes:
-    """A palette PNG rewritten as a grayscale PNG of its palette indices (class ids), without decoding.
-
-    DALI's decoders expand palettes to colours; a mask needs the indices.
-    The pixel data is the same bytes: only the colour type in ``IHDR``
-    changes and the palette chunks are dropped. Other files are returned as they are.
-    """
-    if data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR" or len(data) < 33 or data[25] != 3:
-        return data
-    import zlib
-
-    out = [data[:8]]
-    pos = 8
-    while pos + 8 <= len(data):
-        length = int.from_bytes(data[pos : pos + 4], "big")
-        kind = data[pos + 4 : pos + 8]
-        chunk = data[pos : pos + 12 + length]
-        if kind == b"IHDR":
-            body = bytearray(data[pos + 8 : pos + 8 + length])
-            body[9] = 0  # colour type 3 (palette) -> 0 (grayscale); bit depth and data unchanged
-            chunk = data[pos : pos + 8] + bytes(body) + zlib.crc32(b"IHDR" + bytes(body)).to_bytes(4, "big")
-        if kind not in (b"PLTE", b"tRNS"):
-            out.append(chunk)
-        pos += 12 + length
-    return b"".join(out)

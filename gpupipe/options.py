@@ -1,10 +1,10 @@
-"""The steps :func:`gpupipe.loader` takes after checking its settings (:class:`~gpupipe.config.LoaderConfig`).
+"""The steps ``gpupipe.loader`` takes after checking its settings (``LoaderConfig``).
 
-Choose device and backend (:func:`choose_device_and_backend`), apply the
+Choose device and backend (``choose_device_and_backend``), apply the
 loader's ``dtype`` / ``channels_last`` to the pipeline's output
-(:func:`output_of`), scan the files and leave out or refuse the bad ones
-(:func:`without_bad_files`), and check that a batch fits the data
-(:func:`check_batch_fits`).
+(``output_of``), scan the files and leave out or refuse the bad ones
+(``without_bad_files``), and check that a batch fits the data
+(``check_batch_fits``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Optional, Tuple, Union
 import numpy as np
 import torch
 
-from . import backends
+from . import agreement, backends, env
 from .config import LoaderConfig
 from .errors import ErrorPolicy, Skipped, plural
 from .ops import Output
@@ -70,21 +70,31 @@ def choose_device_and_backend(
 def output_of(pipeline_output: Optional[Output], dtype, channels_last) -> Output:
     """The loader's ``dtype`` / ``channels_last`` applied over the pipeline's own ``Output`` (if any)."""
     base = pipeline_output or Output()
-    return Output(
-        base.dtype if dtype is None else dtype,
-        channels_last=base.channels_last if channels_last is None else channels_last,
-    )
+    dtype = base.dtype if dtype is None else dtype
+    channels_last = base.channels_last if channels_last is None else channels_last
+    Output.checked(dtype, channels_last, where="loader")  # in the user's terms: the loader's arguments
+    return Output(dtype, channels_last=channels_last)
 
 
-def without_bad_files(source: Source, config: LoaderConfig, errors: ErrorPolicy) -> Source:
+def without_bad_files(
+    source: Source, config: LoaderConfig, errors: ErrorPolicy, world: Optional[env.World] = None
+) -> Source:
     """Scans the source and drops or refuses (by ``errors``, the ``on_error`` policy) the samples that
     cannot be used, with the source's own problems (an image without its mask, ...).
 
+    When ``world`` is the process group's own share, the ranks first compare their listings and
+    settings, then split the scan among them (``gpupipe.agreement``); otherwise this process
+    joins no collective.
+
     Raises:
+        RanksDisagree: the ranks listed different files or were given different settings.
         SampleError: with ``on_error="raise"``, listing every bad sample and why.
         ValueError: with ``"skip"``, when no sample is left.
     """
-    result = source.scan(config.max_pixels, config.max_file_size)
+    group = agreement.exchange_group(world) if world is not None else None
+    agreement.check_ranks_agree(source.names, config, group)
+    with agreement.shared_by(group):
+        result = source.scan(config.max_pixels, config.max_file_size)
     problems = list(source.problems)
     if not result.bad and not problems:
         return source

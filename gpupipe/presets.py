@@ -167,7 +167,7 @@ PRESETS: Dict[str, Callable[..., List[Op]]] = {
 
 
 def get(name: str, **kwargs) -> List[Op]:
-    """Returns the preset ``name`` (a key of :data:`PRESETS`) built with ``kwargs``."""
+    """Returns the preset ``name`` (a key of ``PRESETS``) built with ``kwargs``."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)} or pass a list of ops")
     return PRESETS[name](**kwargs)

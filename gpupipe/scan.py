@@ -12,8 +12,10 @@ needs to draw crop windows.
 
 Results are cached per folder, keyed by each file's size and modification
 time, so a later scan only stats the files. A cold scan uses every core;
-under ``torch.distributed`` each rank scans its share and the results are
-exchanged, so a node's files are read once, not once per rank.
+among the ranks that share a loader (``gpupipe.agreement``: the process
+group, when the loader's share is the group's own) each rank scans its share
+and the results are exchanged, with each rank's listing, which must be the
+same on every rank; a loader of one process (``world_size=1``) scans alone.
 
 Files that pass the scan but still fail to decode (corrupt data inside)
 are caught while loading (see the backends).
@@ -32,9 +34,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import env
+from . import agreement, env
 from .fileio import UnreadableFile, check_regular, describe
 from .images import ImageRefused, header_at
+from .progress import Progress
 
 logger = logging.getLogger(__name__)
 
@@ -114,14 +117,23 @@ def _check_part(args: Tuple[int, int, int, int]) -> List[Tuple[Optional[str], in
     return [check_file(p, max_pixels=max_pixels, max_file_size=max_file_size) for p in _PATHS[start:end]]
 
 
-def _in_parts(fn, count: int, extra: tuple, workers: int, parallel_from: int) -> list:
-    """``fn((start, end) + extra)`` over ``_PATHS``, in forked processes when there are many."""
-    if workers <= 1 or count < parallel_from:
+def _in_parts(fn, count: int, extra: tuple, workers: int, parallel_from: int, progress=None) -> list:
+    """``fn((start, end) + extra)`` over ``_PATHS``, in forked processes when there are many;
+    ``progress`` (a ``Progress``) counts the paths done, part by part."""
+    if count < parallel_from:
         return [fn((0, count) + extra)]
-    step = -(-count // (workers * 4))
+    step = -(-count // (max(workers, 1) * 4))
     parts = [(i, min(i + step, count)) + extra for i in range(0, count, step)]
+    if workers <= 1:
+        return [_counted(fn(p), p, progress) for p in parts]
     with multiprocessing.get_context("fork").Pool(workers) as pool:
-        return pool.map(fn, parts)
+        return [_counted(r, p, progress) for p, r in zip(parts, pool.imap(fn, parts))]
+
+
+def _counted(result, part: tuple, progress) -> list:
+    if progress is not None:
+        progress.update(part[1] - part[0])
+    return result
 
 
 def scan(
@@ -143,7 +155,7 @@ def scan(
     """
     started = time.perf_counter()
     paths = list(paths)
-    world = env.process_group() or (0, 1)
+    world = agreement.current_group() or (0, 1)
     mine = np.arange(world[0], len(paths), world[1]) if world[1] > 1 else np.arange(len(paths))
     cache = _Cache(cache_dir, paths, max_pixels, max_file_size) if cache_dir is not None else None
     cached = cache.load() if cache is not None else None
@@ -163,18 +175,17 @@ def scan(
                 reasons[k] = cached.reason(mine[k])
         todo = np.flatnonzero(fresh)
         _PATHS = [_PATHS[k] for k in todo]
-        results = [
-            r
-            for part in _in_parts(_check_part, len(todo), (max_pixels, max_file_size), workers, _PARALLEL_FROM)
-            for r in part
-        ]
+        with Progress("scan", total=len(todo), unit="file", logger=logger) as progress:
+            limits = (max_pixels, max_file_size)
+            parts = _in_parts(_check_part, len(todo), limits, workers, _PARALLEL_FROM, progress)
+        results = [r for part in parts for r in part]
     finally:
         _PATHS = []
     for k, (reason, h, w) in zip(todo, results):
         reasons[k], sizes[k] = reason, (h, w)
     part = (mine, keys, sizes, reasons, len(todo))
     if world[1] > 1:
-        part = _exchange(part)
+        part = _exchange(part, paths, (max_pixels, max_file_size))
     all_idx, all_keys, all_sizes, all_reasons, checked = part
     order = np.argsort(all_idx)
     result_keys, result_sizes = all_keys[order], all_sizes[order]
@@ -193,12 +204,17 @@ def scan(
     return ScanResult(bad=bad, sizes=result_sizes)
 
 
-def _exchange(part):
-    """Every rank's share of the scan, gathered on every rank."""
-    import torch.distributed as dist
+def _exchange(part, paths: List[str], limits: Tuple[int, int]):
+    """Every rank's share of the scan, gathered on every rank, after checking that every rank
+    scanned the same listing with the same limits (the shares are merged by index).
 
-    gathered: List = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, part)
+    Raises:
+        agreement.RanksDisagree: naming what differs and the ranks, on every rank alike.
+    """
+    listing = {"files": len(paths), "listing": agreement.listing_digest(paths), "max_pixels, max_file_size": limits}
+    gathered = agreement.gather((listing, part))
+    agreement.check_agree([g[0] for g in gathered], "the files the scan listed")
+    gathered = [g[1] for g in gathered]
     return (
         np.concatenate([g[0] for g in gathered]),
         np.concatenate([g[1] for g in gathered]),

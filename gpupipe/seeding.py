@@ -5,13 +5,13 @@ integers, hashed with SplitMix64 (a well-mixed 64-bit bijection), so that
 no two streams collide and nothing depends on the backend, the number of
 workers or the history of the process:
 
-* the order of an epoch: ``(seed, epoch)``, see :func:`order_generator`;
+* the order of an epoch: ``(seed, epoch)``, see ``order_generator``;
 * the random parameters of one sample's augmentations: ``(seed, epoch,
   position)``, where ``position`` is the sample's slot in the epoch's
-  (padded) global order, unique across ranks; see :func:`sample_keys` and
-  :func:`uniforms`. Every backend draws the same parameters for a slot;
-* MixUp / CutMix of one batch: ``(seed, epoch, rank, batch)``, :func:`batch_key`;
-* the packer's write order: ``(seed,)``, :func:`pack_order`.
+  (padded) global order, unique across ranks; see ``sample_keys`` and
+  ``uniforms``. Every backend draws the same parameters for a slot;
+* MixUp / CutMix of one batch: ``(seed, epoch, rank, batch)``, ``batch_key``;
+* the packer's write order: ``(seed,)``, ``pack_order``.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def mix(*words) -> np.ndarray:
 
 
 def mix_int(*words: int) -> int:
-    """:func:`mix` of plain integers, as a Python int in ``[0, 2**63)``."""
+    """``mix`` of plain integers, as a Python int in ``[0, 2**63)``."""
     return int(mix(*[w & 0xFFFFFFFFFFFFFFFF for w in words])) >> 1
 
 

@@ -167,7 +167,7 @@ def read_shard_index(path, shard: Dict, where=None) -> List[IndexEntry]:
     ``samples`` (``where`` names it in messages; default ``path``).
 
     Raises:
-        ValueError: as :func:`read_index`, or another number of samples than the manifest's.
+        ValueError: as ``read_index``, or another number of samples than the manifest's.
     """
     entries = read_index(path, shard.get("index_sha256") or "")
     if len(entries) != shard["samples"]:

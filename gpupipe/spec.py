@@ -1,10 +1,10 @@
 """A checked pipeline: the op list validated once, before any backend runs it.
 
-Backends compile a :class:`PipelineSpec`, never a raw list, so every
+Backends compile a ``PipelineSpec``, never a raw list, so every
 structural mistake (no ``Decode`` first, a batch of unequal image sizes, an
 op after the output step, an op that cannot carry the source's targets)
 fails when the loader is built. Sizes come from each op's own
-:meth:`~gpupipe.ops.Op.output_size`.
+``output_size``.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ MIN_BATCHES_FOR_VERDICT = 5
 
 @dataclass
 class StatsSummary:
-    """What :meth:`Loader.stats` returns.
+    """What ``Loader.stats`` returns.
 
     Attributes:
         batches, images: delivered since the last reset.
@@ -57,11 +57,16 @@ class StatsSummary:
 
     def __str__(self) -> str:
         return (
-            f"{self.batches} batches, {self.images_per_s:.0f} images/s, waiting for data "
+            f"{self.batches} batches, {rate_text(self.images_per_s)} images/s, waiting for data "
             f"{100 * self.wait_share:.0f}% of the time: {self.verdict}"
             + (f" ({self.suggestion})" if self.suggestion else "")
             + (f"; {self.dropped} samples that failed to load left out" if self.dropped else "")
         )
+
+
+def rate_text(value: float) -> str:
+    """A rate that never reads 0 for a slow loop: ``123``, ``4.5``, ``0.41``."""
+    return f"{value:.0f}" if value >= 100 else f"{value:.1f}" if value >= 1 else f"{value:.2g}"
 
 
 class LoadStats:

@@ -264,6 +264,10 @@ def test_bench_end_to_end_on_tiny_data(tmp_path):
     for entry in bench["results"].values():
         assert entry["loader"]["min"] <= entry["loader"]["images_per_s"] <= entry["loader"]["max"]
     assert "| backend" in proc.stdout and "this bench (quick mode) will take about" in proc.stderr
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("fastest backend for training on this machine: ") and last == bench["winner"]
+    assert any(name in last for name in bench["results"]) and "bound" in last
+    assert all(entry["verdict"]["reason"].startswith(entry["verdict"]["bound"]) for entry in bench["results"].values())
     assert "bench: 100%" in proc.stderr and "mixed precision: " in proc.stderr
     assert bench["amp"]["choice"] in ("bf16", "off") and bench["amp"]["reason"] in proc.stderr
     assert set(bench["machine"]["cpu_flags"]) >= {"avx512_bf16", "amx_bf16"} and bench["machine"]["cpu"]

@@ -86,7 +86,7 @@ def test_packed_parameters_come_out_of_the_graph_as_planned():
 
     @pipeline_def(batch_size=2, num_threads=1, device_id=None)
     def pipe():
-        rows = fn.external_source(source=lambda: packed, num_outputs=2, batch=True)
+        rows = fn.external_source(source=lambda: packed, num_outputs=layout.outputs, batch=True)
         params = layout.nodes(rows)
         return tuple(params[key] for key in keys)
 

@@ -174,7 +174,7 @@ def test_presets_by_name(image_folder):
         (dict(batch_size=4, num_threads=-1), "num_threads must be an int >= 0, got -1"),
         (dict(batch_size=4, seed=-2), "seed must be an int >= 0, got -2"),
         (dict(batch_size=4, shuffle="yes"), "shuffle must be a bool, got 'yes'"),
-        (dict(batch_size=4, dtype="float64"), "Output: dtype must be one of"),
+        (dict(batch_size=4, dtype="float64"), "loader(dtype=...) must be one of"),
         (dict(batch_size=4, device="tpu"), "device: cannot parse 'tpu'"),
         (dict(batch_size=4, prefetch=0), "prefetch must be an int >= 1, got 0"),
         (dict(batch_size=19, drop_last=True), "batch_size 19 is larger than the 18 samples of the dataset with"),

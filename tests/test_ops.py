@@ -32,8 +32,8 @@ from gpupipe.ops import (
         (lambda: HorizontalFlip(p=1.5), "HorizontalFlip: p must be a probability in [0, 1], got 1.5"),
         (lambda: Normalize(std=(0.2, 0.0, 0.2)), "Normalize: std must be positive"),
         (lambda: Normalize(mean=(0.5, 0.5)), "Normalize: mean must be 3 finite numbers"),
-        (lambda: Output(dtype="int32"), "Output: dtype must be one of"),
-        (lambda: Output(channels_last="yes"), "Output: channels_last must be a bool, got 'yes'"),
+        (lambda: Output(dtype="int32"), "Output(dtype=...) must be one of"),
+        (lambda: Output(channels_last="yes"), "Output(channels_last=...) must be a bool, got 'yes'"),
     ],
 )
 def test_bad_arguments_name_the_op_and_value(make, fragment):
@@ -87,26 +87,47 @@ def test_sizes_are_normalised_to_pairs():
 
 @pytest.mark.parametrize(
     "hw, expected",
-    [((23, 37), (16, 26)), ((31, 50), (16, 26)), ((41, 29), (23, 16)), ((16, 16), (16, 16)), ((300, 400), (16, 21))],
+    [((23, 37), (16, 25)), ((31, 50), (16, 25)), ((41, 29), (22, 16)), ((16, 16), (16, 16)), ((300, 400), (16, 21))],
 )
-def test_resize_shorter_side_rounds_the_longer_to_nearest(hw, expected):
+def test_resize_shorter_side_truncates_the_longer_as_torchvision(hw, expected):
     assert Resize(size=16).resized(*hw) == expected
     assert Resize(size=(5, 7)).resized(*hw) == (5, 7)
 
 
+def test_resize_and_center_crop_put_pixels_where_torchvision_puts_them():
+    from torchvision.transforms.v2.functional._geometry import (
+        _center_crop_compute_crop_anchor,
+        _center_crop_compute_padding,
+        _compute_resized_output_size,
+    )
+
+    def torchvision_size(hw, size, max_size=None):  # torchvision gives 0 for a side gpupipe keeps at 1 pixel
+        return [max(1, side) for side in _compute_resized_output_size(hw, size, max_size)]
+
+    for h in range(1, 90, 7):
+        for w in range(1, 90, 5):
+            assert list(Resize(16).resized(h, w)) == torchvision_size((h, w), 16), (h, w)
+            assert list(Resize(16, max_size=40).resized(h, w)) == torchvision_size((h, w), 16, 40)
+            assert list(Resize(None, max_size=40).resized(h, w)) == torchvision_size((h, w), None, 40)
+            left, top, _, _ = _center_crop_compute_padding(24, 24, h, w)
+            padded_h, padded_w = max(h, 24), max(w, 24)
+            anchor_top, anchor_left = _center_crop_compute_crop_anchor(24, 24, padded_h, padded_w)
+            assert CenterCrop(24).anchor(h, w) == (anchor_top - top, anchor_left - left), (h, w)
+
+
 def test_resize_max_size_caps_the_longer_side_as_torchvision():
-    assert Resize(100, max_size=150).resized(100, 400) == (38, 150)
+    assert Resize(100, max_size=150).resized(100, 400) == (37, 150)
     assert Resize(100, max_size=150).resized(120, 100) == (120, 100)
     assert Resize(None, max_size=320).resized(480, 640) == (240, 320)
     with pytest.raises(ValueError, match="size=None needs max_size"):
         Resize(None)
 
 
-def test_center_crop_anchor_rounds_halves_away_from_zero():
+def test_center_crop_anchor_rounds_halves_to_even_as_torchvision():
     crop = CenterCrop(size=40)
-    assert crop.anchor(53, 73) == (7, 17)  # 6.5 -> 7, 16.5 -> 17
-    assert crop.anchor(50, 40) == (5, 0)
-    assert crop.anchor(29, 40) == (-6, 0)  # -5.5 -> -6: padding
+    assert crop.anchor(53, 73) == (6, 16)  # 6.5 -> 6, 16.5 -> 16
+    assert crop.anchor(55, 40) == (8, 0)  # 7.5 -> 8
+    assert crop.anchor(29, 40) == (-5, 0)  # 11 rows short: 5 padded above, 6 below
 
 
 def test_output_accepts_torch_dtypes():

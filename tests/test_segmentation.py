@@ -162,7 +162,7 @@ def test_unpaired_files_and_bad_masks_are_reported(tmp_path):
     message = str(info.value)
     assert "2 of 3 files cannot be used, and 2 files do not pair up" in message
     assert "s0.png: no mask" in message and "s1.png: a mask without an image" in message
-    assert "is not a single-channel 8-bit or palette PNG (colour type 2" in message
+    assert "is not a single-channel gray (1-16 bit) or palette (1-8 bit) PNG (colour type 2" in message
     assert "s3.png is 10x10, its image 80x60" in message
     loader = gpupipe.loader(source(tmp_path), "segmentation-val", batch_size=1, backend="torchvision",
                             on_error="skip")

@@ -1,10 +1,10 @@
 """Backends: each compiles a checked pipeline and reads epochs with it.
 
-* :mod:`.registry`: every backend's name, needs and factory, and how ``"auto"`` chooses;
-* :mod:`.base`: what the loader gives a backend and asks of it;
-* :mod:`.common`: what every backend shares (lowering-table entries, the slots of a batch,
+* ``registry``: every backend's name, needs and factory, and how ``"auto"`` chooses;
+* ``base``: what the loader gives a backend and asks of it;
+* ``common``: what every backend shares (lowering-table entries, the slots of a batch,
   replacing samples that fail);
-* :mod:`.dali` and :mod:`.torchvision`: the backends, each importing its library lazily.
+* ``dali`` and ``torchvision``: the backends, each importing its library lazily.
 """
 
 from .base import Backend, EpochRead, Placement

@@ -29,13 +29,13 @@ class Placement:
     @classmethod
     def chosen(cls, device: torch.device, num_threads: Optional[int]) -> "Placement":
         """On ``device`` with ``num_threads`` as asked, or (``None``) the cores this process may use,
-        shared among the processes of its job on this host (:func:`gpupipe.env.default_threads`)."""
+        shared among the processes of its job on this host (``gpupipe.env.default_threads``)."""
         return cls(device, env.default_threads() if num_threads is None else num_threads)
 
 
 @dataclass(frozen=True)
 class EpochRead:
-    """One rank's reading of one epoch: what :meth:`Backend.iter_epoch` is given.
+    """One rank's reading of one epoch: what ``Backend.iter_epoch`` is given.
 
     Attributes:
         epoch: the epoch number (it keys every sample's augmentation).
@@ -52,9 +52,9 @@ class Backend(Protocol):
     """What the loader asks of a backend.
 
     A backend is built as ``factory(source, spec, config, placement, errors, **options)``
-    (see :mod:`.registry`): the source, the checked pipeline, the loader's
-    :class:`~gpupipe.config.LoaderConfig`, its :class:`Placement` and its
-    :class:`~gpupipe.errors.ErrorPolicy`.
+    (see ``registry``): the source, the checked pipeline, the loader's
+    [`LoaderConfig`][gpupipe.LoaderConfig], its ``Placement`` and its
+    ``ErrorPolicy``.
     """
 
     name: str

@@ -1,31 +1,15 @@
-"""What every backend shares: lowering-table entries, the slots of a batch, and replacing bad samples."""
+"""What every backend shares: the slots of a batch, and replacing bad samples (a lowering-table entry,
+``Lowering``, lives with the op registry)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, FrozenSet, Iterable, Set, Tuple
+from typing import Iterable, Set, Tuple
 
 import numpy as np
 
 from ..errors import Error, ErrorPolicy, Skipped
 from ..sampling import RankShare
 from ..sources import Source
-from ..targets import ALL_TARGETS, TargetKind
-
-
-@dataclass(frozen=True)
-class Lowering:
-    """One entry of a backend's lowering table.
-
-    Attributes:
-        apply: the function that lowers the op (its signature is the backend's business).
-        targets: the target kinds it carries.
-        why: why the others are refused (for the error message).
-    """
-
-    apply: Callable
-    targets: FrozenSet[TargetKind] = ALL_TARGETS
-    why: str = ""
 
 
 def batch_slots(share: RankShare, batch: int, batch_size: int) -> Tuple[np.ndarray, np.ndarray]:

@@ -16,6 +16,7 @@ import torch
 
 from ..config import LoaderConfig
 from ..errors import ErrorPolicy
+from ..ops.registry import LOWERINGS
 from ..sources import Source
 from ..spec import PipelineSpec
 from .base import Backend, Placement
@@ -39,7 +40,8 @@ class BackendInfo:
         needs_cuda: runs only with a CUDA device.
         main_process: can decode in the main process (``num_threads=0``).
         factory: ``"module:Class"``, imported when the backend is built.
-        lowerings: the module whose ``LOWERINGS`` table maps each op type to its lowering.
+        lowerings: the module whose ``LOWERINGS`` table maps each op type to its lowering (importing it
+            registers the built-in lowerings; see ``gpupipe.ops.registry``).
         options: keyword arguments for the factory.
     """
 
@@ -121,7 +123,7 @@ def resolve(backend: str, device: Optional[torch.device]) -> Tuple[str, str]:
     """Turns ``"auto"`` into a backend name; checks any other name.
 
     Args:
-        backend: ``"auto"`` or one of :data:`BACKENDS`.
+        backend: ``"auto"`` or one of ``BACKENDS``.
         device: the requested device, or ``None`` for the default.
 
     Returns:
@@ -176,7 +178,9 @@ def check_lowerings(backend: str, spec: PipelineSpec) -> None:
     for op in spec.ops:
         lowering = table.get(type(op))
         if lowering is None:
-            raise ValueError(f"{op.name} has no lowering on backend {backend!r}")
+            elsewhere = sorted(name for name, other in LOWERINGS.items() if type(op) in other)
+            has = f" (it has a lowering on: {', '.join(elsewhere)})" if elsewhere else ""
+            raise ValueError(f"{op.name} has no lowering on backend {backend!r}{has}")
         if spec.target not in lowering.targets:
             raise ValueError(f"{op.name} cannot carry {spec.target.title} on backend {backend!r}: {lowering.why}")
 

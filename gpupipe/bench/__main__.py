@@ -26,6 +26,7 @@ from ..amp import AmpChoice, choose_amp, cpu_info, probe_seconds, torch_build
 from ..cli import user_errors
 from ..sources import as_source
 from . import demo, report
+from .advice import conclude
 from .args import BenchError, choose_backends, parse_args
 from .estimate import duration, estimate, revised, time_demo_image
 from .monitor import ResourceMonitor
@@ -67,7 +68,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def choose_precision(args: argparse.Namespace, device: torch.device, train_step: Optional[TrainStep], kept) -> tuple:
-    """The autocast choice (probing the bench's own step where it decides) and seconds per training step."""
+    """The machine's recorded autocast choice (see ``gpupipe.amp``) and seconds per training step."""
     if train_step is None:
         return AmpChoice("off", "no training measured (--no-train)"), None
 
@@ -78,10 +79,8 @@ def choose_precision(args: argparse.Namespace, device: torch.device, train_step:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    amp = choose_amp(device, args.amp, step=step)
-    step_s = amp.probe.get(str(amp.dtype).replace("torch.", ""))
-    if step_s is None:
-        step_s = probe_seconds(step, (amp.dtype,), repeats=2)[0]
+    amp = choose_amp(device, args.amp)
+    step_s = probe_seconds(step, (amp.dtype,), repeats=2)[0]
     train_step.use(amp)
     return amp, step_s
 
@@ -190,11 +189,14 @@ def _main(argv: Optional[List[str]]) -> int:
     }
     full["machine"]["label"] = report.hardware_label(full["machine"])
     full["reliability"] = report.reliability(full)
+    conclude(full)
     args.out.mkdir(parents=True, exist_ok=True)
     report.write_json(full, args.out / "bench.json")
     report.write_chart(full, args.out / "bench.png")
-    print(report.table(full))
-    print(f"\nwrote {args.out / 'bench.json'} and {args.out / 'bench.png'} ({time.perf_counter() - started:.0f} s)")
+    logger.info(
+        "wrote %s and %s (%.0f s)", args.out / "bench.json", args.out / "bench.png", time.perf_counter() - started
+    )
+    print(report.table(full))  # its last line names the fastest backend
     return 0
 
 

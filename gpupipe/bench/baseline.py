@@ -1,5 +1,5 @@
 """The tutorial loader every backend is compared with, and the train preset the bench feeds
-(``config``: a :class:`gpupipe.bench.runner.BenchConfig`)."""
+(``config``: a ``gpupipe.bench.runner.BenchConfig``)."""
 
 from __future__ import annotations
 

@@ -172,7 +172,7 @@ def run_parallel(
 
 
 def chunks(count: int, size: Optional[int] = None) -> List[range]:
-    """``range(count)`` in pieces of ``size`` (default: :data:`CHUNK`)."""
+    """``range(count)`` in pieces of ``size`` (default: ``CHUNK``)."""
     size = size or CHUNK
     return [range(start, min(count, start + size)) for start in range(0, count, size)]
 
@@ -208,7 +208,7 @@ def folder_stats(root: Path) -> Dict[str, float]:
 
 
 def packed_stats(root: Path) -> Dict[str, float]:
-    """What :func:`folder_stats` says, for a packed folder (sizes from its manifest)."""
+    """What ``folder_stats`` says, for a packed folder (sizes from its manifest)."""
     from .. import shardfmt
 
     manifest = shardfmt.read_manifest(Path(root))

@@ -1,16 +1,16 @@
 """Small synthetic segmentation and detection sets, in the layouts gpupipe reads.
 
 Each scene is a 1/f noise background (class 0, "background") with "dead
-leaves" on it (see :mod:`.demo`), each leaf an object of a class whose hue
+leaves" on it (see ``demo``), each leaf an object of a class whose hue
 it takes, so a model can learn them. What stays visible of each leaf after
 the later ones are drawn over it gives the targets:
 
-* segmentation (:func:`write_segmentation`): ``images/img_XXXXX.jpg`` and
+* segmentation (``write_segmentation``): ``images/img_XXXXX.jpg`` and
   ``masks/img_XXXXX.png``, an 8-bit mask of class ids (0 = background), as
-  :class:`gpupipe.SegmentationFolder` reads them;
-* detection (:func:`write_detection`): ``images/img_XXXXX.jpg`` and
+  [`gpupipe.SegmentationFolder`][gpupipe.SegmentationFolder] reads them;
+* detection (``write_detection``): ``images/img_XXXXX.jpg`` and
   ``annotations.json`` in COCO's format (``[x, y, w, h]`` boxes of the visible
-  part of each object, categories 1..N), as :class:`gpupipe.CocoDetection`
+  part of each object, categories 1..N), as [`gpupipe.CocoDetection`][gpupipe.CocoDetection]
   reads them.
 """
 

@@ -1,10 +1,10 @@
 """How long the bench will take: an estimate from this machine's measured speed, revised as it runs.
 
 Before the run, two short measurements stand for the machine: the time to
-make one demo image (:func:`time_demo_image`, which also scales the
+make one demo image (``time_demo_image``, which also scales the
 assumed loader rates) and the training step's time on the kept batch (the
 mixed-precision probe's). After the first repeat, the rest is projected
-from that repeat's measured time (:func:`revised`).
+from that repeat's measured time (``revised``).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def estimate(
 
     Args:
         demo_images: images to generate first (0: the demo set is there already).
-        demo_image_s: :func:`time_demo_image`'s figure.
+        demo_image_s: ``time_demo_image``'s figure.
         step_s: seconds per training step on the kept batch (``None``: no training measured).
         workers: processes generating the demo set.
     """

@@ -1,7 +1,7 @@
 """Timing: loader alone, the training loop (with its data-wait share), the ceiling, and the spread.
 
 Everything here takes plain iterators and callables, so the same code
-measures every backend (and the ceiling, fed by :func:`repeat_batch`) and
+measures every backend (and the ceiling, fed by ``repeat_batch``) and
 is tested with fakes that sleep. The runner calls one repeat at a time,
 interleaving backends, so that drift on a noisy machine hits all alike.
 """
@@ -81,7 +81,7 @@ class Stream:
 
 
 def forever(loader: Iterable[Batch]) -> Stream:
-    """Yields batches across epoch boundaries (see :class:`Stream`)."""
+    """Yields batches across epoch boundaries (see ``Stream``)."""
     return Stream(loader)
 
 
@@ -156,7 +156,7 @@ def time_loader(batches: Iterator[Batch], steps: int, sync: Callable[[], None] =
     """One repeat of the loader alone: images/s over ``steps`` batches.
 
     Args:
-        batches: an endless batch iterator (see :func:`forever`).
+        batches: an endless batch iterator (see ``forever``).
         sync: waits for the device (``torch.cuda.synchronize``) so that
             asynchronous GPU work is counted.
     """
@@ -218,17 +218,20 @@ def verdict(train: Result, ceiling_result: Result, *, backend: str, on_gpu: bool
     input_bound = (train.wait_share or 0.0) >= WAIT_SHARE_INPUT_BOUND or fraction < CEILING_FRACTION_COMPUTE_BOUND
     if not input_bound:
         return Verdict("compute-bound", fraction, "")
+    return Verdict("input-bound", fraction, advice(backend, on_gpu, threads))
+
+
+def advice(backend: str, on_gpu: bool, threads: int) -> str:
+    """What to try for an input-bound ``backend`` (``""``: advice that names no backend)."""
     if backend in ("baseline", "torchvision") and on_gpu:
-        advice = "decode and augment on the GPU: backend='dali'"
-    elif backend == "baseline":
-        advice = "use gpupipe's dali-cpu backend (fused ROI decode, no PIL)"
-    elif backend == "dali-cpu" and on_gpu:
-        advice = "move decoding to the GPU: backend='dali'"
-    elif not on_gpu:
-        advice = (
+        return "decode and augment on the GPU: backend='dali'"
+    if backend == "baseline":
+        return "use gpupipe's dali-cpu backend (fused ROI decode, no PIL)"
+    if backend == "dali-cpu" and on_gpu:
+        return "move decoding to the GPU: backend='dali'"
+    if not on_gpu:
+        return (
             f"loading and the model share the same {threads} CPU cores: pre-resize the images "
-            "(shorter side ~256 px) or train on a GPU with backend='dali'"
+            "(shorter side ~256 px) or train on a GPU" + (" with backend='dali'" if backend else "")
         )
-    else:
-        advice = f"more CPU threads than {threads} (--threads), or pre-resized images (shorter side ~256 px)"
-    return Verdict("input-bound", fraction, advice)
+    return f"more CPU threads than {threads} (--threads), or pre-resized images (shorter side ~256 px)"

@@ -12,6 +12,7 @@ from typing import Dict, List, Optional
 import torch
 
 from .. import env
+from . import advice
 from .measure import SPREAD_WARNING
 
 #: Other processes using more than this share of the machine's CPU make the figures unreliable.
@@ -130,7 +131,7 @@ def _with_range(figure: Dict, spec: str) -> str:
 
 
 def table_rows(report: Dict) -> List[List[str]]:
-    """The header and one row per backend of :func:`table` (the documentation site renders them too)."""
+    """The header and one row per backend of ``table`` (the documentation site renders them too)."""
     rows: List[List[str]] = [
         [
             "backend",
@@ -147,6 +148,7 @@ def table_rows(report: Dict) -> List[List[str]]:
             "verdict",
         ]
     ]
+    withheld = "withheld" if advice.ratios_withheld(report) else None
     for name, entry in report["results"].items():
         train = entry.get("train", {})
         res = entry.get("train_resources") or entry.get("loader_resources", {})
@@ -155,9 +157,9 @@ def table_rows(report: Dict) -> List[List[str]]:
             [
                 name,
                 _with_range(entry["loader"], ".0f"),
-                _fmt(entry["loader"].get("x_baseline"), ".2f", "x"),
+                withheld or _fmt(entry["loader"].get("x_baseline"), ".2f", "x"),
                 _with_range(train, ".1f"),
-                _fmt(train.get("x_baseline"), ".2f", "x"),
+                withheld or _fmt(train.get("x_baseline"), ".2f", "x"),
                 _fmt(None if train.get("wait_share") is None else 100 * train["wait_share"], ".0f", "%"),
                 _fmt(
                     None if train.get("fraction_of_ceiling") is None else 100 * train["fraction_of_ceiling"], ".0f", "%"
@@ -166,7 +168,7 @@ def table_rows(report: Dict) -> List[List[str]]:
                 _fmt(res.get("cpu_percent")),
                 _fmt(res.get("peak_rss_mib")),
                 _fmt(res.get("gpu_util_percent"), ".0f", "%"),
-                entry.get("verdict", {}).get("bound", "-"),
+                advice.verdict_text(entry),
             ]
         )
     return rows
@@ -185,19 +187,18 @@ def table(report: Dict) -> str:
             f"\n\nceiling ({report['settings']['model']}, one batch kept on the device): {c['images_per_s']:.1f} "
             f"img/s ({c['min']:.1f}-{c['max']:.1f})"
         )
-    suggestions = [
-        f"- {name}: {e['verdict']['suggestion']}"
-        for name, e in report["results"].items()
-        if e.get("verdict", {}).get("suggestion")
-    ]
+    suggestions = [f"- {name}: {tip}" for name, tip in advice.suggestions(report).items() if tip]
     if suggestions:
         text += "\n\nsuggestions:\n" + "\n".join(suggestions)
+    withheld = advice.ratios_withheld(report)
+    if withheld:
+        text += f"\n\nWARNING: no ratio to the baseline: {withheld}"
     notes = report.get("reliability") or []
     if notes:
         text += "\n\nWARNING: these figures may not be reliable, and the verdicts with them:\n" + "\n".join(
             f"- {n}" for n in notes
         )
-    return text
+    return text + "\n\n" + advice.winner_line(report)
 
 
 def write_json(report: Dict, path: Path) -> None:

@@ -1,13 +1,13 @@
 """Runs the bench: every backend feeds the same AMP training loop, measured side by side.
 
-One loop measures everything (:func:`interleaved`): for each repeat, each
+One loop measures everything (``interleaved``): for each repeat, each
 phase (loader alone, then training, whose ceiling runs in the same rounds)
 and each backend (in a new order each repeat, so that none always
 follows the same one), it waits until the previous loader's worker
 processes are gone, builds a fresh loader, warms it up, times it under the
 resource monitor, and shuts it down. A loader-alone repeat times the same
 batches a plain loop would: after ``warmup`` batches, ``steps`` batches,
-within the first epoch where it is long enough (:func:`measure.loader_window`).
+within the first epoch where it is long enough (``measure.loader_window``).
 """
 
 from __future__ import annotations
@@ -27,13 +27,12 @@ import gpupipe
 from gpupipe.amp import AmpChoice, choose_amp
 
 from . import measure
+from .advice import BASELINE
 from .baseline import HEAVY, pipeline_of, tutorial_loader  # noqa: F401 -- HEAVY and pipeline_of: part of this API
 from .monitor import ResourceMonitor
 
 logger = logging.getLogger(__name__)
 
-#: The tutorial loader every backend is compared with.
-BASELINE = "baseline"
 CEILING = "ceiling"
 #: Seconds to wait for a finished loader's worker processes to exit before the next round starts.
 LEFTOVER_WAIT_S = 10.0
@@ -85,7 +84,7 @@ class TrainStep:
     """One SGD step of a torchvision model, channels_last, under the chosen autocast (GradScaler for fp16).
 
     Attributes:
-        amp: the precision of ``__call__`` (set it with :meth:`use`).
+        amp: the precision of ``__call__`` (set it with ``use``).
     """
 
     def __init__(self, config: BenchConfig, num_classes: int) -> None:
@@ -311,7 +310,7 @@ def run(
     kept=None,
     on_repeat: Optional[Callable[[int], None]] = None,
 ) -> Dict:
-    """Measures every backend; returns the figures (see :mod:`gpupipe.bench.report`).
+    """Measures every backend; returns the figures (see ``gpupipe.bench.report``).
 
     ``train_step`` and ``kept`` (the ceiling's batch) are made here when not given (autocast as
     ``config.amp`` asks, ``auto`` included).
@@ -353,6 +352,7 @@ def summarise(measured: Dict, config: BenchConfig) -> Dict:
                 "wait_share": None if train.wait_share is None else round(train.wait_share, 3),
                 "wait_shares": [round(x, 3) for x in train.wait_shares],
                 "fraction_of_ceiling": round(v.fraction_of_ceiling, 3),
+                "batches": entry["batches"],
             }
             results[name]["train_resources"] = entry["resources"]
             results[name]["verdict"] = {"bound": v.bound, "suggestion": v.suggestion}

@@ -7,6 +7,7 @@ import math
 from typing import Any, ClassVar, FrozenSet, Optional, Sequence, Tuple, Union
 
 from ..targets import ALL_TARGETS, TargetKind
+from .registry import add_op
 
 SizeArg = Union[int, Sequence[int]]
 HW = Tuple[int, int]
@@ -27,8 +28,11 @@ class Effect(str, enum.Enum):
 class Op:
     """Base class of all ops: frozen dataclasses holding validated arguments.
 
+    A subclass registers itself when it is defined (``gpupipe.ops.registry``; a base class of
+    other ops says ``class Base(Op, abstract=True)``); a second class of the same name is an error.
+
     Class attributes each op declares:
-        effect: what the op does (:class:`Effect`).
+        effect: what the op does (``Effect``).
         carries: the target kinds the op can carry along (others are refused
             when the loader is built, naming op and target).
         needs_fixed_size: the op needs images of one size (after the crop).
@@ -40,6 +44,11 @@ class Op:
     carries: ClassVar[FrozenSet[TargetKind]] = ALL_TARGETS
     needs_fixed_size: ClassVar[bool] = False
     drops_boxes_by_centre: ClassVar[bool] = False
+
+    def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not abstract:
+            add_op(cls)
 
     def output_size(self, size: Optional[HW]) -> Optional[HW]:
         """The ``(h, w)`` of every image after this op, given every input's (``None``: sizes vary)."""
@@ -102,3 +111,31 @@ def fill_value(name: str, value) -> Tuple[float, float, float]:
     if len(triple) != 3 or not all(0.0 <= v <= 255.0 for v in triple):
         raise ValueError(f"{name}: fill must be a number or 3 numbers in [0, 255], got {value!r}")
     return triple
+
+
+#: Interpolations an op may take by name (an ``InterpolationMode``'s ``.value`` is its name).
+INTERPOLATIONS = ("nearest", "bilinear")
+
+
+def interpolation(name: str, value: Any) -> str:
+    """``"nearest"`` or ``"bilinear"``, given as a string or as torchvision's ``InterpolationMode``."""
+    mode = getattr(value, "value", value)
+    if mode not in INTERPOLATIONS:
+        raise ValueError(f"{name}: interpolation must be one of {list(INTERPOLATIONS)}, got {value!r}")
+    return str(mode)
+
+
+def symmetric(name: str, arg: str, value: Any, sizes: Tuple[int, ...] = (2,)) -> Tuple[float, ...]:
+    """torchvision's ``_setup_number_or_seq``: a number ``x >= 0`` gives ``(-x, x)``; a sequence must hold
+    one of ``sizes`` numbers."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value < 0 or math.isnan(value):
+            raise ValueError(f"{name}: {arg} must be >= 0 when a single number, got {value!r}")
+        return (-float(value), float(value))
+    try:
+        values = tuple(float(v) for v in value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: {arg} must be a number or a sequence of {sizes} numbers, got {value!r}") from None
+    if len(values) not in sizes or any(math.isnan(v) for v in values):
+        raise ValueError(f"{name}: {arg} must be a number or a sequence of {sizes} numbers, got {value!r}")
+    return values

@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # annotations only: ops import no heavy library
 OUTPUT_DTYPES = ("float32", "float16", "bfloat16", "uint8")
 
 
-class BatchOp(Op):
+class BatchOp(Op, abstract=True):
     """An op on whole batches, applied on the device after the batch arrives; ``alpha`` > 0."""
 
     alpha: float
@@ -80,8 +80,8 @@ class Output(Op):
 
     Args:
         dtype: ``"float32"``, ``"float16"``, ``"bfloat16"`` (normalised with the
-            pipeline's :class:`Normalize`, or scaled to ``[0, 1]`` without one)
-            or ``"uint8"`` (``[0, 255]``, unnormalised: any :class:`Normalize`
+            pipeline's ``Normalize``, or scaled to ``[0, 1]`` without one)
+            or ``"uint8"`` (``[0, 255]``, unnormalised: any ``Normalize``
             is left for the caller, see ``Loader.mean`` / ``Loader.std``).
             A ``torch.dtype`` is accepted too.
         channels_last: give ``(B, 3, H, W)`` tensors in channels_last memory format.
@@ -93,13 +93,18 @@ class Output(Op):
     effect: ClassVar = Effect.OUTPUT
 
     def __init__(self, dtype: Union[str, "torch.dtype"] = "float32", *, channels_last: bool = False) -> None:
+        object.__setattr__(self, "dtype", self.checked(dtype, channels_last))
+        object.__setattr__(self, "channels_last", channels_last)
+
+    @staticmethod
+    def checked(dtype, channels_last, where: str = "Output") -> str:
+        """``dtype``'s name, after checking both arguments; messages name them as ``where(dtype=...)``."""
         name = str(dtype).removeprefix("torch.")
         if name not in OUTPUT_DTYPES:
-            raise ValueError(f"Output: dtype must be one of {sorted(OUTPUT_DTYPES)}, got {dtype!r}")
-        object.__setattr__(self, "dtype", name)
-        object.__setattr__(self, "channels_last", channels_last)
+            raise ValueError(f"{where}(dtype=...) must be one of {sorted(OUTPUT_DTYPES)}, got {dtype!r}")
         if not isinstance(channels_last, bool):
-            raise ValueError(f"Output: channels_last must be a bool, got {channels_last!r}")
+            raise ValueError(f"{where}(channels_last=...) must be a bool, got {channels_last!r}")
+        return name
 
     @property
     def torch_dtype(self):

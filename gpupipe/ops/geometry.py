@@ -2,7 +2,7 @@
 
 Masks follow them with nearest-neighbour sampling (uncovered pixels take
 the source's ``ignore_index``), boxes are moved, clipped to the image and
-dropped when too little is left (see :class:`~gpupipe.ops.SanitizeBoxes`).
+dropped when too little is left (see [`SanitizeBoxes`][gpupipe.ops.SanitizeBoxes]).
 Sizes follow torchvision: an ``int`` or an ``(h, w)`` pair.
 
 Ops whose arguments are stored normalised (a size as ``(h, w)``, a fill as
@@ -15,10 +15,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import KW_ONLY, dataclass
-from typing import ClassVar, FrozenSet, Optional, Sequence, Tuple, Union
+from typing import Any, ClassVar, FrozenSet, Optional, Sequence, Tuple, Union
 
 from ..targets import TargetKind
-from .base import HW, Effect, Op, SizeArg, fill_value, hw, number_range, positive_int, probability, round_half_away
+from .base import (
+    HW,
+    Effect,
+    Op,
+    SizeArg,
+    fill_value,
+    hw,
+    number_range,
+    positive_int,
+    probability,
+    symmetric,
+)
+from .base import interpolation as interpolation_mode
 
 
 @dataclass(frozen=True)
@@ -108,13 +120,13 @@ class Resize(Op):
         else:
             new_short, new_long = self.size, _scaled(long_, self.size, short)
             if self.max_size is not None and new_long > self.max_size:
-                new_short, new_long = _scaled(short, self.max_size, long_), self.max_size
+                new_short, new_long = _scaled(new_short, self.max_size, new_long), self.max_size
         return (new_short, new_long) if height <= width else (new_long, new_short)
 
 
 def _scaled(side: int, target: int, reference: int) -> int:
-    """``side * target / reference`` rounded to the nearest pixel, at least 1."""
-    return max(1, math.floor(side * target / reference + 0.5))
+    """``side * target / reference`` truncated to a whole pixel (as torchvision's ``Resize``), at least 1."""
+    return max(1, int(side * target / reference))
 
 
 @dataclass(frozen=True, init=False)
@@ -122,8 +134,9 @@ class CenterCrop(Op):
     """Crops the centre ``size`` region; smaller images are padded with zeros.
 
     The top-left corner is ``((H - h) / 2, (W - w) / 2)`` with halves rounded
-    away from zero, as in DALI (torchvision rounds halves to even); a negative
-    corner means zero padding.
+    to even, as torchvision's ``CenterCrop``; a side smaller than the crop is
+    padded with zeros, ``(h - H) // 2`` rows before it (a negative corner), as
+    torchvision pads it.
     """
 
     size: HW
@@ -140,7 +153,14 @@ class CenterCrop(Op):
     def anchor(self, height: int, width: int) -> HW:
         """Returns the crop's ``(top, left)`` in a ``height x width`` image."""
         h, w = self.size
-        return round_half_away((height - h) / 2), round_half_away((width - w) / 2)
+        return _centre_offset(height, h), _centre_offset(width, w)
+
+
+def _centre_offset(side: int, crop: int) -> int:
+    """Where a centred ``crop`` starts on ``side`` pixels, as torchvision's ``center_crop`` puts it."""
+    if crop > side:
+        return -((crop - side) // 2)
+    return int(round((side - crop) / 2))
 
 
 @dataclass(frozen=True, init=False)
@@ -209,6 +229,17 @@ class HorizontalFlip(Op):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "p", probability("HorizontalFlip", self.p))
+
+
+@dataclass(frozen=True)
+class VerticalFlip(Op):
+    """Mirrors the image top-bottom with probability ``p`` (``RandomVerticalFlip``)."""
+
+    p: float = 0.5
+    effect: ClassVar = Effect.GEOMETRIC
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "p", probability("VerticalFlip", self.p))
 
 
 @dataclass(frozen=True, init=False)
@@ -290,3 +321,66 @@ class RandomZoomOut(Op):
 
     def output_size(self, size: Optional[HW]) -> Optional[HW]:
         return None
+
+
+@dataclass(frozen=True, init=False)
+class RandomAffine(Op):
+    """A random affine map keeping the size, as ``v2.RandomAffine`` draws and applies it.
+
+    Args (normalised as torchvision normalises them):
+        degrees: the angle's range; ``d`` means ``(-d, d)``. Positive angles turn clockwise
+            (``v2.functional.affine``'s convention).
+        translate: ``(a, b)``: horizontal shift drawn from ``[-a * W, a * W]``, vertical from
+            ``[-b * H, b * H]``, rounded to whole pixels; ``None``: no shift.
+        scale: the scale factor's range; ``None``: 1.
+        shear: ``s`` means x-shear in ``(-s, s)``; ``(a, b)``: x-shear in ``(a, b)``;
+            ``(a, b, c, d)``: x-shear in ``(a, b)`` and y-shear in ``(c, d)``; degrees.
+        interpolation: ``"nearest"`` (torchvision's default) or ``"bilinear"``.
+        fill: the colour where no pixel maps (masks: ``ignore_index``).
+        center: the ``(x, y)`` pixel the map turns about; ``None``: the image's centre.
+    """
+
+    degrees: Tuple[float, float]
+    translate: Optional[Tuple[float, float]] = None
+    scale: Optional[Tuple[float, float]] = None
+    shear: Optional[Tuple[float, ...]] = None
+    _: KW_ONLY
+    interpolation: str = "nearest"
+    fill: Tuple[float, float, float] = (0.0, 0.0, 0.0)
+    center: Optional[Tuple[float, float]] = None
+    effect: ClassVar = Effect.GEOMETRIC
+
+    def __init__(
+        self,
+        degrees: Union[float, Sequence[float]],
+        translate: Optional[Sequence[float]] = None,
+        scale: Optional[Sequence[float]] = None,
+        shear: Union[None, float, Sequence[float]] = None,
+        *,
+        interpolation: Any = "nearest",
+        fill: Union[float, Sequence[float]] = 0,
+        center: Optional[Sequence[float]] = None,
+    ) -> None:
+        name = "RandomAffine"
+        put = object.__setattr__
+        put(self, "degrees", symmetric(name, "degrees", degrees))
+        put(self, "translate", None if translate is None else _pair(name, "translate", translate, 0.0, 1.0))
+        scale = None if scale is None else number_range(name, "scale", scale, 0.0, math.inf)
+        if scale is not None and scale[0] <= 0:
+            raise ValueError(f"{name}: scale values must be positive, got {scale!r}")
+        put(self, "scale", scale)
+        put(self, "shear", None if shear is None else symmetric(name, "shear", shear, (2, 4)))
+        put(self, "interpolation", interpolation_mode(name, interpolation))
+        put(self, "fill", fill_value(name, fill))
+        put(self, "center", None if center is None else _pair(name, "center", center, -math.inf, math.inf))
+
+
+def _pair(name: str, arg: str, value: Any, lo: float, hi: float) -> Tuple[float, float]:
+    """Two numbers, each in ``[lo, hi]`` (in any order)."""
+    try:
+        a, b = (float(v) for v in value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: {arg} must be 2 numbers, got {value!r}") from None
+    if not (lo <= a <= hi and lo <= b <= hi):
+        raise ValueError(f"{name}: {arg} values must be in [{lo}, {hi}], got {value!r}")
+    return a, b

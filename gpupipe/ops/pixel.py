@@ -8,9 +8,10 @@ them with masks and boxes.
 from __future__ import annotations
 
 from dataclasses import KW_ONLY, dataclass
-from typing import ClassVar, Optional, Tuple, Union
+from typing import Any, ClassVar, Optional, Sequence, Tuple, Union
 
-from .base import Effect, Op, number_range, positive_int, probability
+from .base import Effect, Op, fill_value, number_range, positive_int, probability
+from .base import interpolation as interpolation_mode
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -96,12 +97,12 @@ AUGMENT_OPS = (
 )
 
 
-class AutoAugmentOp(Op):
-    """RandAugment and TrivialAugment: policies of the 14 ops of :data:`AUGMENT_OPS` on fixed-size images.
+class AutoAugmentOp(Op, abstract=True):
+    """RandAugment and TrivialAugment: policies of the 14 ops of ``AUGMENT_OPS`` on fixed-size images.
 
     Their shears, translations and rotations would have to move masks and
     boxes too; no backend does that today, and each backend's lowering table
-    refuses those targets by name (see :func:`gpupipe.backends.check_lowerings`).
+    refuses those targets by name (see ``gpupipe.backends.check_lowerings``).
     """
 
     num_magnitude_bins: int
@@ -145,6 +146,81 @@ class TrivialAugment(AutoAugmentOp):
 
     _: KW_ONLY
     num_magnitude_bins: int = 31
+
+
+#: AutoAugment's ops: those of ``AUGMENT_OPS`` and ``Invert`` (``Identity``: a sub-policy step not applied).
+AUTO_AUGMENT_OPS = AUGMENT_OPS + ("Invert",)
+
+#: torchvision's ``AutoAugmentPolicy.IMAGENET``: 25 sub-policies of two ``(op, probability, magnitude bin)``
+#: steps (``None``: an op without a magnitude), from the AutoAugment paper.
+IMAGENET_POLICY: Tuple[Tuple[Tuple[str, float, Optional[int]], ...], ...] = (
+    (("Posterize", 0.4, 8), ("Rotate", 0.6, 9)),
+    (("Solarize", 0.6, 5), ("AutoContrast", 0.6, None)),
+    (("Equalize", 0.8, None), ("Equalize", 0.6, None)),
+    (("Posterize", 0.6, 7), ("Posterize", 0.6, 6)),
+    (("Equalize", 0.4, None), ("Solarize", 0.2, 4)),
+    (("Equalize", 0.4, None), ("Rotate", 0.8, 8)),
+    (("Solarize", 0.6, 3), ("Equalize", 0.6, None)),
+    (("Posterize", 0.8, 5), ("Equalize", 1.0, None)),
+    (("Rotate", 0.2, 3), ("Solarize", 0.6, 8)),
+    (("Equalize", 0.6, None), ("Posterize", 0.4, 6)),
+    (("Rotate", 0.8, 8), ("Color", 0.4, 0)),
+    (("Rotate", 0.4, 9), ("Equalize", 0.6, None)),
+    (("Equalize", 0.0, None), ("Equalize", 0.8, None)),
+    (("Invert", 0.6, None), ("Equalize", 1.0, None)),
+    (("Color", 0.6, 4), ("Contrast", 1.0, 8)),
+    (("Rotate", 0.8, 8), ("Color", 1.0, 2)),
+    (("Color", 0.8, 8), ("Solarize", 0.8, 7)),
+    (("Sharpness", 0.4, 7), ("Invert", 0.6, None)),
+    (("ShearX", 0.6, 5), ("Equalize", 1.0, None)),
+    (("Color", 0.4, 0), ("Equalize", 0.6, None)),
+    (("Equalize", 0.4, None), ("Solarize", 0.2, 4)),
+    (("Solarize", 0.6, 5), ("AutoContrast", 0.6, None)),
+    (("Invert", 0.6, None), ("Equalize", 1.0, None)),
+    (("Color", 0.6, 4), ("Contrast", 1.0, 8)),
+    (("Equalize", 0.8, None), ("Equalize", 0.6, None)),
+)
+AUTO_AUGMENT_POLICIES = {"imagenet": IMAGENET_POLICY}
+
+
+@dataclass(frozen=True, init=False)
+class AutoAugment(Op):
+    """AutoAugment (Cubuk et al.) with torchvision's ImageNet policy: per image one of 25 sub-policies,
+    each two ops applied with their probabilities at fixed magnitude bins (of 10).
+
+    The sub-policy, the coins and the signs are drawn once and applied by every backend (DALI: the
+    ``nvidia.dali.auto_aug`` ops; torchvision: ``v2.AutoAugment``'s kernels), as for RandAugment.
+
+    Args:
+        policy: ``"imagenet"`` (an ``AutoAugmentPolicy.IMAGENET`` is accepted too).
+        interpolation: ``"nearest"`` (torchvision's default) or ``"bilinear"``.
+        fill: the colour where no pixel maps, in ``[0, 255]``.
+    """
+
+    policy: str = "imagenet"
+    _: KW_ONLY
+    interpolation: str = "nearest"
+    fill: Tuple[float, float, float] = (0.0, 0.0, 0.0)
+    needs_fixed_size: ClassVar = True
+
+    def __init__(
+        self, policy: Any = "imagenet", *, interpolation: Any = "nearest", fill: Union[float, Sequence[float]] = 0
+    ) -> None:
+        name = getattr(policy, "value", policy)
+        if name not in AUTO_AUGMENT_POLICIES:
+            raise ValueError(f"AutoAugment: policy must be one of {sorted(AUTO_AUGMENT_POLICIES)}, got {policy!r}")
+        object.__setattr__(self, "policy", name)
+        object.__setattr__(self, "interpolation", interpolation_mode("AutoAugment", interpolation))
+        object.__setattr__(self, "fill", fill_value("AutoAugment", fill))
+
+    @property
+    def num_magnitude_bins(self) -> int:
+        """The magnitude bins of the policy's steps (10, as in the paper and torchvision)."""
+        return 10
+
+    @property
+    def sub_policies(self) -> Tuple[Tuple[Tuple[str, float, Optional[int]], ...], ...]:
+        return AUTO_AUGMENT_POLICIES[self.policy]
 
 
 @dataclass(frozen=True)

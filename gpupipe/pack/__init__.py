@@ -3,14 +3,14 @@
 The flow: list the inputs (an image folder, a file list, a segmentation
 folder or COCO annotations), put them in a fixed shuffled order (so every
 shard mixes the classes), check and normalise each one in worker processes
-(:mod:`.convert`), and append them in that order to shards that roll over
-by size (:mod:`.writer`). A journal records every finished shard, so a
+(``convert``), and append them in that order to shards that roll over
+by size (``writer``). A journal records every finished shard, so a
 rerun continues after the last one and gives the same bytes as an
-uninterrupted run; a lock keeps a second packer out (:mod:`.journal`). The
-manifest is written last (:mod:`.manifest`). Under ``torchrun`` every rank
+uninterrupted run; a lock keeps a second packer out (``journal``). The
+manifest is written last (``manifest``). Under ``torchrun`` every rank
 packs its own contiguous part of the inputs into its own shards, and rank
-0 writes the manifest once every part is done (:mod:`.packer`). :func:`verify`
-checks a packed folder; :mod:`.upload` sends one to object storage.
+0 writes the manifest once every part is done (``packer``). [`verify`][gpupipe.pack.verify]
+checks a packed folder; ``upload`` sends one to object storage.
 """
 
 from .check import verify

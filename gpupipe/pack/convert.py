@@ -7,7 +7,7 @@ orientation is applied, any mode (grayscale, palette, RGBA, CMYK/YCCK,
 already clean RGB, upright and small enough is copied byte for byte. The
 target follows the image's geometry: a mask is checked (single channel,
 the image's size) and shrunk with nearest-neighbour sampling, boxes are scaled
-(each kind's handler packs it: :meth:`gpupipe.targets.base.Target.pack`).
+(each kind's handler packs it: ``gpupipe.targets.base.Target.pack``).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class ConvertSettings:
 @dataclass(frozen=True)
 class Task:
     """One input: its position in the write order, its file, and its target as its handler packs it
-    (:meth:`~gpupipe.targets.base.Target.pack_input`)."""
+    (``pack_input``)."""
 
     position: int
     path: str

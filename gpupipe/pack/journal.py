@@ -9,8 +9,6 @@ folder fail at once with a clear message instead of both writing.
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import hashlib
 import json
 import logging
@@ -18,6 +16,7 @@ import os
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from .. import filelock
 from ..errors import Error
 
 logger = logging.getLogger("gpupipe.pack")
@@ -39,18 +38,14 @@ class DstLock:
         self._fd: Optional[int] = None
 
     def __enter__(self) -> "DstLock":
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as err:
+        fd = filelock.open_lock(self.path)
+        if not filelock.try_lock(fd):
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
             os.close(fd)
-            if err.errno in (errno.EWOULDBLOCK, errno.EACCES):
-                raise PackError(
-                    f"another pack is writing into {self.path.parent} (process {holder}); "
-                    "wait for it to finish, or pack into another folder"
-                ) from None
-            raise
+            raise PackError(
+                f"another pack is writing into {self.path.parent} (process {holder}); "
+                "wait for it to finish, or pack into another folder"
+            )
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         self._fd = fd
@@ -58,7 +53,7 @@ class DstLock:
 
     def __exit__(self, *exc) -> None:
         if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            filelock.unlock(self._fd)
             os.close(self._fd)
             self._fd = None
 

@@ -80,7 +80,7 @@ def escape(text: str) -> str:
 
 
 def unescape(field: str) -> str:
-    """The name :func:`escape` wrote."""
+    """The name ``escape`` wrote."""
     raw = (
         field.encode("utf-8").decode("unicode_escape").encode("latin-1")
         if "\\" in field

@@ -1,6 +1,6 @@
-"""The packer's flow (:func:`pack`): the inputs in a fixed shuffled order, converted in worker
+"""The packer's flow ([`pack`][gpupipe.pack.pack]): the inputs in a fixed shuffled order, converted in worker
 processes, appended to shards that roll over by size, each finished shard journalled, the manifest
-written last; under ``torchrun`` one part per rank (see :mod:`gpupipe.pack`)."""
+written last; under ``torchrun`` one part per rank (see ``gpupipe.pack``)."""
 
 from __future__ import annotations
 
@@ -131,7 +131,7 @@ def pack(
         settings: conversion, shard size and order seed.
         workers: processes converting inputs (default: all cores).
         on_error: ``"skip"`` leaves a bad input out and lists it with its
-            reason in the manifest; ``"raise"`` stops with a :class:`~gpupipe.SampleError`
+            reason in the manifest; ``"raise"`` stops with a [`SampleError`][gpupipe.SampleError]
             naming the file and the reason.
         progress: show a progress bar on stderr.
         rank, world_size: this process's part of the inputs (``torchrun``); rank 0 writes the manifest.

@@ -56,7 +56,7 @@ def _remote_size(fs, path: str) -> Optional[int]:
 
 
 def verify_remote(url: str, retry: Retry, storage_options: Optional[Dict] = None) -> List[str]:
-    """:func:`~gpupipe.pack.verify` for a pack behind a URL: its manifest, tars and indexes are
+    """[`verify`][gpupipe.pack.verify] for a pack behind a URL: its manifest, tars and indexes are
     downloaded into a temporary folder and checked there."""
     folder = Path(tempfile.mkdtemp(prefix="gpupipe-verify-"))
     try:

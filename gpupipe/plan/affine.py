@@ -3,7 +3,7 @@
 Coordinates are continuous pixel coordinates (pixel ``(i, j)`` covers
 ``[j, j + 1) x [i, i + 1)``). Each geometric op's planner returns its map
 as the ``affine`` parameter; targets made of points (boxes) are moved by it
-on every backend (:mod:`gpupipe.targets.boxes`).
+on every backend (``gpupipe.targets.boxes``).
 """
 
 from __future__ import annotations
@@ -47,4 +47,30 @@ def rotation(degrees: np.ndarray, heights: np.ndarray, widths: np.ndarray) -> np
     out[:, 1, 0], out[:, 1, 1] = -sin, cos
     out[:, 0, 2] = cx - cos * cx - sin * cy
     out[:, 1, 2] = cy + sin * cx - cos * cy
+    return out
+
+
+def vflip(flags: np.ndarray, heights: np.ndarray) -> np.ndarray:
+    """``y -> H - y`` where ``flags``, identity elsewhere."""
+    flags = np.asarray(flags, bool)
+    out = translate(np.zeros(len(flags)), np.where(flags, heights, 0.0))
+    out[:, 1, 1] = np.where(flags, -1.0, 1.0)
+    return out
+
+
+def torchvision_affine(angle, tx, ty, scale, shear_x, shear_y, cx, cy) -> np.ndarray:
+    """``(B, 2, 3)``: the forward map of ``v2.functional.affine`` (its ``_get_inverse_affine_matrix`` with
+    ``inverted=False``): turn ``angle`` degrees clockwise, scale and shear (degrees) about ``(cx, cy)``,
+    then shift by ``(tx, ty)``."""
+    rot = np.radians(np.asarray(angle, np.float64))
+    sx, sy = np.radians(np.asarray(shear_x, np.float64)), np.radians(np.asarray(shear_y, np.float64))
+    a = np.cos(rot - sy) / np.cos(sy)
+    b = -(a * np.tan(sx) + np.sin(rot))
+    c = np.sin(rot - sy) / np.cos(sy)
+    d = np.cos(rot) - c * np.tan(sx)
+    scale = np.asarray(scale, np.float64)
+    out = np.zeros((len(rot), 2, 3), np.float64)
+    out[:, 0, 0], out[:, 0, 1], out[:, 1, 0], out[:, 1, 1] = a * scale, b * scale, c * scale, d * scale
+    out[:, 0, 2] = cx + tx - out[:, 0, 0] * cx - out[:, 0, 1] * cy
+    out[:, 1, 2] = cy + ty - out[:, 1, 0] * cx - out[:, 1, 1] * cy
     return out

@@ -1,22 +1,24 @@
 """Each op's parameters for a batch of samples, drawn as torchvision draws them.
 
-One function per op type, vectorised over the batch. A function gets the
-op and a :class:`Step` (the samples' keys and current sizes) and returns
+One function per op type, vectorised over the batch, registered as the op's
+planner with ``@planner(OpType)`` (``gpupipe.ops.registry``). A function gets the
+op and a ``Step`` (the samples' keys and current sizes) and returns
 the op's parameters as arrays with a leading batch axis; geometric ops
 also return ``size`` (``(B, 2)``, the output ``(h, w)``) and ``affine``
 (``(B, 2, 3)``, how they move pixel coordinates). Every random number comes
-from :func:`gpupipe.seeding.uniforms` on the sample's key, so a sample gets
+from ``gpupipe.seeding.uniforms`` on the sample's key, so a sample gets
 the same parameters in a batch of one or of many, on every backend.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional
+from typing import Dict, List, Optional
 
 import numpy as np
 
 from .. import ops as O
+from ..ops.registry import PLANNERS, planner
 from ..seeding import uniforms
 from ..targets import boxmath as bx
 from . import affine as maps
@@ -79,6 +81,7 @@ def _window_params(top, left, height, width) -> Params:
     }
 
 
+@planner(O.RandomResizedCrop)
 def random_resized_crop(op: O.RandomResizedCrop, s: Step) -> Params:
     """torchvision's ``RandomResizedCrop.get_params``: 10 tries, then a central fallback."""
     h_img, w_img = s.heights[:, None].astype(np.float64), s.widths[:, None].astype(np.float64)
@@ -111,12 +114,14 @@ def random_resized_crop(op: O.RandomResizedCrop, s: Step) -> Params:
     return _geometry(out, affine, **_window_params(top, left, h_c, w_c))
 
 
+@planner(O.Resize)
 def resize(op: O.Resize, s: Step) -> Params:
     out = np.array([op.resized(int(h), int(w)) for h, w in s.sizes], np.int64).reshape(-1, 2)
     zeros = np.zeros(len(out), np.int64)
     return _geometry(out, maps.crop_resize(zeros, zeros, s.heights, s.widths, out[:, 0], out[:, 1]))
 
 
+@planner(O.RandomResize)
 def random_resize(op: O.RandomResize, s: Step) -> Params:
     short = op.min_size + _randint(s.uniform()[:, 0], np.full(len(s.keys), op.max_size - op.min_size + 1))
     out = np.array(
@@ -135,11 +140,13 @@ def _fixed_window(s: Step, size, top, left) -> Params:
     )
 
 
+@planner(O.CenterCrop)
 def center_crop(op: O.CenterCrop, s: Step) -> Params:
     anchors = np.array([op.anchor(int(h), int(w)) for h, w in s.sizes], np.int64).reshape(-1, 2)
     return _fixed_window(s, op.size, anchors[:, 0], anchors[:, 1])
 
 
+@planner(O.RandomCrop)
 def random_crop(op: O.RandomCrop, s: Step) -> Params:
     """A window inside the image padded (bottom and right) to at least ``size``."""
     h, w = op.size
@@ -149,21 +156,50 @@ def random_crop(op: O.RandomCrop, s: Step) -> Params:
     return _fixed_window(s, op.size, top, left)
 
 
+@planner(O.PadTo)
 def pad_to(op: O.PadTo, s: Step) -> Params:
     zeros = np.zeros(len(s.keys), np.int64)
     return _fixed_window(s, op.size, zeros, zeros)
 
 
+@planner(O.HorizontalFlip)
 def horizontal_flip(op: O.HorizontalFlip, s: Step) -> Params:
     flip = s.coin(op.p)
     return _geometry(s.sizes, maps.hflip(flip, s.widths), flip=flip.astype(np.int32))
 
 
+@planner(O.VerticalFlip)
+def vertical_flip(op: O.VerticalFlip, s: Step) -> Params:
+    flip = s.coin(op.p)
+    return _geometry(s.sizes, maps.vflip(flip, s.heights), flip=flip.astype(np.int32))
+
+
+@planner(O.RandomAffine)
+def random_affine(op: O.RandomAffine, s: Step) -> Params:
+    """``v2.RandomAffine.make_params``: angle, shift (whole pixels, rounded half to even), scale, shears."""
+    u = s.uniform(0, 6)
+    angle = _between(u[:, 0], *op.degrees)
+    zero, one = np.zeros(len(u)), np.ones(len(u))
+    tx, ty = zero.copy(), zero.copy()
+    if op.translate is not None:
+        max_dx, max_dy = op.translate[0] * s.widths, op.translate[1] * s.heights
+        tx, ty = np.round(max_dx * (2 * u[:, 1] - 1)), np.round(max_dy * (2 * u[:, 2] - 1))
+    scale = one if op.scale is None else _between(u[:, 3], *op.scale)
+    shear_x = zero if op.shear is None else _between(u[:, 4], op.shear[0], op.shear[1])
+    shear_y = _between(u[:, 5], op.shear[2], op.shear[3]) if op.shear is not None and len(op.shear) == 4 else zero
+    cx, cy = (s.widths * 0.5, s.heights * 0.5) if op.center is None else op.center
+    params = {"angle": angle, "tx": tx, "ty": ty, "scale": scale, "shear_x": shear_x, "shear_y": shear_y}
+    affine = maps.torchvision_affine(angle, tx, ty, scale, shear_x, shear_y, cx, cy)
+    return _geometry(s.sizes, affine, **{k: np.asarray(v, np.float32) for k, v in params.items()})
+
+
+@planner(O.RandomRotation)
 def random_rotation(op: O.RandomRotation, s: Step) -> Params:
     angle = _between(s.uniform()[:, 0], *op.degrees)
     return _geometry(s.sizes, maps.rotation(angle, s.heights, s.widths), angle=angle.astype(np.float32))
 
 
+@planner(O.RandomZoomOut)
 def random_zoom_out(op: O.RandomZoomOut, s: Step) -> Params:
     """``v2.RandomZoomOut``: a canvas ``r`` times the image, the image at a random spot; with probability ``p``."""
     u = s.uniform(0, 4)
@@ -182,6 +218,7 @@ def random_zoom_out(op: O.RandomZoomOut, s: Step) -> Params:
 IOU_ROUNDS = 64
 
 
+@planner(O.RandomIoUCrop)
 def random_iou_crop(op: O.RandomIoUCrop, s: Step) -> Params:
     """``v2.RandomIoUCrop``'s search, per sample (boxes vary in number)."""
     n = len(s.keys)
@@ -229,6 +266,7 @@ def _iou_window(op: O.RandomIoUCrop, s: Step, i: int):
     return None
 
 
+@planner(O.ColorJitter)
 def color_jitter(op: O.ColorJitter, s: Step) -> Params:
     u = s.uniform(0, 4)
     out = {}
@@ -239,14 +277,17 @@ def color_jitter(op: O.ColorJitter, s: Step) -> Params:
     return out
 
 
+@planner(O.RandomGrayscale)
 def random_grayscale(op: O.RandomGrayscale, s: Step) -> Params:
     return {"gray": s.coin(op.p).astype(np.int32)}
 
 
+@planner(O.GaussianBlur)
 def gaussian_blur(op: O.GaussianBlur, s: Step) -> Params:
     return {"sigma": _between(s.uniform()[:, 0], *op.sigma).astype(np.float32)}
 
 
+@planner(O.RandomErasing)
 def random_erasing(op: O.RandomErasing, s: Step) -> Params:
     """``v2.RandomErasing.make_params``: up to 10 tries for a rectangle that fits, with probability ``p``."""
     h_img, w_img = s.heights[:, None].astype(np.float64), s.widths[:, None].astype(np.float64)
@@ -274,47 +315,9 @@ def random_erasing(op: O.RandomErasing, s: Step) -> Params:
     }
 
 
-def rand_augment(op: O.RandAugment, s: Step) -> Params:
-    u = s.uniform(0, 2 * max(op.num_ops, 1)).reshape(len(s.keys), -1, 2)[:, : op.num_ops]
-    count = len(O.AUGMENT_OPS)
-    return {
-        "ops": _randint(u[..., 0], np.full(u.shape[:2], count)).astype(np.int32),
-        "signs": (u[..., 1] < 0.5).astype(np.int32),
-    }
-
-
-def trivial_augment(op: O.TrivialAugment, s: Step) -> Params:
-    u = s.uniform(0, 3)
-    n = len(u)
-    return {
-        "ops": _randint(u[:, 0], np.full(n, len(O.AUGMENT_OPS))).astype(np.int32)[:, None],
-        "bins": _randint(u[:, 1], np.full(n, op.num_magnitude_bins)).astype(np.int32),
-        "signs": (u[:, 2] < 0.5).astype(np.int32)[:, None],
-    }
-
-
+@planner(O.Decode)
 def _nothing(op: O.Op, s: Step) -> Params:
     return {}
 
 
-PLANNERS: Dict[type, Callable[[Any, Step], Params]] = {  # op type -> its planner (takes that type)
-    O.Decode: _nothing,
-    O.RandomResizedCrop: random_resized_crop,
-    O.Resize: resize,
-    O.CenterCrop: center_crop,
-    O.RandomCrop: random_crop,
-    O.RandomResize: random_resize,
-    O.PadTo: pad_to,
-    O.HorizontalFlip: horizontal_flip,
-    O.RandomRotation: random_rotation,
-    O.RandomIoUCrop: random_iou_crop,
-    O.RandomZoomOut: random_zoom_out,
-    O.ColorJitter: color_jitter,
-    O.RandomGrayscale: random_grayscale,
-    O.GaussianBlur: gaussian_blur,
-    O.RandAugment: rand_augment,
-    O.TrivialAugment: trivial_augment,
-    O.RandomErasing: random_erasing,
-}
-
-__all__ = ["PLANNERS", "Step", "Params", "IOU_ROUNDS"]
+__all__ = ["PLANNERS", "planner", "Step", "Params", "IOU_ROUNDS"]

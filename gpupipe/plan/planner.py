@@ -2,7 +2,7 @@
 
 A backend never draws random numbers of its own. For each batch the
 planner draws each op's parameters from the samples' keys (a function of
-the loader's seed, the epoch and the sample's slot, :mod:`gpupipe.seeding`)
+the loader's seed, the epoch and the sample's slot, ``gpupipe.seeding``)
 and their image sizes (known from the scan or the manifest), then the
 backend applies them to the image and to every target alike: one crop
 window for the image's ROI decode, the mask's slice and the boxes, one coin
@@ -22,6 +22,7 @@ from ..ops import Effect, PadTo, RandomIoUCrop
 from ..seeding import sample_keys
 from ..spec import PipelineSpec
 from ..targets import boxmath as bx
+from . import policies  # noqa: F401 -- registers the auto-augment planners
 from .draws import PLANNERS, Params, Step
 
 #: Random streams reserved per op (op ``j`` uses streams ``(j + 1) << STREAM_BITS`` onwards).
@@ -88,7 +89,7 @@ class Planner:
             epoch: the epoch read, or ``(B,)`` each sample's epoch (a run spanning epochs, planned at once).
             positions: ``(B,)`` the samples' slots in the epoch's global order.
             sizes: ``(B, 2)`` ``(h, w)`` of the decoded images.
-            boxes: per sample ``(N, 4)`` xyxy boxes in image pixels (needed when :attr:`needs_boxes`).
+            boxes: per sample ``(N, 4)`` xyxy boxes in image pixels (needed when ``needs_boxes``).
         """
         keys = sample_keys(self.seed, epoch, positions)
         current = np.asarray(sizes, np.int64).reshape(-1, 2)

@@ -2,10 +2,17 @@
 least-recently-used eviction.
 
 Layout of the cache folder: ``<key>`` (the file), ``<key>.lock`` (its lock,
-whose modification time is its last use) and ``<key>.ok`` (size, mtime and
-sha256 recorded when it was checked). One process downloads a file while the
+whose modification time is its last use) and ``<key>.ok`` (size, mtime,
+sha256 and the server's version recorded when it was checked). A cached file
+is used only for the same sha256 (where the manifest gives one) or, without
+one, the same version as the server reports now (ETag, Last-Modified,
+generation): a file changed on the server is fetched again, whatever its
+size. A download is written to ``<key>.part-<random>``, which its
+downloader holds locked (``flock``) until it is renamed into place: a partial
+file nobody holds is left over by a process that died and is removed; one
+that is held is never touched, whatever process or container holds it. One process downloads a file while the
 others wait on its lock and then use it: DDP ranks on one node fetch each
-shard once. A reader holds a shared lock (a :class:`Pin`) while it uses a
+shard once. A reader holds a shared lock (a ``Pin``) while it uses a
 file; eviction takes the oldest unpinned files until the new one fits, so a
 file in use is never removed. When pinned files alone exceed the limit the
 cache grows past it, with a warning, rather than stall the readers.
@@ -19,7 +26,6 @@ exclusive lock while readers hold it, because a reader may itself be waiting
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import logging
@@ -27,19 +33,20 @@ import os
 import random
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Literal, Optional, Sequence, overload
 
-from .. import env
+from .. import env, filelock
 from ..fileio import read_json_object
-from .fetch import Retry, download
+from .fetch import UNSIZED_CAP, CacheError, Retry, download, remote_info
 
 logger = logging.getLogger("gpupipe.remote")
 
 
 def default_cache_dir() -> Path:
-    """Where remote tars are cached: ``remote/`` in gpupipe's cache folder (:func:`gpupipe.env.cache_dir`)."""
+    """Where remote tars are cached: ``remote/`` in gpupipe's cache folder (``gpupipe.env.cache_dir``)."""
     return env.cache_dir("remote")
 
 
@@ -60,7 +67,7 @@ class Pin:
 
 @dataclass(frozen=True)
 class Fetched:
-    """Downloads into the cache over a period (:meth:`ShardCache.fetched_since`).
+    """Downloads into the cache over a period (``ShardCache.fetched_since``).
 
     Attributes:
         files: files downloaded.
@@ -96,44 +103,73 @@ class ShardCache:
     def path(self, url: str) -> str:
         """Where ``url`` is (or will be) cached."""
         digest = hashlib.sha256(url.encode()).hexdigest()[:24]
-        tail = "".join(c if c.isalnum() or c in "._-" else "_" for c in url.rsplit("/", 1)[-1])[-80:]
+        name = url.split("?", 1)[0].split("#", 1)[0].rsplit("/", 1)[-1]  # no query (it may hold a token)
+        tail = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)[-80:]
         return str(self.folder / f"{digest}-{tail}")
 
     @overload
     def get(
-        self, url: str, *, size: Optional[int] = None, sha256: Optional[str] = None, pin: Literal[True] = True
+        self,
+        url: str,
+        *,
+        size: Optional[int] = None,
+        sha256: Optional[str] = None,
+        version: Optional[str] = None,
+        max_bytes: int = UNSIZED_CAP,
+        pin: Literal[True] = True,
     ) -> Pin: ...
     @overload
     def get(
-        self, url: str, *, size: Optional[int] = None, sha256: Optional[str] = None, pin: bool
+        self,
+        url: str,
+        *,
+        size: Optional[int] = None,
+        sha256: Optional[str] = None,
+        version: Optional[str] = None,
+        max_bytes: int = UNSIZED_CAP,
+        pin: bool,
     ) -> Optional[Pin]: ...
 
     def get(
-        self, url: str, *, size: Optional[int] = None, sha256: Optional[str] = None, pin: bool = True
+        self,
+        url: str,
+        *,
+        size: Optional[int] = None,
+        sha256: Optional[str] = None,
+        version: Optional[str] = None,
+        max_bytes: int = UNSIZED_CAP,
+        pin: bool = True,
     ) -> Optional[Pin]:
         """Makes sure ``url`` is cached and checked (downloading it once per node); returns a
-        :class:`Pin` holding it, or ``None`` with ``pin=False`` (a prefetch).
+        ``Pin`` holding it, or ``None`` with ``pin=False`` (a prefetch).
+
+        Args:
+            size: the expected size (the download's cap); ``None``: at most ``max_bytes``.
+            sha256: the expected checksum: a cached copy with another is fetched again.
+            version: what the server says of the file now (``remote_info``);
+                without ``sha256`` or ``version``, the server is asked.
 
         Raises:
-            RemoteError: the download failed after its retries.
+            RemoteError: the download failed after its retries (``CacheError``: this machine's disk).
         """
         path = self.path(url)
+        if not sha256 and version is None:
+            version = remote_info(url, self.retry, self.storage_options, need_size=False)["version"]
         wait = 0.01
         while True:
-            fd = _open_lock(path + ".lock")
+            fd = filelock.open_lock(path + ".lock")
             try:
-                fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while another process downloads the file
-                if not self._valid(path, size, sha256):
-                    try:  # a download needs the lock alone; never wait for readers (they may be waiting too)
-                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    except BlockingIOError:
+                filelock.lock(fd, shared=True)  # waits only while another process downloads the file
+                if not self._valid(path, size, sha256, version):
+                    # a download needs the lock alone; never wait for readers (they may be waiting too)
+                    if not filelock.try_lock(fd):
                         os.close(fd)
                         time.sleep(wait * random.uniform(0.5, 1.5))  # out of step with the other waiters
                         wait = min(1.0, wait * 2)
                         continue
-                    if not self._valid(path, size, sha256):
-                        self._fetch(url, path, size, sha256)
-                    fcntl.flock(fd, fcntl.LOCK_SH)  # not atomic: an eviction may slip in between
+                    if not self._valid(path, size, sha256, version):
+                        self._fetch(url, path, size, sha256, version, max_bytes)
+                    filelock.lock(fd, shared=True)  # not atomic: an eviction may slip in between
                 os.utime(path + ".lock")  # last use, for eviction
                 if os.path.exists(path):
                     if not pin:
@@ -142,22 +178,34 @@ class ShardCache:
                     return Pin(fd, path)
                 os.close(fd)
             except BaseException:
-                _close(fd)
+                filelock.close(fd)
                 raise
 
-    def _fetch(self, url: str, path: str, size: Optional[int], sha256: Optional[str]) -> None:
-        self._make_room(size or 0)
-        part = f"{path}.part-{os.getpid()}-{threading.get_ident()}"
-        started = time.time()
-        digest = download(url, part, self.retry, size=size, sha256=sha256, storage_options=self.storage_options)
-        os.replace(part, path)
-        self._record(path, digest, fetched_s=time.time() - started)
+    def _fetch(
+        self, url: str, path: str, size: Optional[int], sha256: Optional[str], version: Optional[str], cap: int
+    ) -> None:
+        part, part_fd = self._make_room(size or 0, path)
+        try:
+            started = time.time()
+            digest = download(
+                url, part, self.retry, size=size, sha256=sha256, storage_options=self.storage_options, max_bytes=cap
+            )
+            try:
+                os.replace(part, path)
+            except FileNotFoundError:
+                raise CacheError(f"{part} was removed from the cache while {url} was downloaded into it") from None
+            self._record(path, digest, version, fetched_s=time.time() - started)
+        except BaseException:
+            Path(part).unlink(missing_ok=True)
+            raise
+        finally:
+            filelock.close(part_fd)  # drops the partial file's lock
         with self._lock:
             self.downloads += 1
 
     def is_cached(self, url: str, size: Optional[int] = None) -> bool:
         """Whether ``url`` is cached and unchanged since it was checked (no lock taken: a hint)."""
-        return self._valid(self.path(url), size, None)
+        return self._valid(self.path(url), size, None, None)
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -179,8 +227,9 @@ class ShardCache:
 
     # -- checks -------------------------------------------------------------------
 
-    def _valid(self, path: str, size: Optional[int], sha256: Optional[str]) -> bool:
-        """Whether the cached file is there, unchanged since it was checked, and the one expected."""
+    def _valid(self, path: str, size: Optional[int], sha256: Optional[str], version: Optional[str]) -> bool:
+        """Whether the cached file is there, unchanged since it was checked, and the one expected (by
+        size, and by sha256 or else by the server's version)."""
         record = self._read_record(path)
         try:
             st = os.stat(path)
@@ -188,7 +237,9 @@ class ShardCache:
             return False
         if record is None or record.get("size") != st.st_size or record.get("mtime_ns") != st.st_mtime_ns:
             return False  # changed on disk since it was checked: fetch it again
-        return (size is None or st.st_size == size) and (not sha256 or record.get("sha256") == sha256)
+        if sha256:
+            return record.get("sha256") == sha256 and (size is None or st.st_size == size)
+        return (size is None or st.st_size == size) and (version is None or record.get("version") == version)
 
     def fetched_since(self, urls: Sequence[str], since: float) -> "Fetched":
         """What the node's processes downloaded of ``urls`` from wall time ``since`` on (from the
@@ -202,21 +253,23 @@ class ShardCache:
                 seconds += float(record.get("fetched_s", 0.0))
         return Fetched(count, size, seconds)
 
-    def _record(self, path: str, digest: str, fetched_s: float = 0.0) -> None:
+    def _record(self, path: str, digest: str, version: Optional[str], fetched_s: float = 0.0) -> None:
         st = os.stat(path)
-        tmp = f"{path}.ok.{os.getpid()}"
-        Path(tmp).write_text(
-            json.dumps(
-                {
-                    "size": st.st_size,
-                    "mtime_ns": st.st_mtime_ns,
-                    "sha256": digest,
-                    "fetched_at": time.time(),
-                    "fetched_s": round(fetched_s, 6),
-                }
-            )
-        )
-        os.replace(tmp, path + ".ok")
+        tmp = f"{path}.ok.{uuid.uuid4().hex[:12]}"
+        record = {
+            "size": st.st_size,
+            "mtime_ns": st.st_mtime_ns,
+            "sha256": digest,
+            "version": version,
+            "fetched_at": time.time(),
+            "fetched_s": round(fetched_s, 6),
+        }
+        try:
+            Path(tmp).write_text(json.dumps(record))
+            os.replace(tmp, path + ".ok")
+        except OSError as err:
+            Path(tmp).unlink(missing_ok=True)
+            raise CacheError(f"cannot write {path}.ok: {err.strerror or err} (this machine's disk)") from None
 
     @staticmethod
     def _read_record(path: str) -> Optional[Dict]:
@@ -242,11 +295,17 @@ class ShardCache:
                 out.append((used, size, entry.path))
         return out
 
-    def _make_room(self, incoming: int) -> None:
-        """Evicts the least recently used unpinned files until ``incoming`` more bytes fit."""
-        fd = _open_lock(str(self.folder / ".evict.lock"))
+    def _make_room(self, incoming: int, path: str):
+        """Evicts the least recently used unpinned files until ``incoming`` more bytes fit; returns the
+        partial file for ``path``'s download and its descriptor, which holds its lock (made while no
+        other process cleans up, so no one ever sees it unlocked).
+
+        Raises:
+            CacheError: the partial file cannot be made.
+        """
+        fd = filelock.open_lock(str(self.folder / ".evict.lock"))
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            filelock.lock(fd)
             present = _without_dead_parts(self._entries(with_parts=True))
             total = sum(size for _, size, _ in present) + incoming
             for _, size, path in sorted(e for e in present if ".part-" not in e[2]):
@@ -262,16 +321,21 @@ class ShardCache:
                     total / 1e6,
                     self.limit / 1e6,
                 )
+            part = f"{path}.part-{uuid.uuid4().hex[:16]}"
+            try:
+                part_fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
+            except OSError as err:
+                raise CacheError(f"cannot write in the cache {self.folder}: {err.strerror or err}") from None
+            filelock.lock(part_fd)
+            return part, part_fd
         finally:
             os.close(fd)
 
     @staticmethod
     def _evict(path: str) -> bool:
         """Removes a cached file unless a reader holds it (or is downloading it)."""
-        fd = _open_lock(path + ".lock")
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        fd = filelock.open_lock(path + ".lock")
+        if not filelock.try_lock(fd):
             os.close(fd)
             return False
         try:
@@ -283,31 +347,16 @@ class ShardCache:
             os.close(fd)
 
 
-def _open_lock(path: str) -> int:
-    """A descriptor of the lock file ``path`` (created), for ``flock``."""
-    return os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-
-
-def _close(fd: int) -> None:
-    try:
-        os.close(fd)
-    except OSError:
-        pass
-
-
 def _without_dead_parts(entries):
-    """Removes partial downloads left by processes that died; returns the other entries."""
+    """Removes partial downloads that no process holds (left by one that died); returns the other
+    entries. A held lock, not a process id, says a download is alive: process ids mean nothing
+    across containers sharing the folder."""
     alive = []
     for entry in entries:
         path = entry[2]
-        if ".part-" in path:
-            try:
-                os.kill(int(path.rsplit(".part-", 1)[1].split("-")[0]), 0)
-            except ProcessLookupError:
-                Path(path).unlink(missing_ok=True)
-                continue
-            except (ValueError, PermissionError):
-                pass
+        if ".part-" in path and not filelock.is_held(path):
+            Path(path).unlink(missing_ok=True)
+            continue
         alive.append(entry)
     return alive
 

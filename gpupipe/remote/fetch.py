@@ -1,36 +1,67 @@
-"""Downloads with retries: whole files checked against their expected size and sha256.
+"""Remote reads with retries, a byte cap and a deadline: whole files streamed, checked against their
+expected size and sha256.
 
-A failed attempt (the server unreachable or stopping, a time-out, a short or
-corrupted download) is retried after ``backoff * 2**attempt`` seconds; after
-the last attempt a :class:`RemoteError` names the URL and the last cause.
+Every read is streamed: no more than its cap (the expected size, or a
+documented cap for files of unknown size) is ever written or held, and the
+attempts for one file share one deadline (``Retry.deadline``), so a server
+that never stops sending, or sends a byte now and then, fails with a
+[`RemoteError`][gpupipe.RemoteError] in time. A failed attempt (the server unreachable or
+stopping, a time-out, a 5xx, a short or corrupted download) is retried after
+a random pause of up to ``backoff * 2**attempt`` seconds (full jitter, at
+most ``MAX_BACKOFF``), or after the server's ``Retry-After``; a 404 or a
+403 is not retried. Every message names the URL with its credentials
+redacted (``redact``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import logging
+import math
 import os
+import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
 from ..errors import Error
-from ..fileio import sha256_of
-from .urls import filesystem
+from ..progress import Progress
+from .stream import Overdue, TooLarge, stream
+from .urls import filesystem, redact
 
 logger = logging.getLogger("gpupipe.remote")
 
+#: Longest pause between two attempts, in seconds.
+MAX_BACKOFF = 60.0
+#: Cap on a download whose size is not known beforehand (an index, a manifest): 1 GiB.
+UNSIZED_CAP = 1 << 30
+
 
 class RemoteError(Error):
-    """Remote data could not be read after every retry (the message names the URL and the cause).
+    """Remote data could not be read after every retry (the message names the URL, credentials
+    redacted, and the cause).
 
     Not an ``OSError``: a sample whose shard cannot be fetched is not a bad
     sample to skip, it stops the loader.
     """
 
+    def __init__(self, message: str) -> None:
+        super().__init__(redact(message))
+
 
 class RemoteMissing(RemoteError):
     """The server says the file is not there (not retried)."""
+
+
+class RemoteDenied(RemoteError):
+    """The server refuses access (401, 403): not retried."""
+
+
+class CacheError(RemoteError):
+    """A download could not be written on this machine (disk full, a file size limit, permissions):
+    the local disk's fault, not the server's; not retried."""
 
 
 class CorruptDownload(Error):
@@ -43,104 +74,184 @@ class Retry:
 
     Attributes:
         attempts: tries per file before giving up.
-        backoff: seconds before the first retry, doubled after each.
-        timeout: seconds a connection or a read may stall before the attempt fails.
+        backoff: the first pause before a retry is random in ``[0, backoff]`` seconds, the n-th in
+            ``[0, backoff * 2**n]`` (full jitter, at most ``MAX_BACKOFF``).
+        timeout: seconds a connection or a single read may stall before the attempt fails.
+        deadline: seconds one file may take, every attempt and pause included (a slow server
+            fails then, however it sends).
     """
 
     attempts: int = 5
     backoff: float = 0.5
     timeout: float = 60.0
+    deadline: float = 3600.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.attempts, int) or self.attempts < 1:
+        if not isinstance(self.attempts, int) or isinstance(self.attempts, bool) or self.attempts < 1:
             raise ValueError(f"Retry: attempts must be an int >= 1, got {self.attempts!r}")
-        if not self.backoff >= 0 or not self.timeout > 0:
+        if not self.backoff >= 0 or not self.timeout > 0 or not math.isfinite(self.backoff + self.timeout):
             raise ValueError(f"Retry: backoff must be >= 0 and timeout > 0, got {self.backoff!r}, {self.timeout!r}")
+        if not (self.deadline > 0 and math.isfinite(self.deadline)):
+            raise ValueError(f"Retry: deadline must be a number of seconds > 0, got {self.deadline!r}")
 
 
-def with_retries(url: str, retry: Retry, what, action):
-    """``action()`` retried by ``retry``; ``what`` says what is being done (for messages).
+def with_retries(url: str, retry: Retry, what: str, action: Callable[[float], object]):
+    """``action(seconds_left)`` retried by ``retry`` within its deadline; ``what`` says what is done.
 
     Raises:
-        RemoteError: every attempt failed.
+        RemoteError: every attempt failed, or the deadline passed ([`RemoteMissing`][gpupipe.remote.RemoteMissing],
+            ``RemoteDenied`` at once for a 404 or a 403).
     """
-    for attempt in range(retry.attempts):
+    stop = time.monotonic() + retry.deadline
+    last, tries = "no attempt made", 0
+    while tries < retry.attempts:
+        left = stop - time.monotonic()
+        if left <= 0:
+            break
+        tries += 1
         try:
-            return action()
+            return action(left)
+        except Overdue:
+            break
         except Exception as err:  # noqa: BLE001 -- fsspec back ends raise their own types (aiohttp, botocore)
             if isinstance(err, (ImportError, RemoteError)):
                 raise
             last = f"{type(err).__name__}: {err}"
-            if _missing(err):
-                raise RemoteMissing(f"{what} {url}: not found ({last})") from err
-            if attempt + 1 < retry.attempts:
-                delay = retry.backoff * 2**attempt
+            status = _status(err)
+            if _missing(err, status):
+                raise RemoteMissing(f"{what} {url}: not found ({last})") from None
+            if status in (401, 403) or isinstance(err, PermissionError):
+                raise RemoteDenied(f"{what} {url}: access denied ({last})") from None
+            if tries < retry.attempts:
+                delay = _pause(retry.backoff, tries - 1, _retry_after(err), stop - time.monotonic())
                 logger.warning(
-                    "%s %s failed (%s); retry %d of %d in %.1f s",
-                    what,
-                    url,
-                    last,
-                    attempt + 1,
-                    retry.attempts - 1,
-                    delay,
+                    "%s",
+                    redact(f"{what} {url} failed ({last}); retry {tries} of {retry.attempts - 1} in {delay:.1f} s"),
                 )
                 time.sleep(delay)
+    if time.monotonic() >= stop:
+        raise RemoteError(
+            f"{what} {url} failed: not done within the deadline of {retry.deadline:g} s "
+            f"(Retry.deadline) after {tries} attempts; the last problem: {last}"
+        )
     raise RemoteError(f"{what} {url} failed after {retry.attempts} attempts: {last}")
 
 
-def _missing(err: BaseException) -> bool:
+def _pause(backoff: float, attempt: int, retry_after: Optional[float], left: float) -> float:
+    """Seconds before the next attempt: the server's ``Retry-After``, else full jitter; capped."""
+    delay = retry_after if retry_after is not None else random.uniform(0.0, backoff * 2**attempt)
+    return max(0.0, min(delay, MAX_BACKOFF, left))
+
+
+def _chain(err: BaseException):
+    seen = 0
+    while err is not None and seen < 8:
+        yield err
+        err, seen = (err.__cause__ or err.__context__), seen + 1
+
+
+def _status(err: BaseException) -> Optional[int]:
+    """The HTTP status behind an error (aiohttp's or botocore's), if any."""
+    for e in _chain(err):
+        status = getattr(e, "status", None)
+        if isinstance(status, int):
+            return status
+        response = getattr(e, "response", None)
+        if isinstance(response, dict):
+            code = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if isinstance(code, int):
+                return code
+    return None
+
+
+def _retry_after(err: BaseException) -> Optional[float]:
+    """The server's ``Retry-After`` in seconds (a number of seconds; a date is ignored)."""
+    for e in _chain(err):
+        headers = getattr(e, "headers", None)
+        response = getattr(e, "response", None)
+        if headers is None and isinstance(response, dict):
+            headers = response.get("ResponseMetadata", {}).get("HTTPHeaders")
+        value = None
+        if headers is not None:
+            value = headers.get("Retry-After") or headers.get("retry-after")
+        if value is not None:
+            try:
+                return max(0.0, float(value))
+            except (TypeError, ValueError):
+                return None
+    return None
+
+
+def _missing(err: BaseException, status: Optional[int]) -> bool:
     """Whether the server said the file is not there (fsspec's HTTP file system also reports a refused
-    connection as ``FileNotFoundError``: its cause tells them apart)."""
+    connection or a 5xx as ``FileNotFoundError``: its cause tells them apart)."""
+    if status in (404, 410):
+        return True
     if not isinstance(err, FileNotFoundError):
         return False
     cause = err.__cause__
     if cause is None or isinstance(cause, FileNotFoundError):
-        return True
-    status = getattr(cause, "status", None)  # aiohttp's response errors
-    if status is not None:
-        return status in (404, 410)
+        return status is None
     response = getattr(cause, "response", None)  # botocore's client errors
     if isinstance(response, dict):
         return str(response.get("Error", {}).get("Code")) in ("404", "NoSuchKey", "NoSuchBucket", "NotFound")
     return False
 
 
-def read_small(url: str, retry: Retry, storage_options: Optional[Dict] = None, max_bytes: int = 1 << 30) -> bytes:
-    """The whole (small) file at ``url``: a manifest, an index.
+def read_small(url: str, retry: Retry, storage_options: Optional[Dict] = None, max_bytes: int = UNSIZED_CAP) -> bytes:
+    """The whole (small) file at ``url``: a manifest, an index; streamed, never more than ``max_bytes``.
 
     Raises:
-        RemoteError: unreachable after the retries, missing, or larger than ``max_bytes``.
+        RemoteError: unreachable after the retries or within the deadline, missing, or larger than ``max_bytes``.
     """
 
-    def read() -> bytes:
-        fs, path = filesystem(url, storage_options, retry.timeout)
-        size = fs.info(path).get("size")
-        if size is not None and size > max_bytes:
-            raise RemoteError(f"{url} is larger than {max_bytes:,} bytes; not a gpupipe metadata file")
-        return fs.cat_file(path)
+    def read(seconds: float) -> bytes:
+        data = bytearray()
+        try:
+            stream(url, retry.timeout, storage_options, data.extend, max_bytes, seconds)
+        except TooLarge:
+            raise RemoteError(f"{url} is larger than {max_bytes:,} bytes; not a gpupipe metadata file") from None
+        return bytes(data)
 
     return with_retries(url, retry, "reading", read)
 
 
 #: What file systems report that changes when a file does (HTTP headers, S3, GCS, local), in order.
-_VERSION_FIELDS = ("ETag", "etag", "Content-MD5", "md5Hash", "Last-Modified", "LastModified", "updated", "mtime")
+_VERSION_FIELDS = (
+    "ETag",
+    "etag",
+    "Content-MD5",
+    "md5Hash",
+    "generation",
+    "VersionId",
+    "Last-Modified",
+    "LastModified",
+    "updated",
+    "mtime",
+)
 
 
-def remote_info(url: str, retry: Retry, storage_options: Optional[Dict] = None) -> Dict:
-    """What the server says of the file at ``url``: its ``size`` (bytes) and ``version``, the fields
-    that change when the file does (ETag, checksum, modification time; '' if the server gives none).
+def remote_info(url: str, retry: Retry, storage_options: Optional[Dict] = None, *, need_size: bool = True) -> Dict:
+    """What the server says of the file at ``url``: its ``size`` (bytes; ``None`` if not said and not
+    ``need_size``) and ``version``, the fields that change when the file does (ETag, checksum,
+    generation, modification time; '' if none).
 
     Raises:
-        RemoteError: unreachable after the retries, missing, or no size reported.
+        RemoteError: unreachable after the retries, missing, or no size reported (with ``need_size``).
     """
 
-    def info() -> Dict:
+    def info(seconds: float) -> Dict:
         fs, path = filesystem(url, storage_options, retry.timeout)
-        found = fs.info(path)
-        if found.get("size") is None:
+        if getattr(fs, "async_impl", False):
+            from fsspec.asyn import sync
+
+            found = sync(fs.loop, asyncio.wait_for, fs._info(path), seconds)  # bounded, as every read
+        else:
+            found = fs.info(path)
+        if found.get("size") is None and need_size:
             raise RemoteError(f"{url}: the server reports no size")
         version = "|".join(f"{k}={found[k]}" for k in _VERSION_FIELDS if found.get(k))
-        return {"size": int(found["size"]), "version": version}
+        return {"size": None if found.get("size") is None else int(found["size"]), "version": version}
 
     return with_retries(url, retry, "asking about", info)
 
@@ -153,40 +264,77 @@ def download(
     size: Optional[int] = None,
     sha256: Optional[str] = None,
     storage_options: Optional[Dict] = None,
+    max_bytes: int = UNSIZED_CAP,
 ) -> str:
-    """Downloads ``url`` to the file ``dst`` and checks it; returns its sha256 (hex).
+    """Streams ``url`` into the file ``dst`` and checks it; returns its sha256 (hex). No more than
+    ``size`` bytes (``max_bytes`` when the size is not known) are ever written; ``dst`` is removed
+    when the download fails.
 
     Raises:
-        RemoteError: every attempt failed or gave a file of another size or checksum.
+        RemoteError: every attempt failed, the deadline passed, or the server sent more than expected.
+        CacheError: ``dst`` cannot be written (disk full, ...).
     """
+    cap = size if size is not None else max_bytes
 
-    def fetch() -> str:
-        fs, path = filesystem(url, storage_options, retry.timeout)
+    def fetch(seconds: float) -> str:
+        digest = hashlib.sha256()
         try:
-            fs.get_file(path, dst)
-            digest = sha256_of(dst)
-            got = os.path.getsize(dst)
-            if size is not None and got != size:
-                raise CorruptDownload(f"got {got:,} bytes, expected {size:,}")
-            if sha256 and digest != sha256:
-                raise CorruptDownload(
-                    "its sha256 differs from the manifest's (corrupted in transfer or changed on the server)"
-                )
-            return digest
-        except BaseException:
-            Path(dst).unlink(missing_ok=True)
-            raise
+            fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+        except OSError as err:
+            raise CacheError(f"downloading {url}: cannot write {dst}: {err.strerror or err}") from None
+        progress = Progress(f"download {redact(url).rsplit('/', 1)[-1]}", total=size, unit="B", logger=logger)
+        try:
 
-    return with_retries(url, retry, "downloading", fetch)
+            def sink(chunk: bytes) -> None:
+                digest.update(chunk)
+                _write_all(fd, chunk, url, dst)
+                progress.update(len(chunk))
+
+            got = stream(url, retry.timeout, storage_options, sink, cap, seconds)
+        except TooLarge:
+            raise RemoteError(
+                f"{url}: the server sends more than the {cap:,} bytes expected; the rest was not read"
+            ) from None
+        finally:
+            os.close(fd)
+            progress.close()
+        if size is not None and got != size:
+            raise CorruptDownload(f"got {got:,} bytes, expected {size:,}")
+        if sha256 and digest.hexdigest() != sha256:
+            raise CorruptDownload(
+                "its sha256 differs from the manifest's (corrupted in transfer or changed on the server)"
+            )
+        return digest.hexdigest()
+
+    try:
+        return with_retries(url, retry, "downloading", fetch)
+    except BaseException:
+        Path(dst).unlink(missing_ok=True)
+        raise
+
+
+def _write_all(fd: int, chunk: bytes, url: str, dst: str) -> None:
+    view = memoryview(chunk)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except OSError as err:
+            raise CacheError(
+                f"downloading {url}: cannot write {dst}: {err.strerror or err} (this machine's disk, not the server)"
+            ) from None
 
 
 __all__ = [
     "Retry",
     "RemoteError",
     "RemoteMissing",
+    "RemoteDenied",
+    "CacheError",
     "CorruptDownload",
     "read_small",
     "remote_info",
     "download",
     "with_retries",
+    "MAX_BACKOFF",
+    "UNSIZED_CAP",
 ]

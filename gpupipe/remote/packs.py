@@ -9,10 +9,13 @@ from typing import Dict, List, Optional, Tuple
 from .. import shardfmt
 from .cache import ShardCache
 from .fetch import RemoteMissing, read_small
-from .urls import join
+from .urls import join, redact
 
 #: Index files fetched at once when a remote pack is opened.
 INDEX_THREADS = 16
+#: An index may hold at most this many bytes per sample the manifest gives its shard (its download's
+#: cap: an index line is a few names and numbers).
+INDEX_BYTES_PER_SAMPLE = 4096
 
 
 @dataclass(frozen=True)
@@ -27,7 +30,9 @@ class PackedTar:
 
 def remote_pack(url: str, cache: ShardCache) -> Tuple[Dict, List[PackedTar]]:
     """The manifest of the pack at ``url`` and its tars, each index downloaded once (checked against
-    the manifest's ``index_sha256``) into ``cache``.
+    the manifest's ``index_sha256``) into ``cache``. The manifest is read with a cap of
+    ``MAX_METADATA_BYTES``, each index with one of
+    ``INDEX_BYTES_PER_SAMPLE`` per sample; messages name ``url`` with its credentials redacted.
 
     Raises:
         ValueError: no manifest there, a malformed one, a name leaving ``url``, or an index that
@@ -39,10 +44,10 @@ def remote_pack(url: str, cache: ShardCache) -> Tuple[Dict, List[PackedTar]]:
         data = read_small(where, cache.retry, cache.storage_options, shardfmt.MAX_METADATA_BYTES)
     except RemoteMissing:
         raise ValueError(
-            f"{url} is not a gpupipe pack: no {shardfmt.MANIFEST} there (for tars written by "
+            f"{redact(url)} is not a gpupipe pack: no {shardfmt.MANIFEST} there (for tars written by "
             "another tool, use gpupipe.WebDataset)"
         ) from None
-    manifest = shardfmt.parse_manifest(data, where)
+    manifest = shardfmt.parse_manifest(data, redact(where))
     shards = manifest["shards"]
     locations = [
         (_join(url, s["name"], f"shards[{k}].name"), _join(url, s["index"], f"shards[{k}].index"))
@@ -51,9 +56,10 @@ def remote_pack(url: str, cache: ShardCache) -> Tuple[Dict, List[PackedTar]]:
 
     def index(k: int) -> List[shardfmt.IndexEntry]:
         index_url = locations[k][1]
-        pin = cache.get(index_url, sha256=shards[k].get("index_sha256") or None)
+        cap = min(shardfmt.MAX_METADATA_BYTES, INDEX_BYTES_PER_SAMPLE * (shards[k]["samples"] + 1))
+        pin = cache.get(index_url, sha256=shards[k].get("index_sha256") or None, max_bytes=cap)
         try:
-            return shardfmt.read_shard_index(pin.path, shards[k], index_url)
+            return shardfmt.read_shard_index(pin.path, shards[k], redact(index_url))
         finally:
             pin.release()
 
@@ -70,7 +76,7 @@ def _join(url: str, name, field: str) -> str:
     try:
         return join(url, name)
     except ValueError:
-        raise ValueError(f"{join(url, shardfmt.MANIFEST)}: {field} {name!r} leaves the pack") from None
+        raise ValueError(f"{redact(join(url, shardfmt.MANIFEST))}: {field} {name!r} leaves the pack") from None
 
 
 __all__ = ["remote_pack", "PackedTar"]

@@ -1,5 +1,5 @@
-"""Where a shard source's tars are: on this disk (:class:`LocalStore`) or behind URLs, read through
-the node's cache (:class:`CachedStore`). Both read a member by offset; the cached store also
+"""Where a shard source's tars are: on this disk (``LocalStore``) or behind URLs, read through
+the node's cache (``CachedStore``). Both read a member by offset; the cached store also
 fetches ahead of need, holds the files a DALI run reads, and sizes those runs to the cache."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Dict, List, Literal, Optional, Sequence, overload
 
 from ..fileio import read_range
 from .cache import Fetched, Pin, ShardCache
+from .urls import redact
 
 logger = logging.getLogger("gpupipe.remote")
 
@@ -20,7 +21,7 @@ _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 class Hold:
-    """Files held for a reader (a DALI run) until :meth:`release`."""
+    """Files held for a reader (a DALI run) until ``release``."""
 
     def __init__(self, pins: Sequence[Pin] = ()) -> None:
         self.pins = list(pins)
@@ -82,7 +83,7 @@ class LocalStore:
 
 
 class CachedStore:
-    """Tars behind URLs, read from the node's :class:`~gpupipe.remote.cache.ShardCache`.
+    """Tars behind URLs, read from the node's ``ShardCache``.
 
     Args:
         urls: one per shard.
@@ -108,7 +109,7 @@ class CachedStore:
         self.urls, self.sizes, self.sha256s = list(urls), [int(s) for s in sizes], list(sha256s)
         self.cache, self.threads, self.open_shards = cache, threads, open_shards
         self.paths = [cache.path(u) for u in self.urls]
-        self.locations = self.urls  # what messages name
+        self.locations = [redact(u) for u in self.urls]  # what messages name (credentials redacted)
         biggest = max(self.sizes, default=0)
         if biggest > cache.limit:
             raise ValueError(
@@ -192,7 +193,7 @@ class CachedStore:
         return Hold(pins)
 
     def prefetch(self, shards: Sequence[int]) -> None:
-        """Starts downloading the first :attr:`ahead` of ``shards`` in the background; failures surface
+        """Starts downloading the first ``ahead`` of ``shards`` in the background; failures surface
         when they are read."""
         self._mine()
         for shard in shards[: self.ahead]:

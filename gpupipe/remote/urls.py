@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import posixpath
 import re
 from typing import Any, Dict, List, Optional, Tuple
+from urllib.parse import unquote, urlsplit
 
 #: Schemes read through fsspec, and the extra that installs their file system.
 EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "http": "http", "https": "http"}
@@ -27,32 +29,94 @@ def scheme(url: str) -> str:
     return match.group(1).lower()
 
 
-def join(base: str, name: str) -> str:
-    """``base/name`` for a name read from a manifest, refusing names that would leave ``base``.
+#: How many times a name is percent-decoded when checked (``%252e`` is ``%2e`` once decoded).
+_DECODE_ROUNDS = 4
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]*@")
+#: Query parameters whose values are secrets (AWS and GCS signed URLs, Azure SAS, API keys, tokens).
+_SECRET_PARAM = re.compile(
+    r"(?i)([?&;][^=&#\s]*(?:sig|signature|token|key|secret|password|passwd|credential|auth|session)[^=&#\s]*=)"
+    r"[^&#\s'\"]*"
+)
+
+
+def redact(text) -> str:
+    """``text`` (a URL, or a message naming URLs) with every credential replaced by ``***``: the
+    ``user:password@`` part of a URL and the values of query parameters that hold a secret
+    (``X-Amz-Signature``, ``X-Amz-Credential``, ``X-Goog-Signature``, ``sig``, ``token``, ``key``, ...).
+    Every message and log line that names a URL goes through here."""
+    return _SECRET_PARAM.sub(r"\1***", _USERINFO.sub(r"\1***@", str(text)))
+
+
+def safe_name(name) -> str:
+    """A name read from a manifest (a shard or an index), checked to stay inside the folder or URL
+    prefix it is joined to, after any percent-decoding: one rule for local paths and URLs alike.
 
     Raises:
-        ValueError: the name is empty, absolute, a URL, or contains ``..``, ``\\`` or a query.
+        ValueError: the name is empty or not a string, or (as written or decoded) absolute, a URL,
+            or holds ``..``, ``.``, an empty part, ``\\``, ``:``, ``?``, ``#``, ``%`` once fully
+            decoded, or a control character.
     """
-    if (
-        not isinstance(name, str)
-        or not name
-        or name.startswith("/")
-        or is_url(name)
-        or "\\" in name
-        or any(part in ("..", ".") for part in name.split("/"))
-        or "?" in name
-        or "#" in name
-        or "\0" in name
-    ):
-        raise ValueError(f"{base}: the name {name!r} does not stay inside it")
-    return base.rstrip("/") + "/" + name
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"the name {name!r} is not a file name")
+    forms = [name]
+    for _ in range(_DECODE_ROUNDS):
+        try:
+            decoded = unquote(forms[-1], errors="strict") if "%" in forms[-1] else forms[-1]
+        except UnicodeDecodeError:
+            raise ValueError(f"the name {name!r} decodes to no text") from None
+        if decoded == forms[-1]:
+            break
+        forms.append(decoded)
+    for form in forms:
+        parts = form.split("/")
+        if (
+            form.startswith(("/", "~"))
+            or is_url(form)
+            or any(c in form for c in "\\:?#")
+            or any(ord(c) < 32 or ord(c) == 127 for c in form)
+            or any(part in ("", ".", "..") for part in parts)
+        ):
+            raise ValueError(f"the name {name!r} does not stay inside it")
+    if "%" in forms[-1]:
+        raise ValueError(f"the name {name!r} is percent-encoded more than {_DECODE_ROUNDS} times")
+    return name
+
+
+def join(base: str, name: str) -> str:
+    """``base/name`` for a name read from a manifest, refusing names that would leave ``base``
+    (``safe_name``), and checking the joined URL: same scheme and host as ``base``, and a path
+    under ``base``'s path once decoded and normalised.
+
+    Raises:
+        ValueError: naming ``base`` (credentials redacted) and the name.
+    """
+    try:
+        safe_name(name)
+    except ValueError:
+        raise ValueError(f"{redact(base)}: the name {name!r} does not stay inside it") from None
+    joined = base.rstrip("/") + "/" + name
+    if not _inside(base, joined):
+        raise ValueError(f"{redact(base)}: the name {name!r} does not stay inside it")
+    return joined
+
+
+def _inside(base: str, url: str) -> bool:
+    """Whether ``url`` resolves under ``base`` (scheme, host and decoded, normalised path)."""
+    if not is_url(base):
+        root = posixpath.normpath(base)
+        return posixpath.normpath(url).startswith(root.rstrip("/") + "/")
+    a, b = urlsplit(base), urlsplit(url)
+    if (a.scheme.lower(), a.netloc.lower()) != (b.scheme.lower(), b.netloc.lower()) or b.query or b.fragment:
+        return False
+    root = posixpath.normpath("/" + unquote(a.path)).rstrip("/") + "/"
+    return posixpath.normpath("/" + unquote(b.path)).startswith(root)
 
 
 def expand_braces(pattern: str) -> List[str]:
     """Expands ``{000..099}`` ranges (zero-padded to the wider bound) and ``{a,b}`` lists, as WebDataset does.
 
     Raises:
-        ValueError: a range or list that is empty, or an expansion over :data:`MAX_EXPANSION` names.
+        ValueError: a range or list that is empty, or an expansion over ``MAX_EXPANSION`` names.
     """
     match = _BRACES.search(pattern)
     if match is None:
@@ -118,4 +182,4 @@ def _defaults(kind: str, timeout: float) -> Dict:
     return {}
 
 
-__all__ = ["is_url", "join", "expand_braces", "filesystem", "scheme", "EXTRAS"]
+__all__ = ["is_url", "join", "safe_name", "redact", "expand_braces", "filesystem", "scheme", "EXTRAS"]

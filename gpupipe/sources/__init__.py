@@ -1,11 +1,11 @@
 """Where images and targets come from; sources know nothing of decoding.
 
-* :class:`ImageFolder` and :class:`FileList`: image files and class labels
+* [`ImageFolder`][gpupipe.ImageFolder] and [`FileList`][gpupipe.FileList]: image files and class labels
   (one or several per image);
-* :class:`SegmentationFolder`: images and masks of class ids;
-* :class:`CocoDetection`: images and boxes from COCO annotations;
-* :class:`Shards`: folders packed by ``python -m gpupipe.pack``, local or behind a URL;
-* :class:`WebDataset`: tars written by other WebDataset tools, local or behind URLs.
+* [`SegmentationFolder`][gpupipe.SegmentationFolder]: images and masks of class ids;
+* [`CocoDetection`][gpupipe.CocoDetection]: images and boxes from COCO annotations;
+* [`Shards`][gpupipe.Shards]: folders packed by ``python -m gpupipe.pack``, local or behind a URL;
+* [`WebDataset`][gpupipe.WebDataset]: tars written by other WebDataset tools, local or behind URLs.
 """
 
 from .base import Sample, Source

@@ -40,7 +40,7 @@ class Source:
     """A fixed list of samples with class names and targets.
 
     Attributes:
-        kind: the target each sample carries (:class:`~gpupipe.targets.TargetKind`).
+        kind: the target each sample carries ([`TargetKind`][gpupipe.TargetKind]).
         classes: class names; ``classes[label]`` names a class.
         names: per sample, the file (or member) it is read from.
         labels: ``(N,)`` int64 class index per sample (``LABEL``), or -1.
@@ -60,7 +60,7 @@ class Source:
     annotation_errors: Dict[int, str] = {}
     #: ``(N, 2)`` ``(h, w)`` each image must have to match its annotations (``None``: not annotated).
     annotated_sizes: Optional[np.ndarray] = None
-    #: Per-sample attributes, sliced together by :meth:`subset`.
+    #: Per-sample attributes, sliced together by ``subset``.
     columns: Tuple[str, ...] = ("names", "labels")
     #: Whether the loader must scan the files (packed shards were checked when packed).
     needs_scan: bool = True
@@ -101,7 +101,7 @@ class Source:
         return scans[last].sizes if last in scans else self.scan().sizes
 
     def scan(self, max_pixels: int = 100_000_000, max_file_size: Optional[int] = None) -> ScanResult:
-        """The header scan of every file (:func:`gpupipe.scan.scan`), done once per source and settings."""
+        """The header scan of every file (``gpupipe.scan.scan``), done once per source and settings."""
         max_file_size = max_file_size or self.max_file_size
         memo = self.__dict__.setdefault("_scans", {})
         key = (max_pixels, max_file_size)
@@ -144,7 +144,7 @@ class Source:
         """``(n,)`` the tar each sample of ``indices`` is read from (``None``: loose files)."""
         return None
 
-    # -- targets: what the kind's handler (:func:`gpupipe.targets.handler`) reads ----------------
+    # -- targets: what the kind's handler (``gpupipe.targets.handler``) reads ----------------
 
     @property
     def target(self) -> Target:
@@ -156,7 +156,7 @@ class Source:
         return [self.labels[i : i + 1] for i in indices]
 
     def read_mask(self, index: int) -> np.ndarray:
-        """``MASK`` sources: the encoded mask of sample ``index``, as :meth:`read_bytes` reads the image.
+        """``MASK`` sources: the encoded mask of sample ``index``, as ``read_bytes`` reads the image.
 
         Raises:
             gpupipe.fileio.UnreadableFile: the mask cannot be read.
@@ -197,7 +197,7 @@ class Source:
         return part
 
     def problem_summary(self) -> str:
-        """What :attr:`problems` are, counted, for the loader's error message."""
+        """What ``problems`` are, counted, for the loader's error message."""
         return f"{len(self.problems)} problem{'s' if len(self.problems) != 1 else ''} found building the source"
 
     def _after_subset(self) -> None:

@@ -37,7 +37,7 @@ class CocoDetection(FileSource):
     leaves the image out rather than train on it with a box missing); an
     annotation of an unknown image id, and an image record whose
     ``file_name`` leads outside ``images`` or whose id repeats, are listed in
-    :attr:`problems`. An image whose size differs from the one annotated is
+    ``problems``. An image whose size differs from the one annotated is
     a bad sample. Boxes are in the image's displayed orientation (EXIF
     applied), as gpupipe decodes it.
 
@@ -98,7 +98,7 @@ class CocoDetection(FileSource):
         self.labels = np.full(len(kept), -1, np.int64)
 
     def _images(self, records: List[Dict]) -> Dict:
-        """``{image id: record with its confined "path"}``; unusable records go to :attr:`problems`."""
+        """``{image id: record with its confined "path"}``; unusable records go to ``problems``."""
         image_of: Dict = {}
         root = os.path.join(str(self.root), "")
         for k, record in enumerate(records):

@@ -14,6 +14,7 @@ import numpy as np
 from ..fileio import UnreadableFile, read_file
 from ..targets import TargetKind
 from .base import Indices, Source
+from .sniff import check_list_file
 
 logger = logging.getLogger("gpupipe.sources")
 
@@ -94,7 +95,7 @@ class ImageFolder(FileSource):
     extension case-insensitively (``.jpg .jpeg .png .bmp .webp``); hidden
     files and folders and other files are ignored; links to folders are
     followed, but never into a folder already listed, the root or another
-    class folder (see :func:`walk_images`).
+    class folder (see ``walk_images``).
 
     Args:
         root: the folder holding one folder per class.
@@ -267,6 +268,7 @@ def _numbering(labels: List, classes: Optional[Sequence[str]]):
 
 def _read_list_file(list_file: Path) -> Iterator[Tuple[str, LabelArg]]:
     """Parses a text (``path label``) or CSV (``path,label``) list file."""
+    check_list_file(list_file, "a list file (text, one 'path label' per line)")
     try:
         text = read_file(str(list_file)).decode("utf-8", "surrogateescape")
     except UnreadableFile as err:

@@ -11,6 +11,7 @@ from ..remote import is_url
 from .base import Source
 from .files import FileList, ImageFolder
 from .shards import Shards
+from .sniff import check_list_file
 
 PathLike = Union[str, os.PathLike]
 
@@ -20,7 +21,7 @@ def as_source(source: Union[Source, PathLike]) -> Source:
     folder an ``ImageFolder``, a file a ``FileList``.
 
     Raises:
-        ValueError: the path does not exist or is none of these.
+        ValueError: the path does not exist or is none of these (an image or an archive is named as such).
     """
     if isinstance(source, Source):
         return source
@@ -32,5 +33,6 @@ def as_source(source: Union[Source, PathLike]) -> Source:
     if path.is_dir():
         return Shards(path) if shardfmt.is_packed(path) else ImageFolder(path)
     if path.is_file():
+        check_list_file(path, "a folder or a list file", "pass the folder that holds the class folders")
         return FileList(path)
     raise ValueError(f"source path {str(path)!r} does not exist")

@@ -13,21 +13,21 @@ from ..errors import Skipped
 from ..fileio import read_file
 from ..scan import ScanResult, scan
 from ..targets import TargetKind
+from ..targets.maskfiles import header_problem
 from .files import IMAGE_EXTENSIONS, FileSource, PathLike, folder_id, walk_images
-
-#: PNG colour types a mask may have: 0 (gray) and 3 (palette: the indices are the class ids).
-_MASK_COLOUR_TYPES = {0: "gray", 3: "palette"}
 
 
 class SegmentationFolder(FileSource):
     """Images and masks: ``images/<rel>/<stem>.<ext>`` pairs with ``masks/<rel>/<stem>.png``.
 
-    A mask is a single-channel 8-bit PNG, or a palette PNG whose indices are
-    the class ids (as Pascal VOC's); ``ignore_index`` marks pixels with no
+    A mask is a gray PNG (1 to 16 bits) whose values are the class ids, or a
+    palette PNG (1 to 8 bits) whose indices are (as Pascal VOC's); see
+    ``maskfiles``. ``ignore_index`` marks pixels with no
     class. An image without a mask, or a mask without an image, is reported
-    when the source is built (:attr:`problems`), and a mask that is not a
-    single-channel 8-bit image or whose size differs from its image's is a
-    bad sample: the loader refuses or skips them by ``on_error``.
+    when the source is built (``problems``), and a mask whose values
+    cannot be class ids (RGB, alpha, 16-bit ids above 255) or whose size
+    differs from its image's is a bad sample: the loader refuses or skips
+    them by ``on_error``.
 
     Args:
         images: the folder of images (any depth).
@@ -112,15 +112,16 @@ def _by_stem(root: Path, extensions) -> Dict[str, str]:
 
 
 def _mask_problem(path: str, mask_size: np.ndarray, image_size: np.ndarray) -> str:
-    """Why a mask cannot serve its image ('' when it can): its PNG colour type, or its size."""
+    """Why a mask cannot serve its image ('' when it can): its PNG layout (``maskfiles``),
+    or its size."""
     try:
         with open(path, "rb") as fh:
             head = fh.read(26)
     except OSError as err:
         return f"mask {path}: cannot read: {err.strerror or err}"
-    colour, depth = head[25], head[24]
-    if colour not in _MASK_COLOUR_TYPES or (colour == 0 and depth != 8) or (colour == 3 and depth > 8):
-        return f"mask {path} is not a single-channel 8-bit or palette PNG (colour type {colour}, {depth}-bit)"
+    problem = header_problem(head)
+    if problem:
+        return f"mask {path} {problem}"
     if tuple(mask_size) != tuple(image_size):
         return (
             f"mask {path} is {mask_size[1]}x{mask_size[0]}, its image {image_size[1]}x{image_size[0]} "

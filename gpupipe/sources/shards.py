@@ -14,6 +14,7 @@ from ..fileio import DEFAULT_MAX_FILE_SIZE, UnreadableFile, byte_size, regular_s
 from ..images import ImageRefused, read_header
 from ..remote import CachedStore, LocalStore, Retry, ShardCache, default_cache_dir, is_url
 from ..remote.packs import PackedTar, remote_pack
+from ..remote.urls import redact, safe_name
 from ..scan import ScanResult
 from ..seeding import order_generator
 from ..targets import TargetKind
@@ -22,16 +23,18 @@ from .base import Indices, Source
 logger = logging.getLogger("gpupipe.sources")
 
 PathLike = str
+#: Member sizes are checked by the scan, with the loader's ``max_file_size``.
+_NO_LIMIT = 1 << 62
 
 
 class ShardSource(Source):
     """A source whose samples are members of tar files, located by an index.
 
     Attributes:
-        store: where the tars are (:class:`~gpupipe.remote.LocalStore` or, for URLs, the node's cache).
+        store: where the tars are (``LocalStore`` or, for URLs, the node's cache).
         tar_paths: the tars as local files (for URLs: where the cache keeps them).
         entries: per sample, its members by extension (offset and size in its tar).
-        shard_of: ``(N,)`` the tar of each sample (:meth:`tars_of` is the public question).
+        shard_of: ``(N,)`` the tar of each sample (``tars_of`` is the public question).
         image_ext: the member holding the image.
         target_ext: the member DALI's reader reads with the image (a mask), else ``None``.
         damaged: ``{index: reason}`` of members that cannot be read (found when the source was built).
@@ -59,7 +62,7 @@ class ShardSource(Source):
 
     def fetched_since(self, since: float):
         """For tars behind URLs, what the node downloaded of them from wall time ``since`` on
-        (a :class:`~gpupipe.remote.cache.Fetched`); ``None`` for tars on this disk."""
+        (a ``Fetched``); ``None`` for tars on this disk."""
         return self.store.fetched_since(since) if isinstance(self.store, CachedStore) else None
 
     def _init_tables(self) -> None:
@@ -71,7 +74,17 @@ class ShardSource(Source):
         self.store = self.store.clone()  # open descriptors and pins of this object only
 
     def _scan(self, max_pixels: int, max_file_size: int) -> ScanResult:
+        """Samples known bad: damaged members, members over ``max_file_size`` (the loader's, as for a
+        folder; at most the source's own), images over ``max_pixels``; nothing is read."""
         bad = dict(self.__dict__.get("damaged", {}))
+        limit = min(max_file_size, self.max_file_size)
+        required = [self.image_ext] + ([self.target_ext] if self.target_ext else [])
+        for i, entry in enumerate(self.entries):
+            if i in bad:
+                continue
+            member = max((entry[ext] for ext in required if ext in entry), key=lambda m: m.size, default=None)
+            if member is not None and member.size > limit:
+                bad[i] = f"{member.name}: file too large: {member.size:,} bytes exceeds the {limit:,}-byte limit"
         pixels = self.image_sizes[:, 0] * self.image_sizes[:, 1]
         for i in np.flatnonzero(pixels > max_pixels):
             h, w = self.image_sizes[i]
@@ -138,16 +151,15 @@ class ShardSource(Source):
         return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
 
     def validate_members(self, tar_sizes: Sequence[int], required: Sequence[str]) -> None:
-        """Records in :attr:`damaged` every sample with a missing member or one that lies outside its tar."""
+        """Records in ``damaged`` every sample with a missing member or one that lies outside its tar
+        (sizes over ``max_file_size`` are the scan's business: the loader's setting applies)."""
         damaged: Dict[int, str] = {}
         for i, entry in enumerate(self.entries):
             tar_size = tar_sizes[int(self.shard_of[i])]
             for ext in required:
                 member = entry.get(ext)
                 problem = (
-                    f"no .{ext} member"
-                    if member is None
-                    else shardfmt.member_problem(member, tar_size, self.max_file_size)
+                    f"no .{ext} member" if member is None else shardfmt.member_problem(member, tar_size, _NO_LIMIT)
                 )
                 if problem:
                     damaged[i] = problem
@@ -182,19 +194,19 @@ class Shards(ShardSource):
 
     A pack behind a URL (``s3://``, ``gs://``, ``https://``; through
     ``fsspec``) is read the same way: its manifest and indexes at once, each
-    tar into the node's cache as the epoch reaches it (see :mod:`gpupipe.remote`).
+    tar into the node's cache as the epoch reaches it (see ``gpupipe.remote``).
 
     Args:
         root: the packed folder, or its URL.
         max_file_size: members larger than this are bad samples.
         cache_dir: where a remote pack's tars are cached (default ``remote/`` in
-            :func:`gpupipe.env.cache_dir`; processes sharing it download each tar once).
+            ``gpupipe.env.cache_dir``; processes sharing it download each tar once).
         cache_limit: bytes of tars the cache keeps (``"20GB"``; least recently used go first).
         storage_options: for the fsspec file system (credentials, ``endpoint_url``, ...).
         retry: attempts, back-off and time-out of remote reads.
         checksums: a local pack's shards are checked against the manifest's sizes
             always, and against its sha256 checksums when this is ``True``, or when
-            it is ``None`` and the pack is small (:data:`~gpupipe.shardfmt.CHECKSUM_AUTO_BYTES`,
+            it is ``None`` and the pack is small (``CHECKSUM_AUTO_BYTES``,
             64 MiB: hashing costs about a second per GB, on every open);
             ``python -m gpupipe.pack --verify`` checks everything.
 
@@ -219,11 +231,11 @@ class Shards(ShardSource):
     ) -> None:
         self.max_file_size = max_file_size
         if is_url(str(root)):
-            self.root = str(root).rstrip("/")
+            self.root = redact(str(root).rstrip("/"))  # what messages name
             cache = ShardCache(
                 cache_dir or default_cache_dir(), byte_size(cache_limit, "cache_limit"), retry, storage_options
             )
-            manifest, tars = remote_pack(self.root, cache)
+            manifest, tars = remote_pack(str(root).rstrip("/"), cache)
             self.store = CachedStore(
                 [t.location for t in tars], [t.size for t in tars], [t.sha256 for t in tars], cache
             )
@@ -248,9 +260,8 @@ class Shards(ShardSource):
             count = len(tar.entries)
             self.entries.extend(tar.entries)
             shard_of.extend([number] * count)
-            self.names.extend(
-                f"{tar.location}#{e[self.image_ext].name if self.image_ext in e else '?'}" for e in tar.entries
-            )
+            where = redact(tar.location)
+            self.names.extend(f"{where}#{e[self.image_ext].name if self.image_ext in e else '?'}" for e in tar.entries)
             labels.extend(shard.get("labels") or [-1] * count)
             for field, values in target.unpack(shard, count).items():
                 if field in columns:
@@ -294,8 +305,8 @@ def _local_pack(root: Path, checksums: Optional[bool]) -> Tuple[Dict, List[Packe
         checksums = sum(s["bytes"] for s in manifest["shards"]) <= shardfmt.CHECKSUM_AUTO_BYTES
     tars = []
     for number, shard in enumerate(manifest["shards"]):
-        tar = shardfmt.confined(root, shard["name"], f"shards[{number}].name")
-        index = shardfmt.confined(root, shard["index"], f"shards[{number}].index")
+        tar = _confined(root, shard["name"], f"shards[{number}].name")
+        index = _confined(root, shard["index"], f"shards[{number}].index")
         try:
             size = regular_stat(str(tar), None).st_size
         except UnreadableFile as err:
@@ -304,3 +315,13 @@ def _local_pack(root: Path, checksums: Optional[bool]) -> Tuple[Dict, List[Packe
         entries = shardfmt.read_shard_index(index, shard)
         tars.append(PackedTar(str(tar), size, shard.get("sha256") or None, entries))
     return manifest, tars
+
+
+def _confined(root: Path, name, field: str) -> Path:
+    """``root / name`` for a manifest's entry: the rule of names for URLs (``safe_name``:
+    nothing that leaves the pack however it is encoded), then no link out of ``root``."""
+    try:
+        safe_name(name)
+    except ValueError:
+        raise ValueError(f"{root / shardfmt.MANIFEST}: {field} {name!r} leaves the packed folder") from None
+    return shardfmt.confined(root, name, field)

@@ -4,6 +4,12 @@ images' sizes from their headers, and what cannot be used (each with its reason)
 Members are grouped into samples as WebDataset groups them: consecutive
 members sharing a key, the key being the path up to the first dot of the
 file name (``dir/0001.seg.png`` is key ``dir/0001``, extension ``seg.png``).
+
+Nothing is read before its size is known from its tar header: a member over
+``max_file_size`` is never read, a label member over ``MAX_LABEL_BYTES``
+neither, an image's header is read by offset (a few KB, never the whole
+member), and an extended (pax or GNU long-name) header over
+``MAX_HEADER_BYTES`` ends the tar's index as unreadable.
 """
 
 from __future__ import annotations
@@ -17,11 +23,14 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .. import shardfmt
+from ..fileio import DEFAULT_MAX_FILE_SIZE
 from ..images import ImageRefused, header_at
 
 _KEY_EXT = re.compile(r"^((?:.*/|)[^./][^/]*?)\.([^/]*)$")
 #: Label members larger than this are refused (a label is a few bytes; a JSON a few KB).
 MAX_LABEL_BYTES = 1 << 20
+#: Extended tar headers (pax, GNU long names) larger than this are refused unread.
+MAX_HEADER_BYTES = 1 << 20
 
 
 @dataclass
@@ -47,7 +56,13 @@ def split_name(name: str) -> Optional[Tuple[str, str]]:
     return (match.group(1), match.group(2)) if match else None
 
 
-def index_tar(path: str, image_exts: Sequence[str], label: str, max_pixels: int = 1 << 62) -> TarIndex:
+def index_tar(
+    path: str,
+    image_exts: Sequence[str],
+    label: str,
+    max_pixels: int = 1 << 62,
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE,
+) -> TarIndex:
     """Indexes the local tar ``path``.
 
     Args:
@@ -55,6 +70,7 @@ def index_tar(path: str, image_exts: Sequence[str], label: str, max_pixels: int 
         image_exts: extensions an image may have, in order of preference (lower case).
         label: ``"cls"``, ``"txt"`` (any extension whose text is the label) or ``"json:<field>"``.
         max_pixels: images with more pixels are bad samples.
+        max_file_size: larger images are bad samples and larger members are never read.
     """
     out = TarIndex()
     label_ext, label_field = (label.split(":", 1) + [""])[:2] if label.startswith("json:") else (label, "")
@@ -71,12 +87,18 @@ def index_tar(path: str, image_exts: Sequence[str], label: str, max_pixels: int 
                 out.problems.append((where, f"no .{label_ext} member for the label"))
                 continue
             try:
-                value = _label(_read(fh, members[label_ext]), label_field)
+                value = _label(_read(fh, members[label_ext], max_file_size), label_field)
             except ValueError as err:
                 out.problems.append((f"{where}.{label_ext}", str(err)))
                 continue
             image = members[image_ext]
             out.samples.append((key, image, value))
+            if image.size > max_file_size:
+                out.bad[len(out.samples) - 1] = (
+                    f"file too large: {image.size:,} bytes exceeds the {max_file_size:,}-byte limit"
+                )
+                out.sizes.append((-1, -1))
+                continue
             try:
                 out.sizes.append(_image_size(fh, image, max_pixels))
             except ImageRefused as err:
@@ -89,7 +111,7 @@ def _groups(fh, path: str, size: int, problems: List[Tuple[str, str]]) -> List[T
     """Consecutive members by key; members DALI's index cannot hold are left out (and listed)."""
     groups: List[Tuple[str, Dict[str, shardfmt.Member]]] = []
     try:
-        with tarfile.open(fileobj=fh, mode="r:") as tar:
+        with tarfile.open(fileobj=fh, mode="r:", tarinfo=_CappedTarInfo) as tar:
             for info in tar:
                 where = f"{path}#{info.name}"
                 if not info.isfile():
@@ -118,8 +140,28 @@ def _groups(fh, path: str, size: int, problems: List[Tuple[str, str]]) -> List[T
     return groups
 
 
-def _read(fh, member: shardfmt.Member) -> bytes:
-    if member.size > MAX_LABEL_BYTES:
+class _CappedTarInfo(tarfile.TarInfo):
+    """A tar header whose extended header (pax, GNU long name) is refused unread when over
+    ``MAX_HEADER_BYTES`` (``tarfile`` reads one whole into memory)."""
+
+    _EXTENDED = (
+        tarfile.XHDTYPE,
+        tarfile.XGLTYPE,
+        tarfile.SOLARIS_XHDTYPE,
+        tarfile.GNUTYPE_LONGNAME,
+        tarfile.GNUTYPE_LONGLINK,
+    )
+
+    def _proc_member(self, tarfile_):
+        if self.type in self._EXTENDED and self.size > MAX_HEADER_BYTES:
+            raise tarfile.SubsequentHeaderError(
+                f"an extended header of {self.size:,} bytes at offset {self.offset} (over {MAX_HEADER_BYTES:,})"
+            )
+        return super()._proc_member(tarfile_)
+
+
+def _read(fh, member: shardfmt.Member, max_file_size: int) -> bytes:
+    if member.size > min(MAX_LABEL_BYTES, max_file_size):
         raise ValueError(f"{member.size:,} bytes is too large for a label member")
     return os.pread(fh.fileno(), member.size, member.offset)
 
@@ -150,8 +192,37 @@ def _image_size(fh, member: shardfmt.Member, max_pixels: int) -> Tuple[int, int]
         size = max(0, min(size, member.size - offset))
         return os.pread(fh.fileno(), size, member.offset + offset)
 
-    header = header_at(read_at, lambda: io.BytesIO(read_at(0, member.size)), max_pixels)
+    header = header_at(read_at, lambda: _MemberFile(fh.fileno(), member), max_pixels)
     return header.oriented
+
+
+class _MemberFile(io.RawIOBase):
+    """One member of an open tar as a read-only file (read by offset: PIL reads the header only)."""
+
+    def __init__(self, fd: int, member: shardfmt.Member) -> None:
+        super().__init__()
+        self.fd, self.member, self.pos = fd, member, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.member.size}[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def readinto(self, buffer) -> int:
+        size = max(0, min(len(buffer), self.member.size - self.pos))
+        data = os.pread(self.fd, size, self.member.offset + self.pos)
+        buffer[: len(data)] = data
+        self.pos += len(data)
+        return len(data)
 
 
 __all__ = ["TarIndex", "index_tar", "split_name"]

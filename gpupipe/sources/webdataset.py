@@ -16,8 +16,10 @@ import numpy as np
 from .. import shardfmt
 from ..errors import Skipped
 from ..fileio import DEFAULT_MAX_FILE_SIZE, byte_size, read_json_object
+from ..progress import Progress
 from ..remote import CachedStore, LocalStore, Retry, ShardCache, default_cache_dir, expand_braces, is_url
 from ..remote.fetch import remote_info
+from ..remote.urls import redact
 from .shards import ShardSource
 from .tarindex import TarIndex, index_tar
 
@@ -34,12 +36,13 @@ class WebDataset(ShardSource):
     Each tar is indexed on first use (its members' offsets, labels and image
     sizes, read once; remote tars are fetched into the cache for it) and the
     index is kept in ``cache_dir``: a later build reads only the indexes,
-    checked against each tar's size and modification time (ETag or modification time for URLs).
+    checked against each tar's size and modification time (for URLs, what the server says of its
+    version: ETag, generation or modification time; the cached tar is fetched again when it changes).
     Then the tars are read as packed shards are, on every backend.
 
     Samples without an image or a label, labels that are not a class,
     members whose names DALI's index cannot hold, and tars that end early are
-    reported (:attr:`problems`) and the loader refuses or skips them by
+    reported (``problems``) and the loader refuses or skips them by
     ``on_error``; an image whose header cannot be read is a bad sample.
 
     Args:
@@ -50,8 +53,9 @@ class WebDataset(ShardSource):
         classes: class names; int labels index them, name labels are looked up. Without:
             int labels ``0..max`` name their classes ``"0"``, ``"1"``, ...; name labels are
             numbered in sorted order.
-        cache_dir, cache_limit, storage_options, retry: as for :class:`Shards`.
-        max_file_size: members larger than this are bad samples.
+        cache_dir, cache_limit, storage_options, retry: as for ``Shards``.
+        max_file_size: members larger than this are never read while indexing and are bad samples
+            (the loader's ``max_file_size`` applies as well).
 
     Raises:
         ValueError: no tar, a malformed pattern, labels mixing indices and names, or no usable sample.
@@ -75,7 +79,8 @@ class WebDataset(ShardSource):
     ) -> None:
         locations = _expand(urls)
         self.max_file_size = max_file_size
-        self.root = locations[0] if len(locations) == 1 else f"{locations[0]} .. ({len(locations)} tars)"
+        first = redact(locations[0])  # what messages name
+        self.root = first if len(locations) == 1 else f"{first} .. ({len(locations)} tars)"
         image_exts = [e.strip().lower().lstrip(".") for e in image.split(";") if e.strip()]
         if not image_exts:
             raise ValueError(f"WebDataset: image must name extensions such as 'jpg;png', got {image!r}")
@@ -86,9 +91,10 @@ class WebDataset(ShardSource):
         )
         if cache is not None and not all(remote):
             raise ValueError("WebDataset: give either local tars or URLs, not both")
-        indexer = _Indexer(folder / "wds-index", cache, image_exts, label)
+        indexer = _Indexer(folder / "wds-index", cache, image_exts, label, max_file_size)
         with ThreadPoolExecutor(min(8, len(locations)), thread_name_prefix="gpupipe-wds-index") as pool:
-            indexes = list(pool.map(indexer.index, locations))
+            with Progress("WebDataset index", total=len(locations), unit="tar", logger=logger) as progress:
+                indexes = [progress.update(1) or item for item in pool.map(indexer.index, locations)]
         self.problems: List[Skipped] = [Skipped(name, reason) for _, idx in indexes for name, reason in idx.problems]
         self.classes, labels = _classes(indexes, classes, self.problems)
         self.entries, self.names, shard_of, label_list, sizes, damaged = [], [], [], [], [], {}
@@ -99,7 +105,7 @@ class WebDataset(ShardSource):
                 if k in idx.bad:
                     damaged[len(self.names)] = idx.bad[k]
                 self.entries.append({IMAGE_MEMBER: member})
-                self.names.append(f"{locations[number]}#{member.name}")
+                self.names.append(f"{redact(locations[number])}#{member.name}")
                 shard_of.append(number)
                 label_list.append(labels[number][k])
                 sizes.append(idx.sizes[k])
@@ -136,14 +142,23 @@ def _expand(urls) -> List[str]:
 class _Indexer:
     """Indexes tars, keeping each index in ``folder`` keyed by the tar and the settings."""
 
-    def __init__(self, folder: Path, cache: Optional[ShardCache], image_exts: List[str], label: str) -> None:
+    def __init__(
+        self, folder: Path, cache: Optional[ShardCache], image_exts: List[str], label: str, max_file_size: int
+    ) -> None:
         self.folder, self.cache, self.image_exts, self.label = folder, cache, image_exts, label
+        self.max_file_size = max_file_size
         folder.mkdir(parents=True, exist_ok=True)
 
     def index(self, location: str):
         """``(meta, TarIndex)`` of one tar: from the kept index when the tar is unchanged."""
         meta = self._meta(location)
-        settings = {"format": INDEX_FORMAT, "image": self.image_exts, "label": self.label, "location": location}
+        settings = {
+            "format": INDEX_FORMAT,
+            "image": self.image_exts,
+            "label": self.label,
+            "location": location,
+            "max_file_size": self.max_file_size,
+        }
         key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:32]
         path = self.folder / f"{key}.json"
         kept = read_json_object(path)
@@ -151,22 +166,24 @@ class _Indexer:
             try:
                 return kept["meta"], _from_json(kept["index"])
             except (KeyError, TypeError, ValueError):
-                logger.warning("WebDataset: the kept index %s of %s is damaged; indexing the tar again", path, location)
-        if self.cache is not None:
-            pin = self.cache.get(location, size=meta["size"])
+                logger.warning(
+                    "WebDataset: the kept index %s of %s is damaged; indexing the tar again", path, redact(location)
+                )
+        if self.cache is not None:  # the cached copy must be the version the server has now
+            pin = self.cache.get(location, size=meta["size"], version=meta["stamp"][1])
             try:
-                index = index_tar(pin.path, self.image_exts, self.label)
+                index = index_tar(pin.path, self.image_exts, self.label, max_file_size=self.max_file_size)
                 meta["sha256"] = self.cache.sha256(location)
             finally:
                 pin.release()
-            index.problems = [(n.replace(pin.path, location), r) for n, r in index.problems]
+            index.problems = [(n.replace(pin.path, redact(location)), r) for n, r in index.problems]
         else:
-            index = index_tar(location, self.image_exts, self.label)
+            index = index_tar(location, self.image_exts, self.label, max_file_size=self.max_file_size)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(json.dumps({"meta": meta, "index": _to_json(index)}))
         os.replace(tmp, path)
         logger.info(
-            "WebDataset: indexed %s: %d samples, %d problems", location, len(index.samples), len(index.problems)
+            "WebDataset: indexed %s: %d samples, %d problems", redact(location), len(index.samples), len(index.problems)
         )
         return meta, index
 
@@ -203,7 +220,8 @@ def _classes(indexes, classes: Optional[Sequence[str]], problems: List[Skipped])
             if label is None:
                 problems.append(
                     Skipped(
-                        f"{meta['location']}#{member.name}", f"label {value!r} is not one of the {len(classes)} classes"
+                        f"{redact(meta['location'])}#{member.name}",
+                        f"label {value!r} is not one of the {len(classes)} classes",
                     )
                 )
             row.append(label)

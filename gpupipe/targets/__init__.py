@@ -1,11 +1,11 @@
 """Targets: what a sample carries besides its image, one handler per kind.
 
-Each kind (:class:`TargetKind`) has one handler (:mod:`.labels`,
-:mod:`.multihot`, :mod:`.masks`, :mod:`.boxes`) that owns how the target is
+Each kind ([`TargetKind`][gpupipe.TargetKind]) has one handler (``labels``,
+``multihot``, ``masks``, ``boxes``) that owns how the target is
 read from a source, moved by each geometric op on each backend, packed,
-padded and batched (:class:`~gpupipe.targets.base.Target`); backends,
-sources and the packer ask :func:`handler` and never branch on the kind.
-:mod:`.detection` turns padded detection batches into what torchvision's
+padded and batched (``Target``); backends,
+sources and the packer ask ``handler`` and never branch on the kind.
+``detection`` turns padded detection batches into what torchvision's
 detection models take.
 """
 

@@ -1,4 +1,4 @@
-"""What every kind of target does: the :class:`Target` handler each kind implements in its own file.
+"""What every kind of target does: the ``Target`` handler each kind implements in its own file.
 
 A handler owns its kind's whole journey, so backends, sources and the
 packer never branch on the kind:
@@ -14,7 +14,7 @@ packer never branch on the kind:
 * **batched**: stacked or padded into the batch contract.
 
 Image-level kinds (a class per image) do not move with the pixels: they are
-looked up on the host for a whole batch (:meth:`Target.batch`).
+looked up on the host for a whole batch (``Target.batch``).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class Target:
         manifest_fields: the manifest's per-sample rows that hold it (none for masks: the member does).
         read_from_tar: the packed member is pixel data that DALI's reader reads with the image (masks);
             otherwise the target comes from the manifest.
-        dali_feeds: outputs of :meth:`dali_feed` (DALI's ``external_source`` gives them per batch).
+        dali_feeds: outputs of ``dali_feed`` (DALI's ``external_source`` gives them per batch).
         sources: the sources that give the kind (for messages).
     """
 
@@ -109,7 +109,7 @@ class Target:
         return state
 
     def finish(self, state: Any, spec: "PipelineSpec") -> Any:
-        """The moved sample's target as :meth:`stack` takes it."""
+        """The moved sample's target as ``stack`` takes it."""
         return None
 
     def stack(self, parts: Sequence[Any], spec: "PipelineSpec") -> Any:
@@ -117,7 +117,7 @@ class Target:
         return None
 
     def replace(self, part: Any, row: int, value: Any) -> Any:
-        """``part`` with row ``row`` made from one sample's :meth:`finish` (a replaced sample)."""
+        """``part`` with row ``row`` made from one sample's ``finish`` (a replaced sample)."""
         return part
 
     def complete(self, part: Any, source: "Source", indices: Indices, content_sizes: np.ndarray) -> Any:
@@ -130,7 +130,7 @@ class Target:
     # -- the DALI graph --------------------------------------------------------------------------
 
     def dali_feed(self, source: "Source", indices: Indices, *, strict: bool = False) -> List[List[np.ndarray]]:
-        """Per :attr:`dali_feeds` output, per sample, the arrays DALI's ``external_source`` gives.
+        """Per ``dali_feeds`` output, per sample, the arrays DALI's ``external_source`` gives.
 
         ``strict``: an unreadable file raises (the probe names it) instead of feeding nothing.
         """
@@ -149,7 +149,7 @@ class Target:
         return []
 
     def from_dali(self, outputs: List["torch.Tensor"], count: int, content_sizes: np.ndarray) -> Any:
-        """The batch's targets from the outputs of :meth:`dali_outputs` (``count`` real samples)."""
+        """The batch's targets from the outputs of ``dali_outputs`` (``count`` real samples)."""
         raise NotImplementedError
 
     # -- packing --------------------------------------------------------------------------------

@@ -1,12 +1,12 @@
 """Detection boxes: ``(N, 4)`` xyxy boxes and ``(N,)`` labels per image; a batch pads them.
 
 A batch is ``{"boxes": (B, N, 4) float32, "labels": (B, N) int64, "image_sizes": (B, 2) int64}``:
-row ``b`` holds its boxes first, then padding rows (box :data:`BOX_PADDING`, label
-:data:`PADDING_LABEL`) up to the batch's largest count.
+row ``b`` holds its boxes first, then padding rows (box ``BOX_PADDING``, label
+``PADDING_LABEL``) up to the batch's largest count.
 
 Boxes move by each geometric op's planned ``affine`` map (the enclosing box of
 the four moved corners), are clipped to the new image after every op, and
-survive the pipeline by :class:`~gpupipe.ops.SanitizeBoxes`: wide and tall
+survive the pipeline by [`SanitizeBoxes`][gpupipe.ops.SanitizeBoxes]: wide and tall
 enough, and visible enough (moved but never clipped, ``raw``, gives the share
 in view). An op that drops boxes by their centre (``RandomIoUCrop``) empties
 those first. The same arithmetic runs in numpy (torchvision backend) and as

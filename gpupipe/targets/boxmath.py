@@ -2,7 +2,7 @@
 
 Coordinates are continuous pixel coordinates (pixel ``(i, j)`` covers
 ``[j, j + 1) x [i, i + 1)``), boxes are ``(N, 4)`` float32 ``xyxy``. Every
-geometric op moves points by an affine map ``(2, 3)`` (:mod:`gpupipe.plan.affine`);
+geometric op moves points by an affine map ``(2, 3)`` (``gpupipe.plan.affine``);
 a box becomes the box enclosing its four moved corners, clipped to the new image.
 """
 

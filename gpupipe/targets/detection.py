@@ -14,7 +14,7 @@ def to_detection_inputs(images: "torch.Tensor", targets: Dict[str, "torch.Tensor
     """What torchvision's detection models take in training: ``(list of images, list of targets)``.
 
     Each image is cut to its unpadded ``image_sizes`` (a view, no copy); the
-    targets come from :func:`to_detection_targets`.
+    targets come from [`to_detection_targets`][gpupipe.to_detection_targets].
     """
     sizes = targets["image_sizes"].tolist()
     return ([image[:, :h, :w] for image, (h, w) in zip(images, sizes)], to_detection_targets(targets, label_offset))
@@ -44,7 +44,7 @@ class DetectionLists:
     Everything else (``len``, ``set_epoch``, ``state_dict``, ``stats``, ...) is the loader's.
 
     Args:
-        loader: a :class:`gpupipe.Loader` over a detection source.
+        loader: a [`gpupipe.Loader`][gpupipe.Loader] over a detection source.
         label_offset: added to every label (1 for torchvision's models, whose label 0 is the background).
     """
 

@@ -7,7 +7,7 @@
 | ``MASK`` | a class-id image | ``(B, H, W)`` int64, aligned with the images |
 | ``BOXES`` | ``(N, 4)`` xyxy boxes and ``(N,)`` labels | a dict of padded ``boxes``, ``labels`` and ``image_sizes`` |
 
-Each kind has one handler (:mod:`gpupipe.targets`) that owns how it is read,
+Each kind has one handler (``gpupipe.targets``) that owns how it is read,
 moved, packed and batched.
 """
 

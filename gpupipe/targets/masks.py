@@ -7,7 +7,6 @@ kernel, sampled nearest-neighbour (class ids are never blended), with
 
 from __future__ import annotations
 
-import io
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -15,9 +14,10 @@ import torch
 
 from ..errors import DecodeError, first_line
 from ..fileio import UnreadableFile, read_file
-from ..images import ImageRefused, decode_mask, palette_as_gray_png
+from ..images import ImageRefused
 from .base import Indices, Kernel, Params, Target, is_int
 from .kinds import TargetKind
+from .maskfiles import decode_mask, gray_png, mask_for_dali
 
 if TYPE_CHECKING:
     from ..sources import Source
@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 
 class Masks(Target):
-    """Masks, read with the source's ``read_mask()`` (8-bit gray or palette PNGs: the indices are the ids)."""
+    """Masks, read with the source's ``read_mask()``: gray or palette PNGs of any bit depth whose
+    values (palette indices) are the class ids (``maskfiles``)."""
 
     kind = TargetKind.MASK
     moves_with_pixels = True
@@ -71,19 +72,25 @@ class Masks(Target):
     # -- DALI ---------------------------------------------------------------------------------
 
     def dali_feed(self, source: "Source", indices: Indices, *, strict: bool = False) -> List[List[np.ndarray]]:
-        """The encoded masks; a palette PNG as a gray PNG of its indices (DALI would give its colours). An
-        unreadable file gives no bytes (the decoder fails and the probe names the file) unless ``strict``."""
+        """The encoded masks, each an 8-bit gray PNG of its class ids (``maskfiles.mask_for_dali``:
+        DALI would give a palette's colours and scale low bit depths). A file that cannot be read or
+        whose values cannot be kept gives no bytes (the decoder fails and the probe names the file and
+        the reason) unless ``strict``."""
         return [[self._encoded(source, int(i), strict) for i in indices]]
 
     @staticmethod
     def _encoded(source: "Source", index: int, strict: bool) -> np.ndarray:
         try:
-            data = source.read_mask(index).tobytes()
+            data = mask_for_dali(source.read_mask(index).tobytes())
         except UnreadableFile:
             if strict:
                 raise
             return np.zeros(0, np.uint8)
-        return np.frombuffer(palette_as_gray_png(data), np.uint8)
+        except (OSError, ValueError, SyntaxError) as err:
+            if strict:
+                raise UnreadableFile(f"mask: {first_line(err)}") from None
+            return np.zeros(0, np.uint8)
+        return np.frombuffer(data, np.uint8)
 
     def dali_start(self, inputs: List[Any], *, gpu: bool) -> Any:
         from nvidia.dali import fn, types
@@ -107,8 +114,6 @@ class Masks(Target):
 
     def pack(self, value: Any, before: Tuple[int, int], after: Tuple[int, int], settings: Any) -> Tuple[bytes, None]:
         """The mask file ``value`` as a gray PNG of the packed image's size (shrunk nearest-neighbour)."""
-        from PIL import Image
-
         try:
             mask = decode_mask(read_file(value, settings.max_file_size))
         except UnreadableFile as err:
@@ -117,12 +122,11 @@ class Masks(Target):
             raise ImageRefused(f"mask {value}: {err}") from None
         if (mask.shape[1], mask.shape[0]) != tuple(before):
             raise ImageRefused(f"mask {value} is {mask.shape[1]}x{mask.shape[0]}, the image {before[0]}x{before[1]}")
-        img = Image.fromarray(mask, "L")
         if tuple(after) != tuple(before):
-            img = img.resize(after, Image.Resampling.NEAREST)
-        out = io.BytesIO()
-        img.save(out, "PNG")
-        return out.getvalue(), None
+            from PIL import Image
+
+            mask = np.asarray(Image.fromarray(mask, "L").resize(after, Image.Resampling.NEAREST))
+        return gray_png(mask, level=6), None
 
     def manifest_rows(self, values: Sequence[Any]) -> Dict[str, list]:
         return {}

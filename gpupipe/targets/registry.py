@@ -1,8 +1,8 @@
 """Every kind's handler, by kind: the one table backends, sources and the packer ask.
 
-Adding a kind: its name in :class:`~gpupipe.targets.TargetKind`, its
-:class:`~gpupipe.targets.base.Target` subclass in a new file of this
-package, and that handler in :data:`HANDLERS` (a test checks that every
+Adding a kind: its name in [`TargetKind`][gpupipe.TargetKind], its
+``Target`` subclass in a new file of this
+package, and that handler in ``HANDLERS`` (a test checks that every
 kind has one).
 """
 

@@ -1,11 +1,12 @@
 """The DALI backend: ops lowered to a DALI graph on the GPU (``dali``) or CPU (``dali-cpu``).
 
-Modules follow the data flow: :mod:`.backend` (runs of epochs, batches out,
-bad samples replaced), :mod:`.run` (one pipeline driven batch by batch),
-:mod:`.graph` (building a run's pipeline and the probe's), :mod:`.readers`,
-:mod:`.params` (planned parameters packed and fed), :mod:`.lowering` (each op
-as DALI operators), :mod:`.decoder` and :mod:`.calibrate` (decoder settings),
-:mod:`.recovery` (finding the sample behind an error) and :mod:`.lifetime`
+Modules follow the data flow: ``backend`` (runs of epochs, batches out,
+bad samples replaced), ``run`` (one pipeline driven batch by batch),
+``graph`` (building a run's pipeline and the probe's), ``readers``,
+``params`` (planned parameters packed and fed), ``lowering`` (each op
+as DALI operators; ``augment`` the auto-augment policies, ``table`` what they
+register in), ``decoder`` and ``calibrate`` (decoder settings),
+``recovery`` (finding the sample behind an error) and ``lifetime``
 (keeping handed-out GPU buffers alive).
 """
 

@@ -2,12 +2,12 @@
 
 The loader decides each epoch's order; DALI's reader reads exactly that
 list (never shuffling on its own), and every random parameter comes from
-the plan (:mod:`gpupipe.plan`), so the order and the augmentations are the
-same as on every other backend. Pipelines are *runs* (:mod:`.run`): short
+the plan (``gpupipe.plan``), so the order and the augmentations are the
+same as on every other backend. Pipelines are *runs* (``run``): short
 epochs are read by one pipeline, and the next run is built in the
 background while the current one is read, so epoch boundaries cost no
 pipeline build. A sample that fails while loading is found by the probe
-(:mod:`.recovery`) and replaced (:class:`~gpupipe.backends.common.BadSamples`).
+(``recovery``) and replaced (``BadSamples``).
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ class DaliBackend:
     # -- building runs ------------------------------------------------------------
 
     def _refs(self, read: EpochRead, start: int, reads: Optional[Callable[[int], EpochRead]]) -> List[BatchRef]:
-        """The batches of ``read`` from ``start``, then whole following epochs up to :data:`RUN_SAMPLES`;
+        """The batches of ``read`` from ``start``, then whole following epochs up to ``RUN_SAMPLES``;
         a source whose tars must fit a cache (remote) ends the run before it spans more than its
         ``shards_per_run`` tars, even within an epoch."""
         bs = self.config.batch_size
@@ -182,9 +182,18 @@ class DaliBackend:
         return run
 
     def _same_share(self, run: Run, read: EpochRead) -> bool:
-        ref = run.refs[run.consumed]
-        _, positions = batch_slots(read.share, ref.batch, self.config.batch_size)
-        return np.array_equal(ref.positions[: ref.count], positions)
+        """Whether the run's remaining batches of ``read.epoch`` hold ``read``'s slots (compared once per run
+        and share, all those batches in one array comparison; not again for every batch)."""
+        if run.shares_checked.get(read.epoch) is read.share:
+            return True
+        refs = [r for r in run.refs[run.consumed :] if r.epoch == read.epoch]
+        bs = self.config.batch_size
+        planned = np.concatenate([r.positions[: r.count] for r in refs])
+        start = refs[0].batch * bs
+        if not np.array_equal(planned, read.share.positions[start : start + len(planned)]):
+            return False
+        run.shares_checked[read.epoch] = read.share
+        return True
 
     def _replace(self, run: Optional[Run]) -> None:
         if self._run is not None and self._run is not run:
@@ -239,15 +248,17 @@ class DaliBackend:
         device = self.device if self.gpu else None
         raw = to_torch(outputs[0], device)
         images = raw.permute(0, 3, 1, 2) if self.graph_spec.output.channels_last else raw
-        images = images[:n]
+        if n < images.shape[0]:
+            images = images[:n]
         if images.dtype != self.graph_spec.output.torch_dtype:
             images = images.to(self.graph_spec.output.torch_dtype)
         targets: Any
         if self.target.moves_with_pixels:
             assert ref.content_sizes is not None  # planned with the run
             targets = self.target.from_dali([to_torch(o, device) for o in outputs[1:]], n, ref.content_sizes)
-        elif self.gpu and self._holds_run_targets(run):
-            targets = self._run_targets(run)[(run.consumed - 1) * self.config.batch_size :][:n]
+        elif not self.finish_on_gpu and self._holds_run_targets(run):
+            start = (run.consumed - 1) * self.config.batch_size
+            targets = self._run_targets(run)[start : start + n]
         else:
             targets = self.target.batch(self.source, ref.indices[:n])
         if self._keep is not None:
@@ -257,12 +268,15 @@ class DaliBackend:
         return images, targets
 
     def _holds_run_targets(self, run: Run) -> bool:
-        """Whether a run's image-level targets are small enough to copy to the GPU at once."""
-        rows = len(run.refs) * self.config.batch_size
-        return rows * self.target.bytes_per_sample(self.source) <= RUN_TARGETS_BYTES
+        """Whether a run's image-level targets are small enough to make (and copy to the GPU) at once."""
+        if run.holds_targets is None:
+            rows = len(run.refs) * self.config.batch_size
+            run.holds_targets = rows * self.target.bytes_per_sample(self.source) <= RUN_TARGETS_BYTES
+        return run.holds_targets
 
     def _run_targets(self, run: Run) -> torch.Tensor:
-        """Every image-level target of ``run`` on the GPU, copied once (a batch's are then a view, not a copy)."""
+        """Every image-level target of ``run`` on the loader's device, made (and copied) once: a batch's are then
+        a view, not a new tensor and a copy."""
         if run.targets is None:
             indices = np.concatenate([r.indices for r in run.refs])
             run.targets = to_device(self.target.batch(self.source, indices), self.device)

@@ -19,7 +19,7 @@ from typing import Callable, Dict, Hashable, Tuple
 
 logger = logging.getLogger(__name__)
 
-#: Shares measured first; then the best one's neighbours at :data:`REFINE` either side.
+#: Shares measured first; then the best one's neighbours at ``REFINE`` either side.
 COARSE = (0.35, 0.65, 1.0)
 REFINE = 0.15
 #: DALI's own default, used when nothing can be measured.
@@ -53,7 +53,7 @@ _CHOSEN_LOCK = threading.Lock()
 
 
 def remembered_hw_decoder_load(key: Hashable, rate: Callable[[float], float]) -> Tuple[float, Dict[float, float]]:
-    """:func:`choose_hw_decoder_load`, measured once per process for each ``key`` (device, data, pipeline)."""
+    """``choose_hw_decoder_load``, measured once per process for each ``key`` (device, data, pipeline)."""
     with _CHOSEN_LOCK:
         if key not in _CHOSEN:
             _CHOSEN[key] = choose_hw_decoder_load(rate)

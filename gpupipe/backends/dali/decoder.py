@@ -19,7 +19,7 @@ class DecoderSettings:
     Attributes:
         hw_decoder_load: share of JPEGs sent to the GPU's hardware decoder
             (where it has one); the rest go to the CUDA decoder. ``"auto"``: measured
-            on the first batches (:mod:`.calibrate`).
+            on the first batches (``calibrate``).
         width_hint, height_hint: sizes the decoders preallocate for (0: grown at run time).
     """
 

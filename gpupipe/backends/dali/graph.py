@@ -3,8 +3,8 @@
 The reader reads the run's samples; one ``external_source`` gives, per
 iteration, the planned parameters the lowering reads (found once by
 tracing the graph; drawn a few batches ahead on a background thread and
-packed, see :mod:`.params`), then what the target's handler feeds
-(:meth:`~gpupipe.targets.base.Target.dali_feed`: the masks of a folder
+packed, see ``params``), then what the target's handler feeds
+(``dali_feed``: the masks of a folder
 source, the boxes of a detection source). A packed mask is read by the
 reader with its image instead.
 """
@@ -48,7 +48,7 @@ CALIBRATION_BATCHES = 10
 
 def uses_conditionals(spec: PipelineSpec) -> bool:
     """nvidia.dali.auto_aug branches per sample, which needs DALI's conditionals."""
-    return any(isinstance(op, (O.RandAugment, O.TrivialAugment)) for op in spec.ops)
+    return any(isinstance(op, (O.RandAugment, O.TrivialAugment, O.AutoAugment)) for op in spec.ops)
 
 
 class Pipelines:
@@ -105,7 +105,7 @@ class Pipelines:
 
         def feed(info):
             k = min(info.iteration, len(refs) - 1)
-            return params.batch(k) + self._feed(refs[k])
+            return params.feed(k) + self._feed(refs[k])
 
         @pipeline_def(enable_conditionals=uses_conditionals(self.spec))
         def graph():
@@ -183,7 +183,7 @@ class Pipelines:
             run.close()
 
     def prober(self) -> Prober:
-        """Runs suspect samples one at a time through the same graph (see :mod:`.recovery`); the
+        """Runs suspect samples one at a time through the same graph (see ``recovery``); the
         probe reads each suspect's image (and its target, where that is read) itself."""
 
         def read(index: int):

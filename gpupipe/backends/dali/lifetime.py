@@ -28,7 +28,7 @@ _KEPT_IN_CHILD: List[Any] = []
 
 
 def track(pipe) -> Any:
-    """Registers a pipeline for :func:`_keep_after_fork`; returns it."""
+    """Registers a pipeline for ``_keep_after_fork``; returns it."""
     _PIPELINES.add(pipe)
     return pipe
 
@@ -82,7 +82,7 @@ class KeepAlive:
 
 
 def cuda_keep_alive(device) -> KeepAlive:
-    """A :class:`KeepAlive` recording events on ``device``'s current stream."""
+    """A ``KeepAlive`` recording events on ``device``'s current stream."""
     import torch
 
     def record():

@@ -1,7 +1,7 @@
 """The DALI lowering: each op as DALI operators applied with its planned parameters.
 
 The parameters arrive through one ``external_source`` (a node per
-parameter, see :mod:`.params`); every lowering reads the ones of its op,
+parameter, see ``params``); every lowering reads the ones of its op,
 so the image and its target get one window, one coin, one angle:
 
 * ``Decode`` followed by a crop decodes only the window
@@ -11,7 +11,7 @@ so the image and its target get one window, one coin, one angle:
 * A geometric op is a pixel *kernel* (``kernel(node, fill=..., nearest=...)``:
   a slice, resize, flip or rotation) applied to the images, then handed with
   the op's parameters to the target's handler, which moves its own state
-  (:meth:`~gpupipe.targets.base.Target.dali_move`: masks sample the kernel
+  (``dali_move``: masks sample the kernel
   nearest-neighbour, boxes move by the op's affine map).
 * A trailing ``HorizontalFlip``, ``Normalize`` and the output dtype / layout
   become one ``crop_mirror_normalize``.
@@ -19,88 +19,19 @@ so the image and its target get one window, one coin, one angle:
 
 from __future__ import annotations
 
-import contextlib
-import threading
-import warnings
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 from nvidia.dali import fn, types
 from nvidia.dali import math as dmath
 
 from ... import ops as O
-from ...spec import PipelineSpec
-from ...targets import IMAGE_LEVEL, Target
 from ...targets.base import Kernel
-from ..common import Lowering
+from .augment import quiet_auto_aug  # importing it registers the auto-augment lowerings
+from .table import LOWERINGS, Graph, lowering
 
 #: DALI dtype that ``crop_mirror_normalize`` emits for each output dtype;
 #: bfloat16 (which DALI lacks) is emitted as float32 and converted by torch.
 DALI_DTYPE = {"float32": types.FLOAT, "bfloat16": types.FLOAT, "float16": types.FLOAT16, "uint8": types.UINT8}
-
-
-class Graph:
-    """What is being built: the image nodes, the target's state, the spec and the parameters
-    (``params[j, name]``: op ``j``'s planned parameter as a node, see :mod:`.params`).
-
-    The nodes are DALI ``DataNode`` values, ``Any`` to mypy (DALI is not analysed, see pyproject.toml).
-
-    Args:
-        spec: the spec the graph computes.
-        params: the planned parameters as nodes.
-        gpu: the image ops run on the GPU.
-        decoder: the image decoder's keyword arguments.
-        target: the handler of the source's targets, with their state in the graph (``None``:
-            nothing moves with the pixels).
-    """
-
-    def __init__(
-        self,
-        spec: PipelineSpec,
-        params,
-        *,
-        gpu: bool,
-        decoder: Dict,
-        target: Optional[Target] = None,
-        state: Any = None,
-    ) -> None:
-        self.spec = spec
-        self.params = params
-        self.gpu = gpu
-        self.decoder = decoder  # decoder keyword arguments
-        self.images: Any = None
-        self.encoded: Any = None
-        self.target = target
-        self.state: Any = state
-
-    def p(self, j: int, name: str):
-        return self.params[j, name]
-
-    def on_device(self, node):
-        """A per-sample CPU number moved next to the images, for arithmetic with them."""
-        return node.gpu() if self.gpu and not isinstance(node, float) else node
-
-    def hw(self, j: int, name: str = "size"):
-        """``(h, w)`` parameter nodes of op ``j``."""
-        size = self.p(j, name)
-        return size[0], size[1]
-
-    def geometric(self, j: int, op: O.Op, kernel: Kernel, fill: Any = 0, *, image: bool = True) -> None:
-        """Applies op ``j``'s pixel ``kernel`` to the images (``fill`` where no pixel maps; not when
-        ``image`` is ``False``: already done) and moves the target with it."""
-        if image:
-            self.images = kernel(self.images, fill=fill, nearest=False)
-        if self.target is not None and self.state is not None:
-            self.state = self.target.dali_move(self.state, kernel, _OpParams(self, j), op, self.spec)
-
-
-class _OpParams:
-    """Op ``j``'s planned parameters as nodes: ``params[name]``."""
-
-    def __init__(self, g: Graph, j: int) -> None:
-        self.g, self.j = g, j
-
-    def __getitem__(self, name: str):
-        return self.g.p(self.j, name)
 
 
 def _slicing(anchor, shape) -> Kernel:
@@ -144,14 +75,27 @@ def _window(g: Graph, j: int, op: O.Op, fill=0) -> None:
     g.geometric(j, op, _window_kernel(g, j), fill)
 
 
+@lowering(O.CenterCrop, O.RandomCrop, O.RandomIoUCrop)
+def _crop(g: Graph, j: int, op: O.Op) -> None:
+    _window(g, j, op)
+
+
+@lowering(O.PadTo)
+def _pad_to(g: Graph, j: int, op: O.PadTo) -> None:
+    _window(g, j, op, op.fill)
+
+
+@lowering(O.Resize, O.RandomResize)
 def _resize(g: Graph, j: int, op: O.Op) -> None:
     g.geometric(j, op, _resize_kernel(g, j))
 
 
+@lowering(O.RandomResizedCrop)
 def _resized_crop(g: Graph, j: int, op: O.RandomResizedCrop) -> None:
     g.geometric(j, op, _then(_window_kernel(g, j), _resize_kernel(g, j)))
 
 
+@lowering(O.Decode)
 def _decode(g: Graph, j: int, op: O.Decode) -> None:
     g.images = fn.decoders.image(g.encoded, **g.decoder)
 
@@ -176,16 +120,38 @@ def _decode_resized_crop(g: Graph, j: int, op: O.RandomResizedCrop) -> None:
     g.geometric(j, op, _then(_window_kernel(g, j), _resize_kernel(g, j)), image=False)
 
 
+@lowering(O.RandomZoomOut)
 def _zoom_out(g: Graph, j: int, op: O.RandomZoomOut) -> None:
     h, w = g.hw(j)
     g.geometric(j, op, _slicing(fn.stack(-g.p(j, "top"), -g.p(j, "left")), fn.stack(h, w)), op.fill)
 
 
+@lowering(O.HorizontalFlip)
 def _flip(g: Graph, j: int, op: O.HorizontalFlip) -> None:
     flag = g.p(j, "flip")
     g.geometric(j, op, lambda x, fill=0, nearest=False: fn.flip(x, horizontal=flag))
 
 
+@lowering(O.VerticalFlip)
+def _vflip(g: Graph, j: int, op: O.VerticalFlip) -> None:
+    flag = g.p(j, "flip")
+    g.geometric(j, op, lambda x, fill=0, nearest=False: fn.flip(x, horizontal=0, vertical=flag))
+
+
+@lowering(O.RandomAffine)
+def _affine(g: Graph, j: int, op: O.RandomAffine) -> None:
+    """``warp_affine`` by the planned map (the one boxes move by: torchvision's, source to output)."""
+    matrix = g.p(j, "affine")
+
+    def kernel(x, *, fill, nearest: bool = False):
+        fill = fill[0] if isinstance(fill, tuple) and len(set(fill)) == 1 else fill
+        interp = types.INTERP_NN if nearest or op.interpolation == "nearest" else types.INTERP_LINEAR
+        return fn.warp_affine(x, matrix=matrix, fill_value=fill, interp_type=interp, inverse_map=False)
+
+    g.geometric(j, op, kernel, op.fill)
+
+
+@lowering(O.RandomRotation)
 def _rotate(g: Graph, j: int, op: O.RandomRotation) -> None:
     angle = g.p(j, "angle")
 
@@ -201,6 +167,7 @@ def _rotate(g: Graph, j: int, op: O.RandomRotation) -> None:
     g.geometric(j, op, kernel)
 
 
+@lowering(O.ColorJitter)
 def _color_jitter(g: Graph, j: int, op: O.ColorJitter) -> None:
     """Brightness and contrast as torchvision computes them (contrast around each image's mean
     gray level: ``c * x + (1 - c) * mean``), then saturation and hue with ``hsv``; one fixed order."""
@@ -219,14 +186,17 @@ def _color_jitter(g: Graph, j: int, op: O.ColorJitter) -> None:
         g.images = fn.hsv(g.images, saturation=g.p(j, "saturation"), hue=g.p(j, "hue") * 360.0)
 
 
+@lowering(O.RandomGrayscale)
 def _grayscale(g: Graph, j: int, op: O.RandomGrayscale) -> None:
     g.images = fn.hsv(g.images, saturation=1.0 - fn.cast(g.p(j, "gray"), dtype=types.FLOAT))
 
 
+@lowering(O.GaussianBlur)
 def _blur(g: Graph, j: int, op: O.GaussianBlur) -> None:
     g.images = fn.gaussian_blur(g.images, window_size=op.kernel, sigma=g.p(j, "sigma"))
 
 
+@lowering(O.RandomErasing)
 def _erase(g: Graph, j: int, op: O.RandomErasing) -> None:
     on = g.p(j, "erase")
     anchor = fn.cast(fn.stack(g.p(j, "top"), g.p(j, "left")), dtype=types.FLOAT)
@@ -236,112 +206,10 @@ def _erase(g: Graph, j: int, op: O.RandomErasing) -> None:
     )
 
 
-#: torchvision's op names -> DALI's auto_aug names.
-_AUTO_AUG_NAMES = {
-    "Identity": "identity",
-    "ShearX": "shear_x",
-    "ShearY": "shear_y",
-    "TranslateX": "translate_x",
-    "TranslateY": "translate_y",
-    "Rotate": "rotate",
-    "Brightness": "brightness",
-    "Color": "color",
-    "Contrast": "contrast",
-    "Sharpness": "sharpness",
-    "Posterize": "posterize",
-    "Solarize": "solarize",
-    "AutoContrast": "auto_contrast",
-    "Equalize": "equalize",
-}
-
-
-def _auto_augment(g: Graph, j: int, op) -> None:
-    """The planned ops of RandAugment / TrivialAugment Wide with DALI's auto_aug suites (timm's magnitudes)."""
-    from nvidia.dali.auto_aug import rand_augment, trivial_augment
-    from nvidia.dali.auto_aug.core import select, signed_bin
-
-    if isinstance(op, O.RandAugment):
-        suite, levels, bins = rand_augment.get_rand_augment_suite(use_shape=True), op.num_ops, op.magnitude
-    else:
-        suite, levels, bins = trivial_augment.get_trivial_augment_wide_suite(use_shape=True), 1, g.p(j, "bins")
-    by_name = {aug.name: aug for aug in suite}
-    ordered = [by_name[_AUTO_AUG_NAMES[name]] for name in O.AUGMENT_OPS]
-    size = g.spec.size_before(j)
-    assert size is not None  # the op needs images of one size: build_spec refuses it where sizes vary
-    shape = list(size)  # (h, w)
-    ops, signs = g.p(j, "ops"), g.p(j, "signs")
-    for level in range(levels):
-        magnitude = signed_bin(bins, random_sign=signs[level])
-        g.images = select(
-            ordered,
-            ops[level],
-            data=g.images,
-            magnitude_bin=magnitude,
-            num_magnitude_bins=op.num_magnitude_bins,
-            shape=shape,
-            fill_value=0,
-        )
-
-
-_IMAGE_ONLY = "DALI's auto_aug applies its geometric ops to one input, not to the targets"
-
-#: op type -> lowering ``apply(graph, op_index, op)``.
-LOWERINGS: Dict[type, Lowering] = {
-    O.Decode: Lowering(_decode),
-    O.RandomResizedCrop: Lowering(_resized_crop),
-    O.Resize: Lowering(_resize),
-    O.RandomResize: Lowering(_resize),
-    O.CenterCrop: Lowering(_window),
-    O.RandomCrop: Lowering(_window),
-    O.PadTo: Lowering(lambda g, j, op: _window(g, j, op, op.fill)),
-    O.RandomZoomOut: Lowering(_zoom_out),
-    O.RandomIoUCrop: Lowering(_window),
-    O.HorizontalFlip: Lowering(_flip),
-    O.RandomRotation: Lowering(_rotate),
-    O.ColorJitter: Lowering(_color_jitter),
-    O.RandomGrayscale: Lowering(_grayscale),
-    O.GaussianBlur: Lowering(_blur),
-    O.RandAugment: Lowering(_auto_augment, IMAGE_LEVEL, _IMAGE_ONLY),
-    O.TrivialAugment: Lowering(_auto_augment, IMAGE_LEVEL, _IMAGE_ONLY),
-    O.RandomErasing: Lowering(_erase),
-}
 #: Pairs of neighbours that become one DALI operator: ``Decode`` and the random crop after it (ROI decoding).
 FUSIONS: Dict[Tuple[type, type], Callable[[Graph, int, Any], None]] = {
     (O.Decode, O.RandomResizedCrop): _decode_resized_crop
 }
-
-
-@contextlib.contextmanager
-def quiet_auto_aug():
-    """Silences exactly the deprecation notices DALI's own auto_aug module prints about the
-    experimental aliases it calls (``fn.experimental.filter`` / ``equalize``).
-
-    DALI forces them through its own ``catch_warnings()`` + ``simplefilter("default")``, so a filter
-    cannot stop them; ``warnings.showwarning`` is wrapped instead. Pipelines are traced in the loader's
-    thread while runs build in the background, so the wrapper is counted: installed by the first
-    thread in, restored by the last one out (a swap restored by one thread would unmute the other).
-    """
-    with _QUIET["lock"]:
-        if _QUIET["depth"] == 0:
-            _QUIET["shown"] = shown = warnings.showwarning
-
-            def show(message, category, *args, **kwargs):
-                if category is DeprecationWarning and "nvidia.dali.fn.experimental" in str(message):
-                    return
-                shown(message, category, *args, **kwargs)
-
-            _QUIET["show"] = warnings.showwarning = show
-        _QUIET["depth"] += 1
-    try:
-        yield
-    finally:
-        with _QUIET["lock"]:
-            _QUIET["depth"] -= 1
-            if _QUIET["depth"] == 0 and warnings.showwarning is _QUIET["show"]:
-                warnings.showwarning = _QUIET["shown"]
-
-
-_QUIET: Dict = {"lock": threading.Lock(), "depth": 0, "shown": None, "show": None}
 
 
 def lower(g: Graph) -> List:
@@ -349,7 +217,7 @@ def lower(g: Graph) -> List:
 
     Returns:
         ``[images]`` (``(B, C, H, W)``, or ``(B, H, W, C)`` for channels_last),
-        then the outputs that carry the target (:meth:`~gpupipe.targets.base.Target.dali_outputs`).
+        then the outputs that carry the target (``dali_outputs``).
     """
     spec = g.spec
     moving = g.target is not None and g.state is not None

@@ -1,13 +1,16 @@
 """A run's planned parameters, packed into two arrays and fed to DALI once per batch.
 
-Every op's parameters are drawn on the host (:mod:`gpupipe.plan`), but not
+Every op's parameters are drawn on the host (``gpupipe.plan``), but not
 per batch in the feeding callback: they are drawn for a few batches at a time
-(vectorised; :data:`PLAN_BATCHES`, :data:`PLAN_CHUNK`) on a background
-thread, a chunk ahead of the pipeline, and packed per sample into one float32 row and one int32 row. The
-pipeline takes one slice of each per iteration through a single
-``external_source``, and the graph cuts each parameter out of its row
-(``row[offset:offset + size]``, reshaped), so the host work per batch is one
-small copy, not one feed per parameter and a planner call.
+(vectorised; ``PLAN_BATCHES``, ``PLAN_CHUNK``) on a background
+thread, a chunk ahead of the pipeline, and packed per sample into one int32 row (floats
+travel as their float32 bits). The pipeline takes one slice per iteration through
+a single ``external_source`` output, and the graph cuts each parameter out of the
+row (``row[offset:offset + size]``, reshaped; floats read through one
+``reinterpret`` of the row), so the host work per batch is one small copy, not one
+feed per parameter and a planner call. Each output of an ``external_source`` costs
+the feeding thread about 0.1 ms per batch in DALI's Python and C++ layers (measured
+on a CPU), so the parameters travel in one.
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ from math import prod
 from typing import Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
-from nvidia.dali import fn
+from nvidia.dali import fn, types
+from nvidia.dali.tensors import TensorListCPU
 
 Key = Tuple[int, str]  # (op index, parameter name)
 
-#: Samples planned at once: whole batches, at most :data:`PLAN_BATCHES` of them, at least one.
+#: Samples planned at once: whole batches, at most ``PLAN_BATCHES`` of them, at least one.
 PLAN_CHUNK = 4_096
 #: Batches planned at once (planned ahead of a batch is work lost if the run ends there, and some
 #: planners, such as a detection IoU crop's, work one sample at a time in Python).
@@ -44,11 +48,11 @@ class Slot:
 
 
 class ParamLayout:
-    """The packed rows' layout for a set of parameters.
+    """The packed row's layout for a set of parameters.
 
     Args:
         steps: an example plan's steps (per op, name -> ``(B, ...)`` array); gives each parameter's
-            per-sample shape and kind (floats travel as float32, integers and booleans as int32).
+            per-sample shape and kind (floats travel as float32 bits, integers and booleans as int32).
         keys: the parameters to pack, as ``(op index, name)``.
     """
 
@@ -56,28 +60,32 @@ class ParamLayout:
         self.keys = list(keys)
         self.slots: Dict[Key, Slot] = {}
         width = {False: 0, True: 0}
+        offset = 0
         for j, name in self.keys:
             values = np.asarray(steps[j][name])
             integer = values.dtype.kind != "f"
             shape = tuple(int(d) for d in values.shape[1:])
-            self.slots[(j, name)] = Slot(integer, width[integer], shape)
+            self.slots[(j, name)] = Slot(integer, offset, shape)
+            offset += int(prod(shape))
             width[integer] += int(prod(shape))
+        self.width = offset
         self.float_width, self.int_width = width[False], width[True]
 
     @property
     def outputs(self) -> int:
-        """How many arrays a batch's parameters travel in (0, 1 or 2)."""
-        return int(self.float_width > 0) + int(self.int_width > 0)
+        """How many arrays a batch's parameters travel in (0 or 1)."""
+        return int(self.width > 0)
 
     def pack(self, steps: Sequence[Dict[str, np.ndarray]], count: int) -> List[np.ndarray]:
-        """``count`` samples' parameters as ``[(count, F) float32, (count, I) int32]`` (empty kinds left out)."""
-        rows = {
-            False: np.empty((count, self.float_width), np.float32),
-            True: np.empty((count, self.int_width), np.int32),
-        }
+        """``count`` samples' parameters as ``[(count, W) int32]`` (float slots hold float32 bits; empty: ``[]``)."""
+        if not self.width:
+            return []
+        row = np.empty((count, self.width), np.int32)
+        floats = row.view(np.float32)
         for (j, name), slot in self.slots.items():
-            rows[slot.integer][:, slot.offset : slot.offset + slot.size] = np.asarray(steps[j][name]).reshape(count, -1)
-        return [rows[kind] for kind, width in ((False, self.float_width), (True, self.int_width)) if width]
+            into = row if slot.integer else floats
+            into[:, slot.offset : slot.offset + slot.size] = np.asarray(steps[j][name]).reshape(count, -1)
+        return [row]
 
     def nodes(self, packed: Sequence) -> "ParamNodes":
         """The graph's parameter nodes cut from the packed input nodes."""
@@ -89,16 +97,18 @@ class ParamNodes:
 
     def __init__(self, layout: ParamLayout, packed: Sequence) -> None:
         self.layout = layout
-        it = iter(packed)
-        self._rows = {False: next(it) if layout.float_width else None, True: next(it) if layout.int_width else None}
+        self._row = packed[0] if layout.width else None
+        self._floats = None  # the row read as float32, made once where a float is used
         self._made: Dict[Key, object] = {}
         self.used: List[Key] = []
 
     def __getitem__(self, key: Key):
         if key not in self._made:
             slot = self.layout.slots[key]
-            row = self._rows[slot.integer]
-            assert row is not None  # the layout has a row of each kind it has slots of
+            assert self._row is not None  # the layout has a row where it has slots
+            if not slot.integer and self._floats is None:
+                self._floats = fn.reinterpret(self._row, dtype=types.FLOAT)
+            row = self._row if slot.integer else self._floats
             if slot.shape == ():
                 node = row[slot.offset]
             else:
@@ -115,7 +125,8 @@ class RunParams:
 
     The first chunk is planned when the run is made (the run's first batches wait for nothing);
     asking for a batch of chunk ``c`` starts planning chunk ``c + 1`` on ``executor``, and waits for
-    chunk ``c`` if it is still being planned there.
+    chunk ``c`` if it is still being planned there. Each batch's rows are also wrapped as DALI
+    ``TensorListCPU`` objects there (``feed``), so the pipeline's feeding thread only hands them over.
 
     Args:
         refs: the run's batches (each ``batch_size`` samples, padded).
@@ -134,17 +145,26 @@ class RunParams:
         self._chunks[0] = done
 
     def batch(self, k: int) -> List[np.ndarray]:
-        """Batch ``k``'s packed rows: ``[(batch_size, F) float32, (batch_size, I) int32]``."""
+        """Batch ``k``'s packed rows: ``[(batch_size, W) int32]``."""
+        rows, _ = self._chunk_of(k)
+        start = (k % self.per_chunk) * self.batch_size
+        return [r[start : start + self.batch_size] for r in rows]
+
+    def feed(self, k: int) -> List:
+        """Batch ``k``'s packed rows as DALI ``TensorListCPU`` objects (what ``external_source`` is given)."""
+        _, lists = self._chunk_of(k)
+        return lists[k % self.per_chunk]
+
+    def _chunk_of(self, k: int) -> Tuple[List[np.ndarray], List[List]]:
         chunk = k // self.per_chunk
         self._ahead(chunk + 1)
         with self._lock:
             future = self._chunks.get(chunk)
-        rows = future.result() if future is not None else self._plan_chunk(chunk)
+        planned = future.result() if future is not None else self._plan_chunk(chunk)
         with self._lock:  # chunks before this one are not asked for again
             for old in [c for c in self._chunks if c < chunk]:
                 del self._chunks[old]
-        start = (k - chunk * self.per_chunk) * self.batch_size
-        return [r[start : start + self.batch_size] for r in rows]
+        return planned
 
     def _ahead(self, chunk: int) -> None:
         if chunk * self.per_chunk >= len(self.refs):
@@ -153,8 +173,13 @@ class RunParams:
             if chunk not in self._chunks:
                 self._chunks[chunk] = self.executor.submit(self._plan_chunk, chunk)
 
-    def _plan_chunk(self, chunk: int) -> List[np.ndarray]:
-        return self.plan(self.refs[chunk * self.per_chunk : (chunk + 1) * self.per_chunk])
+    def _plan_chunk(self, chunk: int) -> Tuple[List[np.ndarray], List[List]]:
+        """The chunk's rows, and per batch its rows wrapped for DALI (sharing their memory, never written again)."""
+        refs = self.refs[chunk * self.per_chunk : (chunk + 1) * self.per_chunk]
+        rows = self.plan(refs)
+        bs = self.batch_size
+        lists = [[TensorListCPU(r[m * bs : (m + 1) * bs]) for r in rows] for m in range(len(refs))]
+        return rows, lists
 
 
 __all__ = ["ParamLayout", "ParamNodes", "RunParams", "Slot", "PLAN_CHUNK", "PLAN_BATCHES"]

@@ -44,7 +44,7 @@ class ReaderNodes:
 class ReaderFiles:
     """Files a reader needs for one run: index files (parsed when the pipeline is built, then
     removed) and links to files whose names DALI cannot take (removed with the run). A
-    process that dies leaves the folder behind; :func:`remove_stale_folders` clears it later."""
+    process that dies leaves the folder behind; ``remove_stale_folders`` clears it later."""
 
     def __init__(self) -> None:
         self.folder = tempfile.mkdtemp(prefix=f"gpupipe-{os.getpid()}-")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -88,6 +88,8 @@ class Run:
         self.consumed = 0
         self.scheduled = 0
         self.targets: Optional[torch.Tensor] = None  # every ref's image-level targets on the device, made on first use
+        self.holds_targets: Optional[bool] = None  # whether those are small enough to make at once (asked once)
+        self.shares_checked: Dict[int, object] = {}  # epoch -> the rank share its refs were checked against
 
     @property
     def next_key(self) -> Optional[Tuple[int, int]]:

@@ -1,7 +1,7 @@
 """The torchvision backend: ``torchvision.io`` decoding and ``transforms.v2`` kernels in DataLoader workers.
 
-:mod:`.backend` plans batches and finishes them, :mod:`.dataset` decodes and
-transforms one sample in a worker and stacks a batch, :mod:`.lowering`
+``backend`` plans batches and finishes them, ``dataset`` decodes and
+transforms one sample in a worker and stacks a batch, ``lowering``
 applies each op.
 """
 

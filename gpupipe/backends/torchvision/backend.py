@@ -6,9 +6,9 @@ decode and transform uint8 ``(3, H, W)`` tensors (and masks and boxes).
 For a CPU target the workers also normalise, so the main process only
 receives finished batches; for a CUDA target the uint8 batch is pinned,
 copied with ``non_blocking=True`` on a side stream and normalised on the
-GPU while the previous step computes (:class:`~gpupipe.batch.CudaPrefetcher`).
+GPU while the previous step computes (``CudaPrefetcher``).
 A sample that fails in a worker is replaced in the main process by the
-rule of :class:`~gpupipe.backends.common.BadSamples`.
+rule of ``BadSamples``.
 """
 
 from __future__ import annotations

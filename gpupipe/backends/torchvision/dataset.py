@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from typing import List
+from typing import Callable, List, Tuple
 
 import numpy as np
 import torch
@@ -21,26 +21,44 @@ from ...spec import PipelineSpec
 from ...targets import Target
 from .lowering import Item, apply_ops
 
-# torchvision 0.29 deprecates torchvision.io decoding in favour of TorchCodec;
-# it is still the fastest CPU JPEG path here, so the notice is silenced.
-warnings.filterwarnings(
-    "ignore", message="The image decoding and encoding capabilities of TorchVision", category=DeprecationWarning
-)
+#: The start of torchvision 0.29's deprecation notice for its image decoders (silenced around our call only).
+_TORCHVISION_DEPRECATION = "The image decoding and encoding capabilities of TorchVision"
+
+
+def _torchvision_jpeg(data: torch.Tensor) -> torch.Tensor:
+    with warnings.catch_warnings():  # local: the process's own warning filters are left as they are
+        warnings.filterwarnings("ignore", message=_TORCHVISION_DEPRECATION, category=DeprecationWarning)
+        return torchvision.io.decode_jpeg(data, mode=ImageReadMode.RGB, apply_exif_orientation=True)
+
+
+def jpeg_decoder() -> Tuple[Callable[[torch.Tensor], torch.Tensor], str]:
+    """``(decode, name)``: TorchCodec's JPEG decoder where it is installed (the ``torchvision``
+    extra), else ``torchvision.io``'s. Both are libjpeg-turbo, apply the EXIF orientation and give
+    the same pixels; see the backends page for their measured speed."""
+    try:
+        from torchcodec.decoders import decode_jpeg
+    except (ImportError, OSError, RuntimeError):  # absent, or its native library does not load here
+        return _torchvision_jpeg, "torchvision.io"
+    return (lambda data: decode_jpeg(data, mode="RGB")), "torchcodec"
+
+
+_JPEG, JPEG_DECODER = jpeg_decoder()
 
 
 def decode(data: torch.Tensor, path: str) -> torch.Tensor:
     """Decodes encoded bytes to ``(3, H, W)`` uint8 RGB, EXIF orientation applied.
 
-    JPEGs go to ``torchvision.io`` (libjpeg-turbo); every other format to
-    PIL, because torchvision 0.29's PNG decoder crashes the process
-    (SIGSEGV) on some corrupt files instead of raising.
+    JPEGs go to TorchCodec (``torchvision.io`` without it; see
+    ``jpeg_decoder``); every other format to PIL, because torchvision
+    0.29's PNG decoder crashes the process (SIGSEGV) on some corrupt files
+    instead of raising.
 
     Raises:
         DecodeError: naming ``path`` when the file cannot be decoded.
     """
     if data[:3].tolist() == [0xFF, 0xD8, 0xFF]:
         try:
-            return torchvision.io.decode_jpeg(data, mode=ImageReadMode.RGB, apply_exif_orientation=True)
+            return _JPEG(data)
         except RuntimeError as err:
             raise DecodeError(path, first_line(err)) from err
     try:
@@ -150,7 +168,7 @@ def collate(results: List[tuple], spec: PipelineSpec, target: Target, finish: bo
 
     Returns:
         ``(images, target_part, failures)``: ``(B, 3, H, W)`` images (normalised
-        when ``finish``, else uint8), the target's part made here (:meth:`~gpupipe.targets.base.Target.stack`;
+        when ``finish``, else uint8), the target's part made here (``stack``;
         ``None`` for image-level targets), and the failures ``(slot, reason)``.
     """
     failures = [(k, reason) for k, (_, _, reason) in enumerate(results) if reason is not None]
@@ -175,4 +193,4 @@ def finish_one(image: torch.Tensor, spec: PipelineSpec, finish: bool) -> torch.T
     return normalize_uint8(image[None], spec)[0] if finish else image
 
 
-__all__ = ["DecodedSamples", "collate", "decode", "finish_one"]
+__all__ = ["JPEG_DECODER", "DecodedSamples", "collate", "decode", "finish_one", "jpeg_decoder"]

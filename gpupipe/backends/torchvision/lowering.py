@@ -1,19 +1,20 @@
 """The torchvision lowering: each op applied with its planned parameters by ``transforms.v2`` kernels.
 
-A sample travels as an :class:`Item`: the image (``(3, H, W)`` uint8) and
+A sample travels as an ``Item``: the image (``(3, H, W)`` uint8) and
 its target's state (``None`` for image-level targets). A geometric op is a
 pixel *kernel* (``kernel(x, fill=..., nearest=...)`` on a plain ``(C, H, W)``
 tensor: a window, resize, flip or rotation) applied to the image, then
 handed with the op's parameters to the target's handler
-(:meth:`~gpupipe.targets.base.Target.move`): a mask samples the same kernel
+(``move``): a mask samples the same kernel
 nearest-neighbour, boxes move by the op's affine map. So the target gets the
 image's exact window, coin and angle.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Protocol
 
 import numpy as np
 import torch
@@ -22,10 +23,11 @@ from torchvision.transforms.v2 import InterpolationMode
 from torchvision.transforms.v2 import functional as F
 
 from ... import ops as O
+from ...ops.pixel import AUTO_AUGMENT_OPS
+from ...ops.registry import LoweringTable, lowering_table
 from ...spec import PipelineSpec
 from ...targets import IMAGE_LEVEL, Target
 from ...targets.base import Kernel
-from ..common import Lowering
 
 Params = Dict[str, np.ndarray]
 
@@ -47,6 +49,17 @@ class Item:
         self.image = kernel(self.image, fill=fill, nearest=False)
         if self.target is not None and self.state is not None:
             self.state = self.target.move(self.state, kernel, params, op, spec)
+
+
+class TorchvisionLowering(Protocol):
+    """A torchvision lowering: applies op ``op`` with its planned parameters to one sample, in place."""
+
+    def __call__(self, item: Item, p: Params, op: Any, spec: PipelineSpec, /) -> None: ...
+
+
+#: op type -> its lowering, registered with ``@lowering(OpType)`` next to each function below.
+LOWERINGS: LoweringTable[TorchvisionLowering] = lowering_table("torchvision")
+lowering = LOWERINGS.register
 
 
 def _paste(x: torch.Tensor, top: int, left: int, h: int, w: int, fill) -> torch.Tensor:
@@ -79,11 +92,18 @@ def _window(item: Item, p: Params, op: O.Op, spec: PipelineSpec, fill=(0, 0, 0))
     item.geometry(p, op, spec, lambda x, fill, nearest=False: _paste(x, top, left, h, w, fill), fill)
 
 
+@lowering(O.CenterCrop, O.RandomCrop, O.RandomIoUCrop)
+def _crop(item: Item, p: Params, op: O.Op, spec: PipelineSpec) -> None:
+    _window(item, p, op, spec)
+
+
+@lowering(O.RandomZoomOut)
 def _zoom_out(item: Item, p: Params, op: O.RandomZoomOut, spec: PipelineSpec) -> None:
     window = {**p, "top": -p["top"], "left": -p["left"], "height": p["size"][0], "width": p["size"][1]}
     _window(item, window, op, spec, _fill(op))
 
 
+@lowering(O.RandomResizedCrop)
 def _resized_crop(item: Item, p: Params, op: O.RandomResizedCrop, spec: PipelineSpec) -> None:
     top, left, h, w = int(p["top"]), int(p["left"]), int(p["height"]), int(p["width"])
     size = [int(v) for v in op.size]
@@ -97,6 +117,7 @@ def _resized_crop(item: Item, p: Params, op: O.RandomResizedCrop, spec: Pipeline
     )
 
 
+@lowering(O.Resize, O.RandomResize)
 def _resize(item: Item, p: Params, op: O.Op, spec: PipelineSpec) -> None:
     size = [int(v) for v in p["size"]]
     item.geometry(
@@ -109,11 +130,34 @@ def _resize(item: Item, p: Params, op: O.Op, spec: PipelineSpec) -> None:
     )
 
 
+@lowering(O.HorizontalFlip)
 def _flip(item: Item, p: Params, op: O.HorizontalFlip, spec: PipelineSpec) -> None:
     if int(p["flip"]):
         item.geometry(p, op, spec, lambda x, fill=0, nearest=False: F.horizontal_flip(x))
 
 
+@lowering(O.VerticalFlip)
+def _vflip(item: Item, p: Params, op: O.VerticalFlip, spec: PipelineSpec) -> None:
+    if int(p["flip"]):
+        item.geometry(p, op, spec, lambda x, fill=0, nearest=False: F.vertical_flip(x))
+
+
+@lowering(O.RandomAffine)
+def _affine(item: Item, p: Params, op: O.RandomAffine, spec: PipelineSpec) -> None:
+    """``v2.functional.affine`` with the planned angle, shift, scale and shears (masks: nearest)."""
+    angle, scale = float(p["angle"]), float(p["scale"])
+    shift, shear = [float(p["tx"]), float(p["ty"])], [float(p["shear_x"]), float(p["shear_y"])]
+    center = None if op.center is None else list(op.center)
+
+    def kernel(x, fill, nearest=False):
+        mode = InterpolationMode.NEAREST if nearest or op.interpolation == "nearest" else InterpolationMode.BILINEAR
+        fill = fill if isinstance(fill, (int, float)) else list(fill)
+        return F.affine(x, angle, shift, scale, shear, interpolation=mode, fill=fill, center=center)
+
+    item.geometry(p, op, spec, kernel, _fill(op))
+
+
+@lowering(O.RandomRotation)
 def _rotate(item: Item, p: Params, op: O.RandomRotation, spec: PipelineSpec) -> None:
     angle = float(p["angle"])
     item.geometry(
@@ -129,7 +173,8 @@ def _rotate(item: Item, p: Params, op: O.RandomRotation, spec: PipelineSpec) -> 
     )
 
 
-def _color_jitter(item: Item, p: Params, op: O.ColorJitter) -> None:
+@lowering(O.ColorJitter)
+def _color_jitter(item: Item, p: Params, op: O.ColorJitter, spec: PipelineSpec) -> None:
     """Applied in a fixed order (brightness, contrast, saturation, hue), as on DALI."""
     img = item.image
     if op.brightness:
@@ -143,17 +188,20 @@ def _color_jitter(item: Item, p: Params, op: O.ColorJitter) -> None:
     item.image = img
 
 
-def _grayscale(item: Item, p: Params) -> None:
+@lowering(O.RandomGrayscale)
+def _grayscale(item: Item, p: Params, op: O.RandomGrayscale, spec: PipelineSpec) -> None:
     if int(p["gray"]):
         item.image = F.rgb_to_grayscale(item.image, num_output_channels=3)
 
 
-def _blur(item: Item, p: Params, op: O.GaussianBlur) -> None:
+@lowering(O.GaussianBlur)
+def _blur(item: Item, p: Params, op: O.GaussianBlur, spec: PipelineSpec) -> None:
     sigma = float(p["sigma"])
     item.image = F.gaussian_blur(item.image, [op.kernel, op.kernel], [sigma, sigma])
 
 
-def _erase(item: Item, p: Params, spec: PipelineSpec) -> None:
+@lowering(O.RandomErasing)
+def _erase(item: Item, p: Params, op: O.RandomErasing, spec: PipelineSpec) -> None:
     if int(p["erase"]):
         top, left, h, w = int(p["top"]), int(p["left"]), int(p["height"]), int(p["width"])
         fill = torch.tensor([round(255 * m) for m in spec.mean], dtype=item.image.dtype).view(3, 1, 1)
@@ -161,53 +209,51 @@ def _erase(item: Item, p: Params, spec: PipelineSpec) -> None:
         item.image[:, top : top + h, left : left + w] = fill
 
 
+_IMAGE_ONLY = "it shears, translates and rotates the image without its targets"
 _POLICIES = {O.RandAugment: v2.RandAugment(), O.TrivialAugment: v2.TrivialAugmentWide()}
 
 
-def _auto_augment(item: Item, p: Params, op) -> None:
-    """The planned ops of RandAugment / TrivialAugment Wide, with torchvision's magnitudes."""
-    policy = _POLICIES[type(op)]
+@functools.lru_cache(maxsize=16)
+def _policy(op: Any) -> Any:
+    """The torchvision transform whose ops and magnitudes ``op`` applies (AutoAugment: with its fill)."""
+    if isinstance(op, O.AutoAugment):
+        return v2.AutoAugment(fill=[int(round(v)) for v in op.fill])
+    return _POLICIES[type(op)]
+
+
+@lowering(O.RandAugment, O.TrivialAugment, O.AutoAugment, targets=IMAGE_LEVEL, why=_IMAGE_ONLY)
+def _auto_augment(item: Item, p: Params, op: Any, spec: PipelineSpec) -> None:
+    """The planned ops of RandAugment / TrivialAugment Wide / AutoAugment, with torchvision's magnitudes."""
+    policy = _policy(op)
+    names = AUTO_AUGMENT_OPS if isinstance(op, O.AutoAugment) else O.AUGMENT_OPS
+    mode = InterpolationMode(getattr(op, "interpolation", "nearest"))
     height, width = item.size
     img = item.image
-    for index, sign in zip(p["ops"], p["signs"]):
-        name = O.AUGMENT_OPS[int(index)]
+    levels = np.broadcast_to(p["bins"], p["ops"].shape) if "bins" in p else np.full(p["ops"].shape, op.magnitude)
+    for index, sign, level in zip(p["ops"], p["signs"], levels):
+        name = names[int(index)]
+        if name == "Identity":
+            continue
         magnitudes_fn, signed = policy._AUGMENTATION_SPACE[name]
         magnitudes = magnitudes_fn(op.num_magnitude_bins, height, width)
         if magnitudes is not None and magnitudes.ndim > 0:
-            level = int(p["bins"]) if "bins" in p else op.magnitude
-            magnitude = float(magnitudes[level])
+            magnitude = float(magnitudes[int(level)])
             if signed and int(sign):
                 magnitude = -magnitude
         else:
             magnitude = 0.0
-        img = policy._apply_image_or_video_transform(
-            img, name, magnitude, interpolation=InterpolationMode.NEAREST, fill=policy._fill
-        )
+        img = policy._apply_image_or_video_transform(img, name, magnitude, interpolation=mode, fill=policy._fill)
     item.image = img
 
 
-_IMAGE_ONLY = "it shears, translates and rotates the image without its targets"
+@lowering(O.Decode)
+def _decode(item: Item, p: Params, op: O.Decode, spec: PipelineSpec) -> None:
+    """Nothing: the backend decodes before the ops run."""
 
-#: op type -> Lowering(apply(item, params, op, spec)).
-LOWERINGS = {
-    O.Decode: Lowering(lambda item, p, op, spec: None),
-    O.RandomResizedCrop: Lowering(_resized_crop),
-    O.Resize: Lowering(_resize),
-    O.RandomResize: Lowering(_resize),
-    O.CenterCrop: Lowering(_window),
-    O.RandomCrop: Lowering(_window),
-    O.PadTo: Lowering(lambda item, p, op, spec: _window(item, p, op, spec, _fill(op))),
-    O.RandomZoomOut: Lowering(_zoom_out),
-    O.RandomIoUCrop: Lowering(_window),
-    O.HorizontalFlip: Lowering(_flip),
-    O.RandomRotation: Lowering(_rotate),
-    O.ColorJitter: Lowering(lambda item, p, op, spec: _color_jitter(item, p, op)),
-    O.RandomGrayscale: Lowering(lambda item, p, op, spec: _grayscale(item, p)),
-    O.GaussianBlur: Lowering(lambda item, p, op, spec: _blur(item, p, op)),
-    O.RandAugment: Lowering(lambda item, p, op, spec: _auto_augment(item, p, op), IMAGE_LEVEL, _IMAGE_ONLY),
-    O.TrivialAugment: Lowering(lambda item, p, op, spec: _auto_augment(item, p, op), IMAGE_LEVEL, _IMAGE_ONLY),
-    O.RandomErasing: Lowering(lambda item, p, op, spec: _erase(item, p, spec)),
-}
+
+@lowering(O.PadTo)
+def _pad_to(item: Item, p: Params, op: O.PadTo, spec: PipelineSpec) -> None:
+    _window(item, p, op, spec, _fill(op))
 
 
 def apply_ops(item: Item, spec: PipelineSpec, steps) -> Item:

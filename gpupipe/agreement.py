@@ -1,0 +1,138 @@
+"""What the ranks that share a loader must agree on, and the one exchange that compares it.
+
+A loader whose share is the initialised process group's own (``rank`` and
+``world_size`` of the group, given or taken from it) is built by every rank
+of the group: when it is built, the ranks exchange their listing (how many
+samples, and ``listing_digest`` of their names) and the settings that
+decide which samples each reads (``AGREED``), and a difference is
+refused on every rank alike (``RanksDisagree``, naming what differs and
+the ranks), rather than giving the ranks different batches or another
+sample's size. The scan's own exchange (``gpupipe.scan``) happens among
+the same ranks, and compares the listing it scanned again.
+
+A loader with any other share joins no collective: ``world_size=1`` (one
+process reads everything, e.g. evaluation on rank 0 alone) scans alone; a
+share that disagrees with the group is refused when the loader is first
+used (``gpupipe.env.settle_world``). A sub-group cannot be made here:
+creating one is itself a collective of the whole group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import hashlib
+import os
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from . import env
+from .errors import Error
+
+#: The loader settings every rank must give alike (each changes which samples a rank reads, or
+#: how many batches: a rank with one batch more or less hangs the job at its next collective).
+AGREED = ("batch_size", "shuffle", "drop_last", "even_batches", "seed", "on_error", "max_pixels", "max_file_size")
+
+_GROUP: contextvars.ContextVar[Optional[Tuple[int, int]]] = contextvars.ContextVar("gpupipe_group", default=None)
+
+
+class RanksDisagree(Error, ValueError):
+    """The ranks sharing a loader listed different files or were given different settings."""
+
+
+def listing_digest(names: Sequence[str]) -> str:
+    """A digest of the ordered names, relative to their common folder (a dataset mounted elsewhere
+    on another host, or restored elsewhere, gives the same digest): 16 hex digits."""
+    digest = hashlib.sha1()
+    if len(names):
+        names = [str(n) for n in names] if not isinstance(names[0], str) else names
+        root = os.path.dirname(os.path.commonprefix([min(names), max(names)]))
+        joined = "\0" + "\0".join(names)
+        if root:  # every name starts with root: cut it after each separator, in one pass
+            joined = joined.replace("\0" + root, "\0")
+        digest.update(joined.encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()[:16]
+
+
+def exchange_group(world: env.World) -> Optional[Tuple[int, int]]:
+    """``(rank, world_size)`` of the ranks that share a loader of share ``world``: the initialised
+    process group when ``world`` is its own share, else ``None`` (this process is alone)."""
+    group = env.process_group()
+    if group is None or group[1] <= 1 or (world.rank, world.world_size) != group:
+        return None
+    return group
+
+
+@contextlib.contextmanager
+def shared_by(group: Optional[Tuple[int, int]]) -> Iterator[None]:
+    """Within this block, a scan (``gpupipe.scan.scan``) splits its work among ``group`` (``None``: alone)."""
+    token = _GROUP.set(group)
+    try:
+        yield
+    finally:
+        _GROUP.reset(token)
+
+
+def current_group() -> Optional[Tuple[int, int]]:
+    """The ranks a scan started now shares its work with (see ``shared_by``); ``None``: alone."""
+    return _GROUP.get()
+
+
+def gather(payload: Any) -> List[Any]:
+    """``payload`` of every rank of the default process group, in rank order."""
+    import torch.distributed as dist
+
+    gathered: List[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, payload)
+    return gathered
+
+
+def check_agree(gathered: Sequence[Dict[str, Any]], what: str) -> None:
+    """Refuses the first field on which the ranks' dicts (in rank order) differ.
+
+    Raises:
+        RanksDisagree: naming ``what``, the field, and each value with its ranks.
+    """
+    for name in gathered[0]:
+        ranks: Dict[str, List[int]] = {}
+        for rank, payload in enumerate(gathered):
+            ranks.setdefault(repr(payload.get(name)), []).append(rank)
+        if len(ranks) > 1:
+            values = "; ".join(f"{value} on {_ranks(r)}" for value, r in ranks.items())
+            raise RanksDisagree(
+                f"the ranks sharing this loader disagree on {what}: {name} is {values}; every rank must "
+                "build its loader over the same files with the same settings (otherwise the ranks read "
+                "different samples or batch counts and the job hangs at its next collective)"
+            )
+
+
+def _ranks(ranks: List[int]) -> str:
+    shown = ", ".join(str(r) for r in ranks[:8]) + (f", ... ({len(ranks)} ranks)" if len(ranks) > 8 else "")
+    return f"rank{'s' if len(ranks) > 1 else ''} {shown}"
+
+
+def check_ranks_agree(names: Sequence[str], config: Any, group: Optional[Tuple[int, int]]) -> None:
+    """Under ``group`` (``exchange_group``), one exchange comparing every rank's listing of
+    ``names`` and its ``AGREED`` settings of ``config``; nothing without a group.
+
+    Raises:
+        RanksDisagree: on every rank alike, naming the first difference and the ranks.
+    """
+    if group is None:
+        return
+    settings = {name: getattr(config, name) for name in AGREED}
+    settings["on_error"] = str(getattr(settings["on_error"], "value", settings["on_error"]))
+    payload = {"files": len(names), "listing": listing_digest(names), **settings}
+    check_agree(gather(payload), "the loader's files and settings")
+
+
+__all__ = [
+    "AGREED",
+    "RanksDisagree",
+    "listing_digest",
+    "exchange_group",
+    "shared_by",
+    "current_group",
+    "gather",
+    "check_agree",
+    "check_ranks_agree",
+]

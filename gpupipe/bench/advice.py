@@ -1,0 +1,178 @@
+"""What the bench concludes from its figures, and only from them.
+
+Every function here reads a bench report (the dict written to ``bench.json``),
+so the same conclusions come from a fresh run and from recorded figures:
+
+- ``verdict_text``: a backend's verdict with its reason inline, e.g.
+  ``input-bound: 73% of the model's ceiling, under 90%``.
+- ``suggestions``: what to try per input-bound backend, never naming a
+  backend that the table shows no faster.
+- ``ratios_withheld``: why no ratio to the baseline is given when the
+  timed windows crossed epoch boundaries (a tiny dataset times each epoch's
+  start-up, not the loader's throughput).
+- ``winner_line``: the one line naming the fastest backend for training
+  on this machine, with the figures that make it so.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+from ..stats import WAIT_SHARE_INPUT_BOUND
+from .measure import CEILING_FRACTION_COMPUTE_BOUND, advice
+
+#: The tutorial loader every backend is compared with.
+BASELINE = "baseline"
+
+
+def verdict_text(entry: Dict) -> str:
+    """``input-bound`` / ``compute-bound`` with the measured figure that decided it and the rule."""
+    train = entry.get("train") or {}
+    fraction, wait = train.get("fraction_of_ceiling"), train.get("wait_share")
+    if fraction is None:
+        return (entry.get("verdict") or {}).get("bound", "-")
+    share, waits = f"{100 * fraction:.0f}%", f"{100 * (wait or 0.0):.0f}%"
+    if (wait or 0.0) >= WAIT_SHARE_INPUT_BOUND:
+        return f"input-bound: waits for data {waits} of the time, {100 * WAIT_SHARE_INPUT_BOUND:.0f}% or more"
+    if fraction < CEILING_FRACTION_COMPUTE_BOUND:
+        return (
+            f"input-bound: {share} of the model's ceiling, under {100 * CEILING_FRACTION_COMPUTE_BOUND:.0f}% "
+            f"(data wait {waits})"
+        )
+    return f"compute-bound: {share} of the model's ceiling, data wait {waits}"
+
+
+def _phase(report: Dict) -> str:
+    """``train`` where the training loop was measured, else ``loader``."""
+    return "train" if any("train" in e for e in report["results"].values()) else "loader"
+
+
+def _figure(report: Dict, name: str) -> Dict:
+    return report["results"][name].get(_phase(report)) or {}
+
+
+def clearly_faster(report: Dict, name: str, than: str) -> bool:
+    """``name``'s slowest repeat beat ``than``'s fastest (the ranges do not overlap)."""
+    a, b = _figure(report, name), _figure(report, than)
+    return bool(a and b) and a.get("min", a["images_per_s"]) > b.get("max", b["images_per_s"])
+
+
+def ranked(report: Dict) -> List[str]:
+    """Backends by median images/s, fastest first (training where measured, else the loader alone)."""
+    names = [n for n in report["results"] if _figure(report, n)]
+    return sorted(names, key=lambda n: -_figure(report, n)["images_per_s"])
+
+
+def suggestions(report: Dict) -> Dict[str, str]:
+    """What to try, per input-bound backend: the measured faster backend where the table shows one,
+    else the general advice, left out where it names a backend measured here and not faster."""
+    settings = report.get("settings", {})
+    on_gpu = str(settings.get("device", "cpu")).startswith("cuda")
+    threads = settings.get("threads", 1)
+    out: Dict[str, str] = {}
+    # on data too small to time throughput (see ratios_withheld) no backend is called faster than another
+    order = [] if ratios_withheld(report) else ranked(report)
+    for name, entry in report["results"].items():
+        if not verdict_text(entry).startswith("input-bound"):
+            continue
+        better = [n for n in order if n not in (name, BASELINE) and clearly_faster(report, n, name)]
+        if better:
+            best, figure = better[0], _figure(report, better[0])
+            out[name] = (
+                f"use backend='{best}': it {_verb(report)} {figure['images_per_s']:.1f} img/s here against "
+                f"{_figure(report, name)['images_per_s']:.1f}"
+            )
+            continue
+        text = advice(name, on_gpu, threads)
+        if any(f"'{n}'" in text or f" {n} " in text for n in report["results"] if n != name):
+            text = advice("", on_gpu, threads)  # it named a backend the table shows no faster
+        out[name] = text
+    return out
+
+
+def _verb(report: Dict) -> str:
+    return "trained at" if _phase(report) == "train" else "loaded"
+
+
+def crossings(entry: Dict) -> int:
+    """Epoch boundaries inside the timed windows of a backend's repeats (loader alone and training)."""
+    return sum(
+        b.get("boundaries_timed", 0)
+        for phase in ("loader", "train")
+        for b in (entry.get(phase) or {}).get("batches", [])
+    )
+
+
+def ratios_withheld(report: Dict) -> Optional[str]:
+    """Why no ratio is given, where a timed window crossed an epoch boundary; ``None`` otherwise."""
+    crossed = {name: crossings(entry) for name, entry in report["results"].items()}
+    if not any(crossed.values()):
+        return None
+    s = report.get("settings", {})
+    batch = s.get("batch_size", 1)
+    window = max(s.get("warmup", 0) + s.get("steps", 0), s.get("train_warmup", 0) + s.get("train_steps", 0))
+    images = report.get("data", {}).get("images")
+    held = f"{images} images make {images // batch} batch(es) of {batch} per epoch; " if images is not None else ""
+    which = ", ".join(f"{n}: {c}" for n, c in crossed.items() if c)
+    return (
+        f"the timed windows crossed epoch boundaries ({which}, over all repeats): {held}a repeat needs "
+        f"{window} batches, so the figures time each epoch's start-up (worker processes, pipeline builds), "
+        "which a real epoch spreads over many batches; no ratio is given: bench a folder of at least "
+        f"{window * batch} images"
+    )
+
+
+def _label(name: str) -> str:
+    return "the tutorial DataLoader (baseline)" if name == BASELINE else name
+
+
+def _range(figure: Dict) -> str:
+    return f"{figure['images_per_s']:.1f} img/s ({figure.get('min', 0):.1f}-{figure.get('max', 0):.1f})"
+
+
+def winner_line(report: Dict) -> str:
+    """One line: the fastest backend for training on this machine, and why, from the measured figures."""
+    order = ranked(report)
+    if not order:
+        return "fastest backend: none measured"
+    what = "for training" if _phase(report) == "train" else "for loading (training not measured)"
+    best = order[0]
+    figure, verdict = _figure(report, best), verdict_text(report["results"][best])
+    head = f"fastest backend {what} on this machine: {_label(best)} at {_range(figure)}"
+    if ratios_withheld(report):
+        return (
+            f"{head}, on this data only: the timed windows crossed epoch boundaries, no ratio given (see the warning)"
+        )
+    if len(order) == 1:
+        line = f"{head}, the only one measured; {verdict}"
+    elif not clearly_faster(report, best, order[1]):
+        second = order[1]
+        line = (
+            f"{head}, level with {_label(second)} at {_range(_figure(report, second))} within the spread of the "
+            f"repeats: either will do; {verdict}"
+        )
+    else:
+        second = _figure(report, order[1])
+        ratio = figure["images_per_s"] / second["images_per_s"] if second["images_per_s"] else float("inf")
+        line = f"{head}, {ratio:.2f}x the next, {_label(order[1])} at {_range(second)}; {verdict}"
+        if best == BASELINE:
+            line += "; no gpupipe backend beat the tutorial DataLoader here"
+    if report.get("reliability"):
+        line += "; the figures may not be reliable (see the warning)"
+    return line
+
+
+def conclude(report: Dict) -> None:
+    """Writes the conclusions into ``report`` (for ``bench.json``): each verdict's reason and
+    suggestion, the ratios withheld and why, and the winner's line."""
+    withheld = ratios_withheld(report)
+    tips = suggestions(report)
+    for name, entry in report["results"].items():
+        if withheld:
+            for phase in ("loader", "train"):
+                (entry.get(phase) or {}).pop("x_baseline", None)
+        if "verdict" in entry:
+            entry["verdict"]["reason"] = verdict_text(entry)
+            entry["verdict"]["suggestion"] = tips.get(name, "")
+    report["ratios_withheld"] = withheld
+    report["winner"] = winner_line(report)

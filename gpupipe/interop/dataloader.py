@@ -1,0 +1,172 @@
+"""``gpupipe.DataLoader``: ``torch.utils.data.DataLoader``'s signature and defaults, building a gpupipe loader.
+
+The swap is ``from gpupipe import DataLoader``: the dataset (a torchvision
+``ImageFolder`` / ``DatasetFolder``, a ``Subset`` of one, a path or a gpupipe
+source) is read with its own transform compiled to gpupipe ops. Arguments
+that have no meaning for gpupipe are accepted; those it cannot honour are
+refused by name (``UnsupportedArgument``), before any work starts.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, Optional
+
+from ..errors import Error
+
+logger = logging.getLogger("gpupipe.loader")
+
+#: Arguments accepted without effect, and why (the documentation's table says the same).
+IGNORED = {
+    "num_workers": "gpupipe chooses its threads (DALI threads or worker processes); pass num_threads= to set them",
+    "pin_memory": "batches land on the device already (CUDA when there is one)",
+    "pin_memory_device": "batches land on the device already",
+    "persistent_workers": "gpupipe keeps its workers from epoch to epoch",
+    "multiprocessing_context": "gpupipe starts its own workers",
+    "in_order": "batches always come in order",
+}
+
+
+class UnsupportedArgument(Error, ValueError):
+    """A ``DataLoader`` argument gpupipe cannot honour."""
+
+
+def _refuse(name: str, value: Any, why: str) -> UnsupportedArgument:
+    return UnsupportedArgument(f"DataLoader({name}={value!r}): {why}")
+
+
+def _is_default_collate(fn: Any) -> bool:
+    from torch.utils.data import default_collate
+
+    return fn is None or fn is default_collate
+
+
+def _sampler_options(sampler: Any, dataset: Any, shuffle: bool, drop_last: bool, generator: Any) -> Dict[str, Any]:
+    """The loader's ``shuffle``, ``seed``, ``drop_last``, ``rank``, ``world_size`` (and a sample
+    count to cut to) for a torch sampler."""
+    import torch
+    from torch.utils.data import DistributedSampler, RandomSampler, SequentialSampler
+
+    seed = (generator.initial_seed() if generator is not None else torch.initial_seed()) % 2**63
+    if sampler is None:  # a torch DataLoader without a sampler reads every sample in every process
+        return {"shuffle": shuffle, "seed": seed, "drop_last": drop_last, "rank": 0, "world_size": 1}
+    if shuffle:
+        raise _refuse("shuffle", shuffle, "sampler and shuffle=True cannot go together (torch refuses it too)")
+    if type(sampler) is SequentialSampler or type(sampler) is RandomSampler:
+        if sampler.data_source is not dataset:
+            raise _refuse("sampler", sampler, "the sampler is over another dataset")
+        if type(sampler) is RandomSampler and (sampler.replacement or sampler._num_samples is not None):
+            raise _refuse("sampler", sampler, "replacement or num_samples: gpupipe reads each sample once per epoch")
+        random = type(sampler) is RandomSampler
+        own: Any = getattr(sampler, "generator", None)
+        if random and own is not None:
+            seed = own.initial_seed() % 2**63
+        return {"shuffle": random, "seed": seed, "drop_last": drop_last, "rank": 0, "world_size": 1}
+    if not isinstance(sampler, DistributedSampler):
+        raise _refuse(
+            "sampler",
+            sampler,
+            "gpupipe decides the order itself; it takes a DistributedSampler, a RandomSampler or a "
+            "SequentialSampler (or none)",
+        )
+    if sampler.dataset is not dataset:
+        raise _refuse("sampler", sampler, "the DistributedSampler is over another dataset")
+    world, n = int(sampler.num_replicas), len(sampler.dataset)  # type: ignore[arg-type]
+    options = {
+        "shuffle": bool(sampler.shuffle),
+        "seed": int(sampler.seed),
+        "rank": int(sampler.rank),
+        "world_size": world,
+        "drop_last": drop_last,
+    }
+    if bool(sampler.drop_last) == drop_last or n % world == 0:
+        return options
+    if sampler.drop_last and not sampler.shuffle:  # the sampler cuts the tail; batches keep a partial last one
+        return {**options, "cut": world * (n // world)}
+    raise _refuse(
+        "drop_last",
+        drop_last,
+        f"with DistributedSampler(drop_last={sampler.drop_last}, shuffle={sampler.shuffle}) over {n} samples "
+        f"on {world} ranks: gpupipe's drop_last both evens the ranks and drops the partial batch; pass the "
+        "same drop_last to both",
+    )
+
+
+def DataLoader(  # noqa: N802 -- torch's name, for a one-import swap
+    dataset: Any,
+    batch_size: Optional[int] = 1,
+    shuffle: Optional[bool] = None,
+    sampler: Any = None,
+    batch_sampler: Any = None,
+    num_workers: int = 0,
+    collate_fn: Any = None,
+    pin_memory: bool = False,
+    drop_last: bool = False,
+    timeout: float = 0,
+    worker_init_fn: Any = None,
+    multiprocessing_context: Any = None,
+    generator: Any = None,
+    *,
+    prefetch_factor: Optional[int] = None,
+    persistent_workers: bool = False,
+    pin_memory_device: str = "",
+    in_order: bool = True,
+    **options: Any,
+):
+    """A gpupipe loader with ``torch.utils.data.DataLoader``'s signature and defaults.
+
+    Args:
+        dataset: a torchvision ``ImageFolder`` / ``DatasetFolder``, a ``Subset`` of one, a path or
+            a gpupipe source; its ``transform`` becomes the pipeline (``gpupipe.from_torchvision``).
+        batch_size: samples per batch (per process).
+        shuffle: a new order every epoch (``None``: no).
+        sampler: ``None`` (every process reads every sample, as torch's), a ``DistributedSampler``
+            (its rank, world size, shuffle, seed and drop_last; its ``set_epoch`` sets the epoch),
+            a ``RandomSampler`` or a ``SequentialSampler`` over ``dataset``.
+        drop_last: drop the last, partial batch.
+        generator: seeds the order and the augmentations (``initial_seed()``); default
+            ``torch.initial_seed()``.
+        prefetch_factor: batches prepared ahead (gpupipe's ``prefetch``).
+        num_workers, pin_memory, pin_memory_device, persistent_workers, multiprocessing_context,
+            in_order: accepted, without effect (see ``IGNORED``).
+        **options: more ``gpupipe.loader`` arguments (``backend``, ``device``, ``dtype``, ``pipeline``, ...).
+
+    Returns:
+        A [`Loader`][gpupipe.Loader] whose ``dataset`` is ``dataset`` and whose ``sampler`` is ``sampler``
+        when it is a ``DistributedSampler``.
+
+    Raises:
+        UnsupportedArgument: ``batch_size=None``, a ``batch_sampler``, a ``collate_fn``, a
+            ``worker_init_fn``, a ``timeout``, another sampler, each named.
+        UnsupportedTransform, UnsupportedDataset: see [`gpupipe.loader`][gpupipe.loader].
+    """
+    from ..build import loader
+
+    if batch_size is None:
+        raise _refuse("batch_size", None, "gpupipe always batches; give a batch size")
+    if batch_sampler is not None:
+        raise _refuse("batch_sampler", batch_sampler, "gpupipe makes its batches itself; use batch_size and sampler")
+    if not _is_default_collate(collate_fn):
+        raise _refuse("collate_fn", collate_fn, "gpupipe batches images itself (images (B, 3, H, W), labels (B,))")
+    if worker_init_fn is not None:
+        raise _refuse("worker_init_fn", worker_init_fn, "gpupipe's workers run no user code")
+    if timeout:
+        raise _refuse("timeout", timeout, "gpupipe has no per-batch timeout")
+    chosen = _sampler_options(sampler, dataset, bool(shuffle), bool(drop_last), generator)
+    cut = chosen.pop("cut", None)
+    if prefetch_factor is not None:
+        chosen["prefetch"] = prefetch_factor
+    given = {**chosen, **options}
+    source = dataset
+    if cut is not None:
+        from torch.utils.data import Subset
+
+        source = Subset(dataset, range(cut))
+    built = loader(source, given.pop("pipeline", None), batch_size=batch_size, **given)
+    built._dataset = dataset
+    if sampler is not None and hasattr(sampler, "set_epoch"):
+        built.sampler = sampler  # its set_epoch decides the epoch (gpupipe.frameworks.follow_sampler)
+    return built
+
+
+__all__ = ["DataLoader", "UnsupportedArgument", "IGNORED"]

@@ -1,0 +1,142 @@
+"""torchvision's folder datasets as gpupipe sources: the same samples, classes and labels.
+
+``torchvision.datasets.ImageFolder`` and ``DatasetFolder`` (and a
+``torch.utils.data.Subset`` of one, nested or not) become a
+[`FileList`][gpupipe.FileList] of their own ``samples`` with their own
+``classes``, so labels and order are theirs exactly. Their ``transform``
+becomes the pipeline when no other is given. What gpupipe cannot keep, a
+``target_transform`` or a file ``loader`` other than torchvision's PIL
+loader, is refused by name.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any, Dict, List, Optional, Tuple
+
+from torch.utils.data import Dataset as _TorchDataset
+
+from ..errors import Error
+from ..sources import FileList, Source
+
+ACCEPTED = (
+    "a path, a gpupipe Source, torchvision.datasets.ImageFolder or DatasetFolder, or a torch.utils.data.Subset of one"
+)
+
+
+class UnsupportedDataset(Error, ValueError):
+    """A dataset object gpupipe cannot read as it is (see ``ACCEPTED``)."""
+
+
+def _folder_class():
+    try:
+        from torchvision.datasets import DatasetFolder
+    except ImportError:  # torchvision missing: no such dataset can exist
+        return None
+    return DatasetFolder
+
+
+def is_dataset(obj: Any) -> bool:
+    """Whether ``obj`` is a ``torch.utils.data.Dataset`` (what ``as_dataset_source`` is asked about)."""
+    return isinstance(obj, _TorchDataset)
+
+
+def _unwrap(dataset: Any) -> Tuple[Any, Optional[List[int]]]:
+    """The folder dataset under any ``Subset`` layers, and the indices into it (``None``: all)."""
+    from torch.utils.data import Subset
+
+    indices: Optional[List[int]] = None
+    while isinstance(dataset, Subset):
+        outer = [int(i) for i in dataset.indices]
+        indices = outer if indices is None else [outer[i] for i in indices]
+        dataset = dataset.dataset
+    return dataset, indices
+
+
+def as_dataset_source(dataset: Any) -> Tuple[Source, Any]:
+    """``(source, transform)`` of a torchvision folder dataset or a ``Subset`` of one.
+
+    Args:
+        dataset: ``ImageFolder``, ``DatasetFolder``, or a ``Subset`` (of a ``Subset``...) of one.
+
+    Returns:
+        A [`FileList`][gpupipe.FileList] of the dataset's samples (in its order, with its
+        ``classes``), and the dataset's ``transform`` (``None`` if it has none).
+
+    Raises:
+        UnsupportedDataset: another dataset, a ``target_transform``, or a file loader other
+            than torchvision's PIL loader, each named.
+    """
+    folder, indices = _unwrap(dataset)
+    if isinstance(folder, SourceDataset):  # a gpupipe loader's own ``dataset`` (or a Subset of it)
+        return (folder.source if indices is None else folder.source.subset(indices)), None
+    base = _folder_class()
+    if base is None or not isinstance(folder, base):
+        raise UnsupportedDataset(f"gpupipe cannot read a {type(folder).__name__}; it takes {ACCEPTED}")
+    name = type(folder).__name__
+    if folder.target_transform is not None:
+        raise UnsupportedDataset(
+            f"{name}(target_transform={folder.target_transform!r}): gpupipe gives the class index as the "
+            "label; apply the target transform to the labels in your loop"
+        )
+    from torchvision.datasets.folder import default_loader, pil_loader
+
+    if folder.loader not in (default_loader, pil_loader):
+        raise UnsupportedDataset(
+            f"{name}(loader={getattr(folder.loader, '__name__', folder.loader)!r}): gpupipe decodes the files "
+            "itself; only torchvision's default (PIL) loader has its meaning"
+        )
+    samples = folder.samples if indices is None else [folder.samples[i] for i in indices]
+    if not samples:
+        raise UnsupportedDataset(f"the {name} (or its Subset) holds no samples")
+    source = FileList([(path, int(label)) for path, label in samples], classes=list(folder.classes))
+    return source, folder.transform
+
+
+class SourceDataset(_TorchDataset):  # type: ignore[misc,valid-type]
+    """``loader.dataset`` of a gpupipe loader built from a path or a source: the samples as
+    ``torchvision.datasets.ImageFolder`` shows them.
+
+    ``len()``, ``classes``, ``class_to_idx``, ``samples`` / ``imgs`` (``(path, class index)``
+    tuples), ``targets``; ``dataset[i]`` is ``(PIL image, class index)`` (RGB, as ImageFolder
+    without a transform). ``Subset(loader.dataset, indices)`` may be given to [`gpupipe.loader`][gpupipe.loader].
+
+    Args:
+        source: the loader's source (bad files already left out).
+    """
+
+    def __init__(self, source: Source) -> None:
+        self.source = source
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    @property
+    def classes(self) -> List[str]:
+        return list(self.source.classes)
+
+    @property
+    def class_to_idx(self) -> Dict[str, int]:
+        return self.source.class_to_idx
+
+    @property
+    def samples(self) -> List[Tuple[str, int]]:
+        return [(name, int(label)) for name, label in zip(self.source.names, self.source.labels)]
+
+    imgs = samples
+
+    @property
+    def targets(self) -> List[int]:
+        return [int(label) for label in self.source.labels]
+
+    def __getitem__(self, index: int) -> Tuple[Any, int]:
+        from PIL import Image
+
+        image = Image.open(io.BytesIO(self.source.read_bytes(int(index)).tobytes())).convert("RGB")
+        return image, int(self.source.labels[index])
+
+    def __repr__(self) -> str:
+        return f"gpupipe dataset view of {self.source!r}"
+
+
+__all__ = ["as_dataset_source", "is_dataset", "UnsupportedDataset", "SourceDataset", "ACCEPTED"]

@@ -1,0 +1,126 @@
+"""``fallback="torchvision"``: a transform gpupipe cannot compile, run as it is on the torchvision backend.
+
+The user's own transform object is applied, unchanged, to the PIL image of
+each sample (as ``torchvision.datasets.ImageFolder`` applies it) in
+DataLoader worker processes; gpupipe still decides the order, the ranks'
+shares, the epochs and resumes, and moves the batches to the device. The
+backend is registered as ``"torchvision-transform"``; the loader's ``spec``
+then holds only ``Decode`` (the transform is not gpupipe ops), and
+``dtype`` / ``channels_last`` are the transform's business.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from typing import Any, Callable, Iterator, Optional, Tuple
+
+from ..backends import REGISTRY, BackendInfo, EpochRead, Placement
+from ..config import LoaderConfig
+from ..errors import ErrorPolicy
+from ..sources import Source
+from ..spec import PipelineSpec
+
+logger = logging.getLogger("gpupipe.loader")
+
+#: The backend's name (``loader.backend``).
+NAME = "torchvision-transform"
+#: What ``fallback`` may be.
+FALLBACKS = (None, "torchvision")
+
+REGISTRY.setdefault(
+    NAME,
+    BackendInfo(
+        NAME,
+        "torchvision",
+        needs_cuda=False,
+        main_process=True,
+        factory="gpupipe.interop.fallback:TransformBackend",
+        lowerings="gpupipe.backends.torchvision.lowering",  # the spec holds Decode only
+    ),
+)
+
+
+class _Transformed:
+    """``(transform(PIL image), label)`` of each sample, as ``ImageFolder`` gives it."""
+
+    def __init__(self, source: Source, transform: Callable[[Any], Any]) -> None:
+        self.source = source
+        self.transform = transform
+
+    def __getitem__(self, index: int) -> Tuple[Any, int]:
+        from PIL import Image
+
+        data = self.source.read_bytes(int(index)).tobytes()
+        with Image.open(io.BytesIO(data)) as image:
+            rgb = image.convert("RGB")
+        return self.transform(rgb), int(self.source.labels[index])
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+
+class TransformBackend:
+    """Runs ``source.user_transform`` on each sample in a torch ``DataLoader`` over gpupipe's order.
+
+    Args:
+        source: the samples, with the user's transform as ``user_transform``.
+        spec, errors: unused (the transform is the pipeline; bad files were left out by the scan).
+        config: batch size and prefetch.
+        placement: the device and the worker processes (0: the main process).
+    """
+
+    name = NAME
+
+    def __init__(
+        self, source: Source, spec: PipelineSpec, config: LoaderConfig, placement: Placement, errors: ErrorPolicy
+    ) -> None:
+        self.data = _Transformed(source, source.user_transform)  # type: ignore[attr-defined]
+        self.config = config
+        self.device = placement.device
+        self.workers = placement.threads
+
+    def iter_epoch(
+        self, read: EpochRead, start: int = 0, upcoming: Optional[Callable[[int], EpochRead]] = None
+    ) -> Iterator[Tuple[Any, Any]]:
+        from torch.utils.data import DataLoader
+
+        size = self.config.batch_size
+        indices = read.share.indices.tolist()
+        batches = [indices[k * size : (k + 1) * size] for k in range(start, read.batches)]
+        loader: DataLoader = DataLoader(
+            self.data,  # type: ignore[arg-type]
+            batch_sampler=batches,
+            num_workers=self.workers,
+            prefetch_factor=self.config.prefetch if self.workers else None,
+        )
+        for images, labels in loader:
+            yield images.to(self.device, non_blocking=True), labels.to(self.device, non_blocking=True)
+
+    def close(self) -> None:
+        """Nothing held between passes (each pass's workers end with it)."""
+
+
+def fall_back(source: Any, transform: Any, backend: str, reasons: str) -> Tuple[Source, str]:
+    """``(source, backend)`` that run ``transform`` unchanged; warns once that gpupipe does so.
+
+    Raises:
+        ValueError: a backend other than ``"auto"`` or ``"torchvision"`` was asked for.
+    """
+    import warnings
+
+    from ..sources import as_source
+
+    if backend not in ("auto", "torchvision", NAME):
+        raise ValueError(f"fallback='torchvision' runs your transform on the torchvision backend, not {backend!r}")
+    warnings.warn(
+        "gpupipe cannot compile this transform, so fallback='torchvision' runs it as it is, on PIL images in "
+        f"DataLoader workers (not on the GPU):\n{reasons}",
+        stacklevel=4,
+    )
+    source = as_source(source)
+    source.user_transform = transform  # type: ignore[attr-defined]
+    return source, NAME
+
+
+__all__ = ["TransformBackend", "fall_back", "NAME", "FALLBACKS"]

@@ -1,0 +1,357 @@
+"""One rule per torchvision transform (v1 and v2 alike): its gpupipe ops, or why it cannot be compiled.
+
+Each rule checks every argument whose meaning gpupipe's op could not keep
+(an interpolation other than bilinear, ``antialias=False`` on a tensor,
+padding, a fill colour, ...) and refuses it by name rather than approximate.
+The image's form (PIL, uint8 or float tensor) is tracked in the
+``State``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Sequence, Tuple, Union
+
+from .. import ops as O
+from .transforms import Refuse, State, rule, walk
+
+#: Ops that commute with a per-channel ``Normalize`` (they may follow it in torchvision's order).
+_COMMUTES_WITH_NORMALIZE = ("HorizontalFlip", "VerticalFlip", "RandomErasing")
+
+
+def add(state: State, *ops: O.Op) -> None:
+    """Adds ops; after ``Normalize`` only those that commute with it (gpupipe normalises last)."""
+    if state.normalize is not None:
+        for op in ops:
+            if op.name not in _COMMUTES_WITH_NORMALIZE:
+                raise Refuse(
+                    "comes after Normalize; gpupipe normalises last, and this op gives another result "
+                    "before Normalize: move it before Normalize"
+                )
+    state.add(*ops)
+
+
+def interpolation(value: Any) -> str:
+    """An interpolation argument (``InterpolationMode``, its name, or a PIL constant) as a lower-case name."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        from torchvision.transforms.functional import _interpolation_modes_from_int
+
+        value = _interpolation_modes_from_int(value)
+    return str(getattr(value, "value", value)).lower()
+
+
+def bilinear(t: Any, what: str = "resizes") -> None:
+    mode = interpolation(t.interpolation)
+    if mode != "bilinear":
+        raise Refuse(f"interpolation={mode.upper()}: gpupipe {what} bilinear only")
+
+
+def antialiased(t: Any, state: State) -> None:
+    """``antialias=False`` matters on tensors only (PIL always antialiases), and gpupipe always antialiases."""
+    if state.tensor and getattr(t, "antialias", True) is False:
+        raise Refuse("antialias=False on a tensor: gpupipe's resizes are always antialiased")
+
+
+def size_arg(size: Any) -> Union[int, Tuple[int, int]]:
+    """torchvision's size (an int, ``[s]`` or ``[h, w]``) as gpupipe's."""
+    if isinstance(size, int):
+        return size
+    size = list(size)
+    return int(size[0]) if len(size) == 1 else (int(size[0]), int(size[1]))
+
+
+def pair(values: Any) -> Tuple[float, float]:
+    """A ``(min, max)`` argument as two floats."""
+    low, high = (float(v) for v in values)
+    return low, high
+
+
+def zero_fill(fill: Any) -> bool:
+    """A fill that is black on every channel (``0``, ``None``, ``[0, 0, 0]``, v2's per-type dict of those)."""
+    if fill is None:
+        return True
+    if isinstance(fill, dict):
+        return all(zero_fill(v) for v in fill.values())
+    if isinstance(fill, (int, float)):
+        return fill == 0
+    return all(float(v) == 0 for v in fill)
+
+
+@rule("torchvision.Resize")
+def _resize(t: Any, state: State) -> None:
+    bilinear(t)
+    antialiased(t, state)
+    size = None if t.size is None else size_arg(t.size)
+    add(state, O.Resize(size, max_size=t.max_size))
+
+
+@rule("torchvision.CenterCrop")
+def _center_crop(t: Any, state: State) -> None:
+    add(state, O.CenterCrop(size_arg(t.size)))
+
+
+@rule("torchvision.RandomCrop")
+def _random_crop(t: Any, state: State) -> None:
+    if t.padding is not None and any(int(v) for v in _as_list(t.padding)):
+        raise Refuse(f"padding={t.padding!r}: gpupipe's RandomCrop does not pad around the image")
+    if t.pad_if_needed:
+        raise Refuse("pad_if_needed=True pads both sides; gpupipe's RandomCrop pads a small image at bottom and right")
+    add(state, O.RandomCrop(size_arg(t.size)))
+
+
+def _as_list(value: Any) -> Sequence[Any]:
+    return [value] if isinstance(value, (int, float)) else list(value)
+
+
+@rule("torchvision.RandomResizedCrop")
+def _random_resized_crop(t: Any, state: State) -> None:
+    bilinear(t)
+    antialiased(t, state)
+    add(state, O.RandomResizedCrop(size_arg(t.size), scale=tuple(t.scale), ratio=tuple(t.ratio)))
+
+
+@rule("torchvision.RandomHorizontalFlip")
+def _hflip(t: Any, state: State) -> None:
+    add(state, O.HorizontalFlip(float(t.p)))
+
+
+@rule("torchvision.RandomVerticalFlip")
+def _vflip(t: Any, state: State) -> None:
+    add(state, new_op("VerticalFlip")(float(t.p)))
+
+
+def new_op(name: str) -> Any:
+    """The op ``gpupipe.ops.<name>``, or refuses naming it when this gpupipe does not have it."""
+    op = getattr(O, name, None)
+    if op is None:
+        raise Refuse(f"this gpupipe has no {name} op")
+    return op
+
+
+@rule("torchvision.ColorJitter")
+def _color_jitter(t: Any, state: State) -> None:
+    parts = [name for name in ("brightness", "contrast", "saturation", "hue") if getattr(t, name) is not None]
+    if t.hue is not None and len(parts) > 1:
+        raise Refuse(
+            f"{' + '.join(parts)}: torchvision applies them in a random order per image, gpupipe in a fixed "
+            "order; brightness, contrast and saturation give the same result in any order, hue does not: "
+            "jitter hue in a ColorJitter of its own, or leave it out"
+        )
+    add(state, O.ColorJitter(**{name: tuple(getattr(t, name)) for name in parts}))
+
+
+@rule("torchvision.RandomGrayscale")
+def _random_grayscale(t: Any, state: State) -> None:
+    add(state, O.RandomGrayscale(float(t.p)))
+
+
+@rule("torchvision.Grayscale")
+def _grayscale(t: Any, state: State) -> None:
+    if t.num_output_channels != 3:
+        raise Refuse(f"num_output_channels={t.num_output_channels}: gpupipe's images have 3 channels")
+    add(state, O.RandomGrayscale(1.0))
+
+
+@rule("torchvision.GaussianBlur")
+def _gaussian_blur(t: Any, state: State) -> None:
+    kx, ky = (int(v) for v in t.kernel_size)
+    if kx != ky:
+        raise Refuse(f"kernel_size=({kx}, {ky}): gpupipe's GaussianBlur has a square kernel")
+    add(state, O.GaussianBlur(kx, pair(t.sigma)))
+
+
+@rule("torchvision.RandomRotation")
+def _random_rotation(t: Any, state: State) -> None:
+    bilinear(t, "rotates")
+    if t.expand:
+        raise Refuse("expand=True: gpupipe's RandomRotation keeps the image size")
+    if t.center is not None:
+        raise Refuse(f"center={t.center!r}: gpupipe rotates about the image centre")
+    if not zero_fill(t.fill):
+        raise Refuse(f"fill={t.fill!r}: gpupipe's RandomRotation fills with black")
+    add(state, O.RandomRotation(pair(t.degrees)))
+
+
+@rule("torchvision.RandomAffine")
+def _random_affine(t: Any, state: State) -> None:
+    op = new_op("RandomAffine")
+    kwargs = {k: getattr(t, k) for k in ("translate", "scale", "shear") if getattr(t, k, None) is not None}
+    center = None if t.center is None else tuple(float(v) for v in t.center)
+    add(
+        state,
+        op(
+            tuple(float(v) for v in t.degrees),
+            **kwargs,
+            interpolation=_policy_interpolation(t),
+            fill=fill_arg(t.fill),
+            center=center,
+        ),
+    )
+
+
+def fill_arg(fill: Any) -> Union[float, Tuple[float, ...]]:
+    """torchvision's ``fill`` (``None``, a number, one per channel, or v2's dict per type) as gpupipe's."""
+    if isinstance(fill, dict):
+        if len({repr(v) for v in fill.values()}) > 1:
+            raise Refuse(f"fill={fill!r}: a fill per tensor type; gpupipe fills images only")
+        fill = next(iter(fill.values()), None)
+    if fill is None:
+        return 0.0
+    if isinstance(fill, (int, float)):
+        return float(fill)
+    values = [float(v) for v in fill]
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def _policy_interpolation(t: Any) -> str:
+    mode = interpolation(t.interpolation)
+    if mode not in ("nearest", "bilinear"):
+        raise Refuse(f"interpolation={mode.upper()}: gpupipe resamples nearest or bilinear")
+    return mode
+
+
+def _auto_augment_checks(t: Any) -> None:
+    mode = interpolation(t.interpolation)
+    if mode not in ("nearest", "bilinear"):
+        raise Refuse(f"interpolation={mode.upper()}: gpupipe's policies resample nearest or bilinear")
+    if not zero_fill(t.fill):
+        raise Refuse(f"fill={t.fill!r}: gpupipe's policies fill with black")
+
+
+@rule("torchvision.RandAugment")
+def _rand_augment(t: Any, state: State) -> None:
+    _auto_augment_checks(t)
+    add(state, O.RandAugment(t.num_ops, t.magnitude, num_magnitude_bins=t.num_magnitude_bins))
+
+
+@rule("torchvision.TrivialAugmentWide")
+def _trivial_augment(t: Any, state: State) -> None:
+    _auto_augment_checks(t)
+    add(state, O.TrivialAugment(num_magnitude_bins=t.num_magnitude_bins))
+
+
+@rule("torchvision.AutoAugment")
+def _auto_augment(t: Any, state: State) -> None:
+    policy = str(getattr(t.policy, "value", t.policy)).lower()
+    if policy != "imagenet":
+        raise Refuse(f"policy={policy.upper()}: gpupipe has the ImageNet policy only")
+    op = new_op("AutoAugment")
+    add(state, op(policy, interpolation=_policy_interpolation(t), fill=fill_arg(t.fill)))
+
+
+@rule("torchvision.RandomErasing")
+def _random_erasing(t: Any, state: State) -> None:
+    if not state.tensor:
+        raise Refuse("needs a tensor (torchvision refuses a PIL image): put it after ToTensor()")
+    if isinstance(t.value, str) or not zero_fill(t.value):
+        raise Refuse(f"value={t.value!r}: gpupipe erases to 0 after Normalize (or black without one)")
+    add(state, O.RandomErasing(float(t.p), scale=tuple(t.scale), ratio=tuple(t.ratio)))
+    if state.normalize is None:
+        state.erased_before_normalize = state.where
+
+
+@rule("torchvision.Normalize")
+def _normalize(t: Any, state: State) -> None:
+    if state.form != "float":
+        raise Refuse(
+            f"needs a float tensor, got {'a PIL image' if state.form == 'pil' else 'uint8'}: put ToTensor() first"
+        )
+    if state.normalize is not None:
+        raise Refuse("a second Normalize: gpupipe normalises once")
+    if state.erased_before_normalize:
+        raise Refuse(
+            f"follows RandomErasing at {state.erased_before_normalize}, which erases to black there; gpupipe "
+            "erases to the normalisation mean (0 after Normalize): put RandomErasing after Normalize"
+        )
+    mean, std = _triple(t.mean), _triple(t.std)
+    state.normalize = O.Normalize(mean, std)
+
+
+def _triple(values: Any) -> Tuple[float, float, float]:
+    flat = [float(v) for v in (values.tolist() if hasattr(values, "tolist") else values)]
+    if len(flat) == 1:
+        flat = flat * 3
+    if len(flat) != 3 or any(math.isnan(v) for v in flat):
+        raise Refuse(f"mean and std must have 3 values (or 1), got {values!r}")
+    return flat[0], flat[1], flat[2]
+
+
+@rule("torchvision.ToTensor")
+def _to_tensor(t: Any, state: State) -> None:
+    if state.tensor:
+        raise Refuse("needs a PIL image, got a tensor")
+    state.form = "float"
+
+
+@rule("torchvision.PILToTensor")
+def _pil_to_tensor(t: Any, state: State) -> None:
+    if state.tensor:
+        raise Refuse("needs a PIL image, got a tensor")
+    state.form = "uint8"
+
+
+@rule("torchvision.ToImage")
+def _to_image(t: Any, state: State) -> None:
+    if state.form == "pil":
+        state.form = "uint8"
+
+
+@rule("torchvision.ToPureTensor", "torchvision.Identity")
+def _nothing(t: Any, state: State) -> None:
+    return None
+
+
+_FLOATS = {"torch.float32": None, "torch.float16": "float16", "torch.bfloat16": "bfloat16"}
+
+
+def _to_float(state: State, dtype: Any, scale: bool) -> None:
+    name = str(dtype)
+    if name == "torch.uint8" and state.form != "float":
+        state.form = "uint8" if state.form == "pil" else state.form
+        return
+    if name not in _FLOATS:
+        raise Refuse(f"dtype={name}: gpupipe gives float32, float16, bfloat16 or uint8 images")
+    if state.form == "pil":
+        raise Refuse("needs a tensor, got a PIL image: put ToImage() or PILToTensor() first")
+    if state.form == "uint8" and not scale:
+        raise Refuse("scale=False gives floats in [0, 255]; gpupipe's float images are in [0, 1]: pass scale=True")
+    state.form = "float"
+    state.dtype = _FLOATS[name]
+
+
+@rule("torchvision.ConvertImageDtype")
+def _convert_image_dtype(t: Any, state: State) -> None:
+    _to_float(state, t.dtype, scale=True)
+
+
+@rule("torchvision.ToDtype")
+def _to_dtype(t: Any, state: State) -> None:
+    if isinstance(t.dtype, dict):
+        raise Refuse("a dtype per tensor type: gpupipe converts images only")
+    _to_float(state, t.dtype, scale=t.scale)
+
+
+#: Ops a RandomApply may wrap: their own probability is multiplied by the RandomApply's (one coin each).
+_COIN_OPS = ("HorizontalFlip", "VerticalFlip", "RandomGrayscale", "RandomErasing")
+
+
+@rule("torchvision.RandomApply")
+def _random_apply(t: Any, state: State) -> None:
+    p = float(t.p)
+    inner = list(t.transforms)
+    if p == 0.0:
+        return
+    before = len(state.ops)
+    problems = len(state.problems)
+    for i, transform in enumerate(inner):
+        walk(transform, state, f"{state.where}[{i}]")
+    if p == 1.0 or len(state.problems) > problems:
+        return
+    added = state.ops[before:]
+    if len(added) != 1 or added[0].name not in _COIN_OPS:
+        names = ", ".join(type(x).__name__ for x in inner)
+        del state.ops[before:]
+        raise Refuse(f"p={p} around {names}: gpupipe can apply only one flip, grayscale or erasing with a probability")
+    coin: Any = added[0]
+    state.ops[-1] = dataclasses.replace(coin, p=coin.p * p)

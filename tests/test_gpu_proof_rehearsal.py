@@ -1,0 +1,109 @@
+"""The quick GPU proof (benchmarks/gpu_quick.py, issue #36) rehearsed on the CPU, so that it cannot break
+between the short windows in which a GPU is lent: every step runs (``dali-cpu``, tiny sizes), writes its
+JSON, and a run cut by its budget keeps what it measured."""
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import env_without, needs_dali
+
+ROOT = Path(__file__).parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import gpu_quick  # noqa: E402
+import gpu_results  # noqa: E402
+
+STEPS = {"machine", "data", "dali", "peer", "host", "tests", "hw_decoder_load", "resnet50", "op_costs"}
+#: What the GPU machine lacks (it has torch, torchvision, pytest, pytest-xdist, psutil, nvidia-ml-py; DALI by relay).
+NOT_ON_THE_GPU_MACHINE = ("matplotlib", "hypothesis", "moto", "s3fs", "aiohttp")
+
+
+def quick(out: Path, *args: str, cache: Path, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_proof.sh"), str(out), "--quick", *args],
+                          capture_output=True, text=True, timeout=900,
+                          env={**(env or os.environ), "GPUPIPE_CACHE": str(cache)})
+
+
+def test_the_quick_proof_refuses_without_a_gpu(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    proc = quick(tmp_path / "out", cache=tmp_path / "cache")
+    assert proc.returncode == 2 and "no CUDA GPU" in proc.stdout + proc.stderr
+    assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
+
+
+def test_the_steps_fit_the_budget_on_paper():
+    """The caps are what the docstring's table says, in the issue's order of value, and the expected total
+    fits the 7 minutes."""
+    assert list(gpu_quick.STEPS) == ["machine", "data", "dali", "peer", "host", "tests", "hw_decoder_load",
+                                     "resnet50", "op_costs"]
+    assert gpu_quick.BUDGET_S <= 7 * 60 and gpu_quick.CAPS["tests"] == 200
+    for name, cap in gpu_quick.CAPS.items():
+        assert f"| {name} |" in gpu_quick.__doc__ and f"| {cap} |" in gpu_quick.__doc__
+
+
+@pytest.mark.slow
+@needs_dali
+def test_the_quick_proof_rehearses_every_step_and_its_results_commit(tmp_path):
+    out, pack = tmp_path / "proof" / "quick", tmp_path / "quick.tgz"
+    bare = env_without(tmp_path / "shadow", NOT_ON_THE_GPU_MACHINE)  # the proof imports only what is there
+    bare["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # absent there, hypothesis registers no pytest plugin either
+    proc = quick(out, "--rehearse", "--pack", str(pack), cache=tmp_path / "cache", env=bare)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    figures = json.loads((out / "quick.json").read_text())
+    assert set(figures["seconds"]) == STEPS and figures["failures"] == {} and figures["skipped"] == {}
+    assert figures["machine"]["versions"]["torch"] and figures["machine"]["dali_build"].startswith("nvidia-dali-cuda")
+    assert figures["data"]["images"] == 60 and 0 < figures["data"]["unique"] <= 60
+    (check,) = figures["dali"].values()
+    assert check["ok"] and check["train_images"] == 32 and check["decode_vs_cpu"]["max"] == 0
+    assert {"gpupipe-dali-cpu loader alone", "hand-dali-cpu loader alone"} <= set(figures["peer"]["results"])
+    assert "gpupipe_over_hand" in figures["peer"]["ratios"]["loader alone"]
+    profile = (out / "profile_next.txt").read_text()
+    assert "cumulative" in profile and "_batches" in profile, "gpupipe's per-batch path is in the profile"
+    assert figures["host"]["warning_lines"] == 0
+    assert figures["tests"]["exit"] == 0 and "1 passed" in figures["tests"]["summary"]
+    sweep = figures["hw_decoder_load"]
+    assert set(sweep["images_per_s"]) == {"auto", "0.0", "0.35", "0.65", "1.0"} and "auto_over_best" in sweep
+    assert "of_ceiling" in next(iter(figures["resnet50"]["ratios"].values()))
+    assert [r["op"] for r in figures["op_costs"]["rows"]] == ["Decode+RandomResizedCrop", "HorizontalFlip",
+                                                              "RandAugment", "RandomErasing", "MixUp", "CutMix"]
+    assert figures["op_costs"]["heavy_over_standard"] > 0
+    rows = gpu_results.judge(gpu_results.quick_measured(figures))
+    assert all(measured != "-" for _, measured, _ in rows), "every target has its figure"
+    summary = (out / "summary.md").read_text()
+    assert all(text in summary for text, _ in gpu_results.TARGETS.values())
+    with tarfile.open(pack) as tar:
+        assert {"quick/quick.json", "quick/summary.md", "quick/peer.json", "quick/run.log"} <= set(tar.getnames())
+    committed = gpu_quick.commit(pack, results=tmp_path / "results")
+    assert committed.parent == tmp_path / "results" and committed.name.startswith("no-gpu-")
+    assert json.loads((committed / "quick.json").read_text()) == figures
+    assert (committed / "dali_check.json").is_file() and (committed / "profile_next.txt").is_file()
+    assert gpu_results.sections(tmp_path / "results").startswith("No GPU result"), "a rehearsal is no GPU result"
+
+
+@pytest.mark.slow
+@needs_dali
+def test_a_run_cut_by_its_budget_keeps_what_it_measured_and_lists_the_rest(tmp_path):
+    first = quick(tmp_path / "first", "--rehearse", "--only", "tests", cache=tmp_path / "cache")  # makes the data
+    assert first.returncode == 0, (first.stdout + first.stderr)[-3000:]
+    out, pack = tmp_path / "quick", tmp_path / "quick.tgz"
+    proc = quick(out, "--rehearse", "--budget", "25", "--pack", str(pack), cache=tmp_path / "cache")
+    assert proc.returncode == 1, (proc.stdout + proc.stderr)[-3000:]
+    figures = json.loads((out / "quick.json").read_text())
+    assert {"machine", "data"} <= set(figures["seconds"]) and figures["data"]["images"] == 60
+    assert {"hw_decoder_load", "resnet50", "op_costs"} <= set(figures["skipped"])
+    assert all("of the budget left" in why for why in figures["skipped"].values())
+    assert set(figures["seconds"]) | set(figures["skipped"]) == STEPS, "every step ran or is listed"
+    with tarfile.open(pack) as tar:
+        assert json.loads(tar.extractfile("quick/quick.json").read()) == figures
+    again = quick(out, "--rehearse", "--only", "op_costs", cache=tmp_path / "cache")  # the rerun of what is missing
+    assert again.returncode == 1, "the other skipped steps are still listed"
+    figures = json.loads((out / "quick.json").read_text())
+    assert "op_costs" not in figures["skipped"] and figures["op_costs"]["rows"]
+    assert figures["data"]["unique"] == json.loads((out / "data.json").read_text())["unique"], "data made once"
