@@ -152,9 +152,9 @@ def winner_line(report: Dict) -> str:
             f"repeats: either will do; {verdict}"
         )
     else:
-        second = _figure(report, order[1])
-        ratio = figure["images_per_s"] / second["images_per_s"] if second["images_per_s"] else float("inf")
-        line = f"{head}, {ratio:.2f}x the next, {_label(order[1])} at {_range(second)}; {verdict}"
+        runner_up = _figure(report, order[1])
+        ratio = figure["images_per_s"] / runner_up["images_per_s"] if runner_up["images_per_s"] else float("inf")
+        line = f"{head}, {ratio:.2f}x the next, {_label(order[1])} at {_range(runner_up)}; {verdict}"
         if best == BASELINE:
             line += "; no gpupipe backend beat the tutorial DataLoader here"
     if report.get("reliability"):

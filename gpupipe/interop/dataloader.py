@@ -127,8 +127,12 @@ def DataLoader(  # noqa: N802 -- torch's name, for a one-import swap
         generator: seeds the order and the augmentations (``initial_seed()``); default
             ``torch.initial_seed()``.
         prefetch_factor: batches prepared ahead (gpupipe's ``prefetch``).
-        num_workers, pin_memory, pin_memory_device, persistent_workers, multiprocessing_context,
-            in_order: accepted, without effect (see ``IGNORED``).
+        num_workers: accepted, without effect (gpupipe decodes with its own threads; see ``IGNORED``).
+        pin_memory: accepted, without effect (batches arrive on the loader's device).
+        pin_memory_device: accepted, without effect.
+        persistent_workers: accepted, without effect.
+        multiprocessing_context: accepted, without effect.
+        in_order: accepted, without effect (gpupipe's order is always the planned one).
         **options: more ``gpupipe.loader`` arguments (``backend``, ``device``, ``dtype``, ``pipeline``, ...).
 
     Returns:

@@ -4,6 +4,7 @@ never sees a manifest naming a shard that is not there yet. A rerun skips what i
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 import tempfile
@@ -34,7 +35,7 @@ def upload(staging: Path, dst: str, names: Sequence[str], retry: Retry, storage_
         path = f"{base.rstrip('/')}/{name}"
         if _remote_size(fs, path) == size and name != shardfmt.MANIFEST:
             continue
-        with_retries(url, retry, "uploading to", lambda src=str(local), to=path: fs.put_file(src, to))
+        with_retries(url, retry, "uploading to", functools.partial(fs.put_file, str(local), path))
         stored = _remote_size(fs, path)
         if stored != size:
             raise RemoteError(f"uploading to {url}: the server holds {stored} bytes, expected {size}")

@@ -144,10 +144,11 @@ def _pause(backoff: float, attempt: int, retry_after: Optional[float], left: flo
 
 
 def _chain(err: BaseException):
+    current: Optional[BaseException] = err
     seen = 0
-    while err is not None and seen < 8:
-        yield err
-        err, seen = (err.__cause__ or err.__context__), seen + 1
+    while current is not None and seen < 8:
+        yield current
+        current, seen = (current.__cause__ or current.__context__), seen + 1
 
 
 def _status(err: BaseException) -> Optional[int]:

@@ -86,10 +86,10 @@ class ShardSource(Source):
             if member is not None and member.size > limit:
                 bad[i] = f"{member.name}: file too large: {member.size:,} bytes exceeds the {limit:,}-byte limit"
         pixels = self.image_sizes[:, 0] * self.image_sizes[:, 1]
-        for i in np.flatnonzero(pixels > max_pixels):
-            h, w = self.image_sizes[i]
+        for too_big in np.flatnonzero(pixels > max_pixels):
+            h, w = (int(side) for side in self.image_sizes[too_big])
             bad.setdefault(
-                int(i),
+                int(too_big),
                 f"too many pixels: {w}x{h} = {w * h / 1e6:.0f} MP exceeds the "
                 f"{max_pixels / 1e6:.0f} MP limit (decompression bomb?)",
             )

@@ -20,7 +20,7 @@ import os
 import re
 import tarfile
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import BinaryIO, Dict, List, Optional, Sequence, Tuple, cast
 
 from .. import shardfmt
 from ..fileio import DEFAULT_MAX_FILE_SIZE
@@ -192,7 +192,7 @@ def _image_size(fh, member: shardfmt.Member, max_pixels: int) -> Tuple[int, int]
         size = max(0, min(size, member.size - offset))
         return os.pread(fh.fileno(), size, member.offset + offset)
 
-    header = header_at(read_at, lambda: _MemberFile(fh.fileno(), member), max_pixels)
+    header = header_at(read_at, lambda: cast(BinaryIO, _MemberFile(fh.fileno(), member)), max_pixels)
     return header.oriented
 
 

@@ -94,7 +94,10 @@ class WebDataset(ShardSource):
         indexer = _Indexer(folder / "wds-index", cache, image_exts, label, max_file_size)
         with ThreadPoolExecutor(min(8, len(locations)), thread_name_prefix="gpupipe-wds-index") as pool:
             with Progress("WebDataset index", total=len(locations), unit="tar", logger=logger) as progress:
-                indexes = [progress.update(1) or item for item in pool.map(indexer.index, locations)]
+                indexes = []
+                for item in pool.map(indexer.index, locations):
+                    indexes.append(item)
+                    progress.update(1)
         self.problems: List[Skipped] = [Skipped(name, reason) for _, idx in indexes for name, reason in idx.problems]
         self.classes, labels = _classes(indexes, classes, self.problems)
         self.entries, self.names, shard_of, label_list, sizes, damaged = [], [], [], [], [], {}

@@ -109,6 +109,7 @@ class ParamNodes:
             if not slot.integer and self._floats is None:
                 self._floats = fn.reinterpret(self._row, dtype=types.FLOAT)
             row = self._row if slot.integer else self._floats
+            assert row is not None
             if slot.shape == ():
                 node = row[slot.offset]
             else:
