@@ -67,9 +67,11 @@ def test_resolve_rejects_unknown_names():
 
 
 def test_registry_describes_every_backend():
-    assert set(backends.REGISTRY) == {"dali", "dali-cpu", "torchvision"}
+    # torchvision-transform: the user's own transform object, run unchanged (gpupipe.DataLoader's fallback).
+    assert set(backends.REGISTRY) == {"dali", "dali-cpu", "torchvision", "torchvision-transform"}
     assert backends.REGISTRY["dali"].needs_cuda and not backends.REGISTRY["dali-cpu"].needs_cuda
-    assert [n for n, info in backends.REGISTRY.items() if info.main_process] == ["torchvision"]
+    main_process = [n for n, info in backends.REGISTRY.items() if info.main_process]
+    assert main_process == ["torchvision", "torchvision-transform"]
 
 
 @pytest.mark.parametrize("local, cores, expected", [(None, 16, 16), ("8", 16, 2), ("4", 2, 1), ("x", 4, 4)])
