@@ -62,6 +62,9 @@ def main(argv) -> int:
     if argv[:1] == ["--child"]:
         print("RESULT " + json.dumps(child(Path(argv[1]), gpu=argv[2:] != ["--cpu"])), flush=True)
         return 0
+    if argv[:1] in (["--help"], ["-h"]):
+        print("usage: " + __doc__.splitlines()[2].strip() + "\n\n" + __doc__.split("\n\n", 2)[2])
+        return 0
     cpu = [a for a in argv if a == "--cpu"]
     argv = [a for a in argv if a != "--cpu"]
     if len(argv) != 1:

@@ -204,7 +204,9 @@ class Quick:
                                                        warning_examples=sorted(set(warnings))[:5])
 
     def tests(self, cap: float) -> None:
-        xdist = ["-n", "4"] if importlib.util.find_spec("xdist") else []
+        # pytest-xdist's -n only where its plugin loads (not under PYTEST_DISABLE_PLUGIN_AUTOLOAD)
+        xdist = ["-n", "4"] if importlib.util.find_spec("xdist") and not os.environ.get(
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD") else []
         selection = [str(ROOT / "tests" / "test_gpu_readiness.py"), "-k", "refuses"] if self.rehearse else \
             ["-m", "cuda", str(ROOT / "tests")]
         code = run_logged([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *xdist, "--junitxml",
@@ -300,7 +302,7 @@ def main(argv=None) -> int:
     if args.out is None:
         parser.error("--out is required")
     if args.inner is not None:
-        import quick_steps
+        import _quick_steps as quick_steps
 
         return quick_steps.main(args)
     wanted = list(STEPS) if args.only is None else ["machine", "data", "dali", *args.only.split(",")]

@@ -139,3 +139,18 @@ def sections(results: Path) -> str:
 
 
 __all__ = ["TARGETS", "AT_MOST", "judge", "quick_measured", "section", "sections"]
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Print the Markdown of every committed GPU result (what the documentation shows)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="The committed GPU results as Markdown, with their targets.")
+    parser.add_argument("results", nargs="?", type=Path, default=Path(__file__).resolve().parent / "results",
+                        help="the results folder (default: benchmarks/results)")
+    print(sections(parser.parse_args(argv).results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from gpupipe.scan import scan
+from gpupipe.sources.scan import scan
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
 from helpers import textured_image  # noqa: E402

@@ -14,6 +14,7 @@ figure::
     {{ chart("cpu-2core") }}                         the bench's chart (bench.png), published with the site
     {{ gpu_results() }}                              every committed GPU proof (results/<gpu>-<date>/quick.json)
     {{ op_table() }}                                 every op, from the op registry (docs/optable.py)
+    {{ import_graph() }}                             the layers and their imports (docs/layers.py)
     {{ value("cpu-2core/bench.json", "results.dali-cpu.loader.x_baseline", "{:.2f}x") }}
     {{ ratio("cpu-2core/pack.json", "loading.dali-cpu.shards.images_per_s", "loading.dali-cpu.folder.images_per_s") }}
 
@@ -310,15 +311,21 @@ def update_readme(path: Path = README, label: str = README_LABEL) -> bool:
     return new != text
 
 
-def _gpu_results():
-    """``benchmarks/gpu_results.py`` (the GPU proof's targets and tables; it imports nothing heavy)."""
+def _script(path: str) -> Any:
+    """A helper file of the repository (``benchmarks/gpu_results.py``, ``docs/optable.py``, ...) loaded by
+    path, as its own module (each imports nothing heavy)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("gpu_results", ROOT / "benchmarks" / "gpu_results.py")
+    spec = importlib.util.spec_from_file_location(Path(path).stem, ROOT / path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _gpu_results() -> Any:
+    """``benchmarks/gpu_results.py`` (the GPU proof's targets and tables)."""
+    return _script("benchmarks/gpu_results.py")
 
 
 def proof_targets() -> str:
@@ -334,18 +341,17 @@ def gpu_results(results: Optional[Path] = None) -> str:
 
 def op_table() -> str:
     """The table of every op gpupipe ships, derived from the op registry (``docs/optable.py``)."""
-    import importlib.util
+    return _script("docs/optable.py").table()
 
-    spec = importlib.util.spec_from_file_location("optable", ROOT / "docs" / "optable.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.table()
+
+def import_graph() -> str:
+    """gpupipe's layers and the imports between them, read from the source (``docs/layers.py``)."""
+    return _script("docs/layers.py").diagram()
 
 
 CALLS: Dict[str, Callable[..., str]] = {f.__name__: f for f in (
     bench_table, bench_tables, cpu_compare_table, pack_tables, remote_tables, startup_table, scan_table, value, ratio,
-    chart, proof_targets, gpu_results, op_table)}
+    chart, proof_targets, gpu_results, op_table, import_graph)}
 
 
 def render(markdown: str, page: str = "") -> str:

@@ -17,7 +17,7 @@ import torch
 from gpupipe.amp import AMP_CHOICES, AmpChoice, choose_amp
 from gpupipe.cli import ArgumentParser, fail, run
 from gpupipe.remote import is_url
-from gpupipe.stats import rate_text
+from gpupipe.loading.stats import rate_text
 from gpupipe.sources.files import split_folders_message
 
 __all__ = ["AMP_CHOICES", "ArgumentParser", "amp", "device", "epoch_line", "existing_file", "existing_folder",

@@ -17,7 +17,7 @@ from torch import nn
 from torchvision import transforms
 
 import gpupipe
-from gpupipe.shardfmt import is_packed
+from gpupipe.shards.format import is_packed
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 

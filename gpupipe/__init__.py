@@ -11,14 +11,16 @@ come from the op registry (``gpupipe.ops.OP_NAMES``), their imports are spelled 
 """
 
 from . import ops, pack, presets, remote
-from ._compat import moved_attribute as __getattr__  # noqa: F401 -- names exported before, with a warning
+from ._compat import moved_attribute as __getattr__  # noqa: F401 -- old names and module paths, with a warning
 from ._version import __version__
 from .amp import autocast_dtype, choose_amp
-from .build import loader
-from .config import LoaderConfig
-from .dataloader import Loader
 from .errors import Error, OnError, SampleError, Skipped
 from .interop import DataLoader, UnsupportedTransform, from_torchvision
+from .loading.config import LoaderConfig
+from .loading.factory import loader
+from .loading.loader import Loader
+from .loading.sampling import RankShare
+from .loading.stats import StatsSummary
 from .ops import AutoAugment as AutoAugment
 from .ops import CenterCrop as CenterCrop
 from .ops import ColorJitter as ColorJitter
@@ -46,9 +48,7 @@ from .ops import TrivialAugment as TrivialAugment
 from .ops import VerticalFlip as VerticalFlip
 from .pack import PackError
 from .remote import RemoteError
-from .sampling import RankShare
 from .sources import CocoDetection, FileList, ImageFolder, SegmentationFolder, Shards, WebDataset
-from .stats import StatsSummary
 from .targets import DetectionLists, TargetKind, to_detection_inputs, to_detection_targets
 
 __all__ = [

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
-from .config import positive_int
+from .checks import positive_int
 
 #: Host names of a rendezvous that cannot span machines.
 LOOPBACK = ("127.0.0.1", "localhost", "::1")

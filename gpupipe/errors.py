@@ -129,7 +129,7 @@ def plural(count: int, noun: str, plural_form: str = "") -> str:
 
 
 class SkipLog:
-    """Every sample left out, each logged once (by default logger ``gpupipe.scan``, WARNING).
+    """Every sample left out, each logged once (by default logger ``gpupipe.sources.scan``, WARNING).
 
     Args:
         log: the logger (the packer's, ``gpupipe.pack``, logs at INFO: its manifest lists them all).

@@ -11,7 +11,7 @@ import hashlib
 import json
 import os
 import stat
-from typing import Dict, Optional
+from typing import Dict, Optional, Union
 
 from .errors import Error
 
@@ -129,6 +129,13 @@ def read_json_object(path) -> Optional[Dict]:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def sha256_hex(data: Union[str, bytes], length: Optional[int] = None) -> str:
+    """The one digest of gpupipe's keys and checksums: sha256 of ``data`` as hex (text encoded as
+    UTF-8, undecodable file names kept as written), cut to its first ``length`` digits."""
+    raw = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data
+    return hashlib.sha256(raw).hexdigest()[:length]
 
 
 def sha256_of(path) -> str:

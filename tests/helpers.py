@@ -117,7 +117,7 @@ def rewrite_manifest(dst: Path, edit) -> dict:
     someone who edits it on purpose would: the readers must then catch what the edit did."""
     import json
 
-    from gpupipe import shardfmt
+    from gpupipe.shards import format as shardfmt
 
     path = Path(dst) / shardfmt.MANIFEST
     manifest = json.loads(path.read_text())

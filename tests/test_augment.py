@@ -16,7 +16,7 @@ import torch
 import gpupipe
 from helpers import DALI_BACKEND_DEVICES, make_image_folder
 from gpupipe import presets
-from gpupipe.batchaug import BatchMixer
+from gpupipe.loading.mixing import BatchMixer
 from gpupipe.ops import (
     CenterCrop,
     ColorJitter,
@@ -235,7 +235,7 @@ def test_augmentation_arguments_are_checked(make, fragment):
 
 
 def test_pipeline_checks_for_augmentations():
-    from gpupipe.spec import build_spec
+    from gpupipe.plan.spec import build_spec
 
     with pytest.raises(ValueError, match="RandAugment needs images of one size"):
         build_spec([Decode(), RandAugment(), CenterCrop(size=8)])

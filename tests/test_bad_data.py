@@ -11,7 +11,7 @@ from PIL import Image
 import gpupipe
 from helpers import BACKEND_DEVICES, DECODE_TOLERANCE, make_image_folder
 from gpupipe.ops import CenterCrop, Decode, Output
-from gpupipe.scan import check_file, scan
+from gpupipe.sources.scan import check_file, scan
 from imagecases import bomb, broken_inside_png, to_rgb_reference, write_cases
 
 CROP = 40

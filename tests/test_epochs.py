@@ -1,4 +1,4 @@
-"""The epoch rule (gpupipe.epochs): which epoch a pass reads, and what a checkpoint resumes.
+"""The epoch rule (gpupipe.loading.epochs): which epoch a pass reads, and what a checkpoint resumes.
 
 A fake backend that yields ``(epoch, batch)`` makes the rule cheap to test
 over many random sequences of ``set_epoch``, full passes, broken passes,
@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 import gpupipe
 from gpupipe import backends
 from gpupipe.backends import REGISTRY, BackendInfo, Placement
-from gpupipe.epochs import EpochCursor
-from gpupipe.spec import build_spec
+from gpupipe.loading.epochs import EpochCursor
+from gpupipe.plan.spec import build_spec
 from helpers import rest_and_resumed
 
 

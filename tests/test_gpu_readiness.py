@@ -15,9 +15,9 @@ import torch
 
 import gpupipe
 from gpupipe import backends
-from gpupipe.batch import _constants, normalize_uint8
+from gpupipe.loading.transfer import _constants, normalize_uint8
 from gpupipe.errors import ErrorPolicy
-from gpupipe.spec import build_spec
+from gpupipe.plan.spec import build_spec
 from helpers import env_without, flat_folder, make_image_folder, needs_dali
 
 

@@ -17,7 +17,7 @@ from PIL import Image
 
 import gpupipe
 from gpupipe import ops
-from gpupipe.config import MAX_EPOCH
+from gpupipe.loading.config import MAX_EPOCH
 from gpupipe.pack import PackSettings, pack, verify
 from helpers import CPU_BACKENDS, flat_folder, sample_ids
 

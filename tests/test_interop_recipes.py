@@ -13,7 +13,7 @@ from torchvision.transforms import v2 as T2
 from gpupipe import ops as O
 from gpupipe.interop import UnsupportedTransform, from_torchvision
 from gpupipe.plan import Planner
-from gpupipe.spec import build_spec
+from gpupipe.plan.spec import build_spec
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 

@@ -46,7 +46,7 @@ def run(workdir, *args, ranks=1):
                    "29517", *command[1:], "--dist-url", "env://", "--dist-backend", "gloo"]
     proc = subprocess.run(command, capture_output=True, text=True, timeout=500, env=ENV, cwd=workdir)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
-    assert "=> data loaders: gpupipe.dataloader.Loader" in proc.stdout
+    assert "=> data loaders: gpupipe.loading.loader.Loader" in proc.stdout
     return proc.stdout
 
 

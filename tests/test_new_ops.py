@@ -18,7 +18,7 @@ import gpupipe
 from gpupipe import backends, ops
 from gpupipe.ops.pixel import AUTO_AUGMENT_OPS
 from gpupipe.plan import Planner
-from gpupipe.spec import build_spec
+from gpupipe.plan.spec import build_spec
 from gpupipe.targets import TargetKind
 from helpers import BACKEND_DEVICES, CPU_BACKENDS, CPU_DALI, make_image_folder
 from test_detection import check_boxes, coco, det_data  # noqa: F401 -- det_data is a fixture

@@ -113,7 +113,7 @@ def test_a_users_op_runs_on_each_backend_it_has_a_lowering_for(toy, folder, back
     assert all(f != k for f, k in zip(flipped, kept)), "each image is inverted or left alone"
     assert 0 < sum(flipped) < 8, flipped
     # the coin is the plan's: the same samples are inverted on every backend
-    keys = gpupipe.plan.Planner(gpupipe.spec.build_spec(base + [toy.ToyInvert(p=0.5)]), seed=3)
+    keys = gpupipe.plan.Planner(gpupipe.plan.spec.build_spec(base + [toy.ToyInvert(p=0.5)]), seed=3)
     planned = keys.plan(0, np.arange(8), np.full((8, 2), 40)).steps[2]["invert"]
     assert flipped == [bool(v) for v in planned]
 

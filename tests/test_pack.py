@@ -15,7 +15,7 @@ from PIL import Image
 
 import gpupipe
 from helpers import CPU_BACKENDS, make_image_folder, rewrite_manifest
-from gpupipe import shardfmt
+from gpupipe.shards import format as shardfmt
 from gpupipe.pack import ConvertSettings, PackError, PackSettings, pack, parse_size, verify
 from gpupipe.pack.manifest import read_sources
 from gpupipe.fileio import sha256_of

@@ -11,7 +11,7 @@ from gpupipe import ops
 from gpupipe.plan import Planner
 from gpupipe.plan import affine as maps
 from gpupipe.targets import boxmath as bx
-from gpupipe.spec import build_spec
+from gpupipe.plan.spec import build_spec
 from gpupipe.targets import TargetKind
 
 N = 4000

@@ -78,7 +78,7 @@ def always(monkeypatch):
 
 
 def test_the_cold_scan_reports_progress(always, caplog, image_folder):
-    from gpupipe import scan
+    from gpupipe.sources import scan
 
     paths = [str(p) for p in sorted(image_folder.rglob("*.jpg"))] * 120  # 2,160: the parallel path's size
     with caplog.at_level(logging.INFO, logger="gpupipe.scan"):

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import gpupipe
-from gpupipe.batch import take_rows
+from gpupipe.loading.transfer import take_rows
 from helpers import BACKEND_DEVICES, CPU_BACKENDS, flat_folder, sample_ids, two_ranks
 from imagecases import broken_inside_jpeg
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import gpupipe
-from gpupipe import shardfmt
+from gpupipe.shards import format as shardfmt
 from gpupipe.pack import PackSettings, pack
 from gpupipe.remote import RemoteError, RemoteMissing, Retry, ShardCache, download, read_small
 from gpupipe.remote import urls

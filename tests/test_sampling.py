@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpupipe.env import World, settle_world
-from gpupipe.sampling import RankShare, epoch_order, per_rank, split
+from gpupipe.loading.sampling import RankShare, epoch_order, per_rank, split
 
 
 @settings(max_examples=300, deadline=None)

@@ -3,7 +3,7 @@
 import pytest
 
 from gpupipe.ops import CenterCrop, Decode, HorizontalFlip, Normalize, Output, RandomResizedCrop, Resize
-from gpupipe.spec import build_spec
+from gpupipe.plan.spec import build_spec
 
 
 def test_spec_splits_ops_normalize_and_output():

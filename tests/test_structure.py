@@ -13,8 +13,8 @@ from gpupipe import backends, ops
 from gpupipe.backends.torchvision.lowering import LOWERINGS as TORCHVISION
 from gpupipe.ops import Effect
 from gpupipe.plan import PLANNERS, Planner
-from gpupipe.seeding import sample_keys, uniforms
-from gpupipe.spec import build_spec
+from gpupipe.plan.seeding import sample_keys, uniforms
+from gpupipe.plan.spec import build_spec
 from gpupipe.targets import TargetKind
 from helpers import HAS_DALI
 

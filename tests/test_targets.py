@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import gpupipe
-from gpupipe.spec import build_spec
+from gpupipe.plan.spec import build_spec
 from gpupipe.targets import HANDLERS, TargetKind, handler
 from gpupipe.targets.base import check_label_rows
 from gpupipe.targets.boxes import BOX_PADDING, PADDING_LABEL, compact, pad, unpad

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import gpupipe
-from gpupipe import shardfmt
+from gpupipe.shards import format as shardfmt
 from gpupipe.pack import PackSettings, pack, verify
 from helpers import CPU_BACKENDS, flat_folder, rewrite_manifest
 

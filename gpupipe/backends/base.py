@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Callable, Iterator, Optional, Protocol
 import torch
 
 from .. import env
-from ..sampling import RankShare
+from ..loading.sampling import RankShare
 
 if TYPE_CHECKING:
-    from ..batch import Batch
+    from ..loading.transfer import Batch
 
 
 @dataclass(frozen=True)

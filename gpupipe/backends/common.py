@@ -8,7 +8,7 @@ from typing import Iterable, Set, Tuple
 import numpy as np
 
 from ..errors import Error, ErrorPolicy, Skipped
-from ..sampling import RankShare
+from ..loading.sampling import RankShare
 from ..sources import Source
 
 

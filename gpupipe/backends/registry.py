@@ -14,11 +14,11 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from ..config import LoaderConfig
 from ..errors import ErrorPolicy
+from ..loading.config import LoaderConfig
 from ..ops.registry import LOWERINGS
+from ..plan.spec import PipelineSpec
 from ..sources import Source
-from ..spec import PipelineSpec
 from .base import Backend, Placement
 
 logger = logging.getLogger(__name__)

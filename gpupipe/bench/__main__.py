@@ -21,9 +21,10 @@ from typing import Dict, List, Optional
 
 import torch
 
-from .. import env, shardfmt
+from .. import env
 from ..amp import AmpChoice, choose_amp, cpu_info, probe_seconds, torch_build
 from ..cli import user_errors
+from ..shards import format as shardfmt
 from ..sources import as_source
 from . import demo, report
 from .advice import conclude

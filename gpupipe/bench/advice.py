@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional
 
-from ..stats import WAIT_SHARE_INPUT_BOUND
+from ..loading.stats import WAIT_SHARE_INPUT_BOUND
 from .measure import CEILING_FRACTION_COMPUTE_BOUND, advice
 
 #: The tutorial loader every backend is compared with.

@@ -8,8 +8,8 @@ from typing import Iterable
 import torch
 
 import gpupipe
-from gpupipe.batchaug import BatchMixer
 from gpupipe.env import default_threads
+from gpupipe.loading.mixing import BatchMixer
 
 #: The ``heavy`` setting: RandAugment, random erasing and MixUp/CutMix, as timm's ImageNet recipes.
 HEAVY = dict(auto_augment="rand-m9-n2", random_erasing=0.25, mixup=0.8, cutmix=1.0)

@@ -209,7 +209,7 @@ def folder_stats(root: Path) -> Dict[str, float]:
 
 def packed_stats(root: Path) -> Dict[str, float]:
     """What ``folder_stats`` says, for a packed folder (sizes from its manifest)."""
-    from .. import shardfmt
+    from ..shards import format as shardfmt
 
     manifest = shardfmt.read_manifest(Path(root))
     sizes = np.array([s for shard in manifest["shards"] for s in shard.get("sizes", [])], np.float64).reshape(-1, 2)

@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 
-from ..stats import WAIT_SHARE_INPUT_BOUND
+from ..loading.stats import WAIT_SHARE_INPUT_BOUND
 
 Batch = Tuple[torch.Tensor, torch.Tensor]
 

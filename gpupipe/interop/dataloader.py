@@ -144,7 +144,7 @@ def DataLoader(  # noqa: N802 -- torch's name, for a one-import swap
             ``worker_init_fn``, a ``timeout``, another sampler, each named.
         UnsupportedTransform, UnsupportedDataset: see [`gpupipe.loader`][gpupipe.loader].
     """
-    from ..build import loader
+    from ..loading.factory import loader
 
     if batch_size is None:
         raise _refuse("batch_size", None, "gpupipe always batches; give a batch size")
@@ -169,7 +169,7 @@ def DataLoader(  # noqa: N802 -- torch's name, for a one-import swap
     built = loader(source, given.pop("pipeline", None), batch_size=batch_size, **given)
     built._dataset = dataset
     if sampler is not None and hasattr(sampler, "set_epoch"):
-        built.sampler = sampler  # its set_epoch decides the epoch (gpupipe.frameworks.follow_sampler)
+        built.sampler = sampler  # its set_epoch decides the epoch (gpupipe.loading.frameworks.follow_sampler)
     return built
 
 

@@ -16,10 +16,10 @@ import logging
 from typing import Any, Callable, Iterator, Optional, Tuple
 
 from ..backends import REGISTRY, BackendInfo, EpochRead, Placement
-from ..config import LoaderConfig
 from ..errors import ErrorPolicy
+from ..loading.config import LoaderConfig
+from ..plan.spec import PipelineSpec
 from ..sources import Source
-from ..spec import PipelineSpec
 
 logger = logging.getLogger("gpupipe.loader")
 

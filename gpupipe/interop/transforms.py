@@ -39,8 +39,9 @@ class UnsupportedTransform(Error, ValueError):
         )
 
 
-class Refuse(Exception):
-    """Raised by a rule: this transform cannot be compiled, for ``reason``."""
+class Refuse(Error):
+    """Raised by a rule: this transform cannot be compiled, for ``reason`` (caught by ``walk``
+    and gathered into one ``UnsupportedTransform``; it never reaches the user alone)."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)

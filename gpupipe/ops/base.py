@@ -74,29 +74,6 @@ def hw(name: str, size: SizeArg) -> HW:
     return h, w
 
 
-def positive_int(name: str, arg: str, value, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name}: {arg} must be an int >= {minimum}, got {value!r}")
-    return value
-
-
-def number_range(name: str, arg: str, value: Any, lo: float, hi: float) -> Tuple[float, float]:
-    """Validates a ``(min, max)`` pair within ``[lo, hi]`` (``value``: the caller's argument, of any type)."""
-    try:
-        a, b = (float(v) for v in value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: {arg} must be a (min, max) pair, got {value!r}") from None
-    if not (lo <= a <= b <= hi) or math.isnan(a) or math.isnan(b):
-        raise ValueError(f"{name}: {arg} must satisfy {lo} <= min <= max <= {hi}, got {value!r}")
-    return a, b
-
-
-def probability(name: str, p: float, arg: str = "p") -> float:
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
-        raise ValueError(f"{name}: {arg} must be a probability in [0, 1], got {p!r}")
-    return float(p)
-
-
 def round_half_away(x: float) -> int:
     return int(math.copysign(math.floor(abs(x) + 0.5), x))
 

@@ -17,6 +17,7 @@ import math
 from dataclasses import KW_ONLY, dataclass
 from typing import Any, ClassVar, FrozenSet, Optional, Sequence, Tuple, Union
 
+from ..checks import number_range, positive_int, probability
 from ..targets import TargetKind
 from .base import (
     HW,
@@ -25,9 +26,6 @@ from .base import (
     SizeArg,
     fill_value,
     hw,
-    number_range,
-    positive_int,
-    probability,
     symmetric,
 )
 from .base import interpolation as interpolation_mode
@@ -91,7 +89,7 @@ class Resize(Op):
     def __init__(self, size: Union[None, SizeArg], *, max_size: Optional[int] = None) -> None:
         object.__setattr__(self, "max_size", max_size)
         if max_size is not None:
-            positive_int("Resize", "max_size", max_size)
+            positive_int("Resize: max_size", max_size)
         if size is None:
             if max_size is None:
                 raise ValueError("Resize: size=None needs max_size (the longer side)")
@@ -189,8 +187,8 @@ class RandomResize(Op):
     effect: ClassVar = Effect.GEOMETRIC
 
     def __post_init__(self) -> None:
-        positive_int("RandomResize", "min_size", self.min_size)
-        positive_int("RandomResize", "max_size", self.max_size)
+        positive_int("RandomResize: min_size", self.min_size)
+        positive_int("RandomResize: max_size", self.max_size)
         if self.max_size < self.min_size:
             raise ValueError(f"RandomResize: max_size {self.max_size} must be >= min_size {self.min_size}")
 
@@ -295,7 +293,7 @@ class RandomIoUCrop(Op):
         if not options or any(math.isnan(v) or v < 0 for v in options):
             raise ValueError(f"RandomIoUCrop: sampler_options must be non-negative IoUs, got {self.sampler_options!r}")
         object.__setattr__(self, "sampler_options", options)
-        positive_int("RandomIoUCrop", "trials", self.trials)
+        positive_int("RandomIoUCrop: trials", self.trials)
 
     def output_size(self, size: Optional[HW]) -> Optional[HW]:
         return None

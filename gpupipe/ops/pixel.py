@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import KW_ONLY, dataclass
 from typing import Any, ClassVar, Optional, Sequence, Tuple, Union
 
-from .base import Effect, Op, fill_value, number_range, positive_int, probability
+from ..checks import number_range, positive_int, probability
+from .base import Effect, Op, fill_value
 from .base import interpolation as interpolation_mode
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -109,7 +110,7 @@ class AutoAugmentOp(Op, abstract=True):
     needs_fixed_size: ClassVar = True
 
     def __post_init__(self) -> None:
-        positive_int(self.name, "num_magnitude_bins", self.num_magnitude_bins, 2)
+        positive_int(f"{self.name}: num_magnitude_bins", self.num_magnitude_bins, 2)
 
 
 @dataclass(frozen=True)
@@ -128,8 +129,8 @@ class RandAugment(AutoAugmentOp):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        positive_int("RandAugment", "num_ops", self.num_ops, 0)
-        positive_int("RandAugment", "magnitude", self.magnitude, 0)
+        positive_int("RandAugment: num_ops", self.num_ops, 0)
+        positive_int("RandAugment: magnitude", self.magnitude, 0)
         if self.magnitude >= self.num_magnitude_bins:
             raise ValueError(
                 f"RandAugment: magnitude must be < num_magnitude_bins ({self.num_magnitude_bins}), "

@@ -12,7 +12,6 @@ with its own worker processes, and rank 0 writes the manifest once every part is
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import sys
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import List, Optional
 from .. import env
 from ..cli import ArgumentParser, run
 from ..errors import plural
-from ..fileio import byte_size
+from ..fileio import byte_size, sha256_hex
 from ..remote import Retry, is_url
 from . import ConvertSettings, PackSettings, pack, parse_size, verify
 from .packer import barrier
@@ -148,7 +147,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def staging_dir(url: str) -> Path:
     """The default local folder where shards for ``url`` are written before they are uploaded."""
-    return env.cache_dir("pack-staging") / hashlib.sha256(url.encode()).hexdigest()[:16]
+    return env.cache_dir("pack-staging") / sha256_hex(url, 16)
 
 
 def _distributed():

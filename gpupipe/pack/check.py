@@ -7,9 +7,9 @@ import tarfile
 from pathlib import Path
 from typing import BinaryIO, Dict, List
 
-from .. import shardfmt
 from ..fileio import UnreadableFile, regular_stat, sha256_of
 from ..progress import Progress
+from ..shards import format as shardfmt
 from ..targets import TargetKind, handler
 from .writer import BLOCK
 

@@ -18,9 +18,10 @@ from typing import Any, Dict, Optional, Tuple
 
 from PIL import Image, ImageOps
 
-from .. import shardfmt, targets
+from .. import targets
 from ..fileio import DEFAULT_MAX_FILE_SIZE, UnreadableFile, read_file
 from ..images import ImageRefused, open_checked, to_rgb8
+from ..shards import format as shardfmt
 from ..targets import TargetKind
 
 #: EXIF tag of the orientation.

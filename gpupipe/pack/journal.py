@@ -9,7 +9,6 @@ folder fail at once with a clear message instead of both writing.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -18,6 +17,7 @@ from typing import Dict, List, Optional
 
 from .. import filelock
 from ..errors import Error
+from ..fileio import sha256_hex
 
 logger = logging.getLogger("gpupipe.pack")
 
@@ -60,10 +60,7 @@ class DstLock:
 
 def fingerprint(settings: Dict, inputs: List[str]) -> str:
     """A digest of the settings and the inputs (path and target of each, in write order)."""
-    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
-    for line in inputs:
-        digest.update(line.encode("utf-8", "surrogateescape") + b"\n")
-    return digest.hexdigest()
+    return sha256_hex(json.dumps(settings, sort_keys=True) + "".join(f"{line}\n" for line in inputs))
 
 
 class Journal:

@@ -8,9 +8,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-from .. import shardfmt
 from .._version import __version__
 from ..errors import Skipped
+from ..shards import format as shardfmt
 from ..sources import Source
 from .journal import Journal, PackError
 

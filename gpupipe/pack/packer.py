@@ -13,10 +13,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Iterator, List, Optional, Tuple
 
-from .. import env, shardfmt
+from .. import env
 from ..errors import ErrorPolicy, SkipLog, Skipped
 from ..fileio import byte_size
-from ..seeding import pack_order
+from ..plan.seeding import pack_order
+from ..shards import format as shardfmt
 from ..sources import FileSource, Source, as_source
 from ..targets import Target
 from . import manifest as mf

@@ -11,9 +11,9 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from .. import shardfmt
 from ..remote import RemoteError, Retry, download, filesystem, join, read_small
 from ..remote.fetch import with_retries
+from ..shards import format as shardfmt
 from .check import verify
 from .manifest import SOURCES
 

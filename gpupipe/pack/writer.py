@@ -15,8 +15,8 @@ import tarfile
 from pathlib import Path
 from typing import Dict, List
 
-from .. import shardfmt
 from ..fileio import sha256_of
+from ..shards import format as shardfmt
 
 BLOCK = 512
 #: ``tarfile`` ends an archive with two zero blocks, padded to a multiple of its record size.

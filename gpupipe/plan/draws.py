@@ -6,7 +6,7 @@ op and a ``Step`` (the samples' keys and current sizes) and returns
 the op's parameters as arrays with a leading batch axis; geometric ops
 also return ``size`` (``(B, 2)``, the output ``(h, w)``) and ``affine``
 (``(B, 2, 3)``, how they move pixel coordinates). Every random number comes
-from ``gpupipe.seeding.uniforms`` on the sample's key, so a sample gets
+from ``gpupipe.plan.seeding.uniforms`` on the sample's key, so a sample gets
 the same parameters in a batch of one or of many, on every backend.
 """
 
@@ -19,9 +19,9 @@ import numpy as np
 
 from .. import ops as O
 from ..ops.registry import PLANNERS, planner
-from ..seeding import uniforms
 from ..targets import boxmath as bx
 from . import affine as maps
+from .seeding import uniforms
 
 Params = Dict[str, np.ndarray]
 

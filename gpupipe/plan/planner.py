@@ -2,7 +2,7 @@
 
 A backend never draws random numbers of its own. For each batch the
 planner draws each op's parameters from the samples' keys (a function of
-the loader's seed, the epoch and the sample's slot, ``gpupipe.seeding``)
+the loader's seed, the epoch and the sample's slot, ``gpupipe.plan.seeding``)
 and their image sizes (known from the scan or the manifest), then the
 backend applies them to the image and to every target alike: one crop
 window for the image's ROI decode, the mask's slice and the boxes, one coin
@@ -19,11 +19,11 @@ from typing import Dict, List, Optional, Sequence, Union
 import numpy as np
 
 from ..ops import Effect, PadTo, RandomIoUCrop
-from ..seeding import sample_keys
-from ..spec import PipelineSpec
 from ..targets import boxmath as bx
 from . import policies  # noqa: F401 -- registers the auto-augment planners
 from .draws import PLANNERS, Params, Step
+from .seeding import sample_keys
+from .spec import PipelineSpec
 
 #: Random streams reserved per op (op ``j`` uses streams ``(j + 1) << STREAM_BITS`` onwards).
 STREAM_BITS = 12

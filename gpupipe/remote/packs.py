@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
-from .. import shardfmt
+from ..shards import format as shardfmt
 from .cache import ShardCache
 from .fetch import RemoteMissing, read_small
 from .urls import join, redact

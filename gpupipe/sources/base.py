@@ -20,9 +20,9 @@ import numpy as np
 from .. import env
 from ..errors import Skipped
 from ..fileio import DEFAULT_MAX_FILE_SIZE, read_file
-from ..sampling import epoch_order
-from ..scan import ScanResult, scan
+from ..loading.sampling import epoch_order
 from ..targets import Target, TargetKind, handler
+from .scan import ScanResult, scan
 
 #: Sample indices as the loader passes them: a sequence of ints or an int array.
 Indices = Union[Sequence[int], np.ndarray]
@@ -101,7 +101,7 @@ class Source:
         return scans[last].sizes if last in scans else self.scan().sizes
 
     def scan(self, max_pixels: int = 100_000_000, max_file_size: Optional[int] = None) -> ScanResult:
-        """The header scan of every file (``gpupipe.scan.scan``), done once per source and settings."""
+        """The header scan of every file (``gpupipe.sources.scan.scan``), done once per source and settings."""
         max_file_size = max_file_size or self.max_file_size
         memo = self.__dict__.setdefault("_scans", {})
         key = (max_pixels, max_file_size)

@@ -13,9 +13,9 @@ import numpy as np
 from .. import env
 from ..errors import Skipped
 from ..fileio import UnreadableFile, read_file
-from ..scan import ScanResult, scan
 from ..targets import TargetKind
 from .files import FileSource, PathLike
+from .scan import ScanResult, scan
 
 #: How far (pixels) a box may reach past its image before it counts as outside (rounding in annotation tools).
 EDGE_TOLERANCE = 1.0

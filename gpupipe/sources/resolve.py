@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 from typing import Union
 
-from .. import shardfmt
 from ..remote import is_url
+from ..shards import format as shardfmt
 from .base import Source
 from .files import FileList, ImageFolder
 from .shards import Shards

@@ -11,10 +11,10 @@ import numpy as np
 from .. import env
 from ..errors import Skipped
 from ..fileio import read_file
-from ..scan import ScanResult, scan
 from ..targets import TargetKind
 from ..targets.maskfiles import header_problem
 from .files import IMAGE_EXTENSIONS, FileSource, PathLike, folder_id, walk_images
+from .scan import ScanResult, scan
 
 
 class SegmentationFolder(FileSource):

@@ -9,16 +9,16 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .. import shardfmt
 from ..fileio import DEFAULT_MAX_FILE_SIZE, UnreadableFile, byte_size, regular_stat
 from ..images import ImageRefused, read_header
+from ..plan.seeding import order_generator
 from ..remote import CachedStore, LocalStore, Retry, ShardCache, default_cache_dir, is_url
 from ..remote.packs import PackedTar, remote_pack
 from ..remote.urls import redact, safe_name
-from ..scan import ScanResult
-from ..seeding import order_generator
+from ..shards import format as shardfmt
 from ..targets import TargetKind
 from .base import Indices, Source
+from .scan import ScanResult
 
 logger = logging.getLogger("gpupipe.sources")
 

@@ -13,15 +13,15 @@ from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
-from .. import shardfmt
 from ..errors import Skipped
 from ..fileio import DEFAULT_MAX_FILE_SIZE, byte_size, read_json_object
 from ..progress import Progress
 from ..remote import CachedStore, LocalStore, Retry, ShardCache, default_cache_dir, expand_braces, is_url
 from ..remote.fetch import remote_info
 from ..remote.urls import redact
+from ..shards import format as shardfmt
+from ..shards.tarindex import TarIndex, index_tar
 from .shards import ShardSource
-from .tarindex import TarIndex, index_tar
 
 logger = logging.getLogger("gpupipe.sources")
 

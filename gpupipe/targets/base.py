@@ -29,8 +29,8 @@ from .kinds import TargetKind
 if TYPE_CHECKING:
     import torch
 
+    from ..plan.spec import PipelineSpec
     from ..sources import Source
-    from ..spec import PipelineSpec
 
 #: Sample indices: a sequence of ints or an int array.
 Indices = Any

@@ -26,8 +26,8 @@ from .base import Indices, Kernel, Params, Target, check_label_rows, is_int, jso
 from .kinds import TargetKind
 
 if TYPE_CHECKING:
+    from ..plan.spec import PipelineSpec
     from ..sources import Source
-    from ..spec import PipelineSpec
 
 #: The box value of padding rows in a detection batch.
 BOX_PADDING = 0.0

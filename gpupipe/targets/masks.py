@@ -20,8 +20,8 @@ from .kinds import TargetKind
 from .maskfiles import decode_mask, gray_png, mask_for_dali
 
 if TYPE_CHECKING:
+    from ..plan.spec import PipelineSpec
     from ..sources import Source
-    from ..spec import PipelineSpec
 
 
 class Masks(Target):

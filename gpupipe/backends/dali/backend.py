@@ -22,13 +22,13 @@ from typing import Any, Callable, Iterator, List, Optional
 import numpy as np
 import torch
 
-from ...batch import Batch, CudaPrefetcher, normalize_uint8, to_device
-from ...config import LoaderConfig
 from ...errors import ErrorPolicy
+from ...loading.config import LoaderConfig
+from ...loading.transfer import Batch, CudaPrefetcher, normalize_uint8, to_device
 from ...ops import Output
 from ...plan import Planner
+from ...plan.spec import PipelineSpec
 from ...sources import Source
-from ...spec import PipelineSpec
 from ..base import EpochRead, Placement
 from ..common import BadSamples, batch_slots
 from .graph import Pipelines

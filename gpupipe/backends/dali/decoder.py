@@ -8,7 +8,7 @@ from typing import Union
 import numpy as np
 from nvidia.dali import types
 
-from ...config import LoaderConfig
+from ...loading.config import LoaderConfig
 from .calibrate import DEFAULT_LOAD
 
 

@@ -25,11 +25,11 @@ import torch
 from nvidia.dali import fn, pipeline_def
 
 from ... import ops as O
-from ...config import LoaderConfig
+from ...loading.config import LoaderConfig
 from ...plan import Planner
-from ...seeding import mix_int
+from ...plan.seeding import mix_int
+from ...plan.spec import PipelineSpec
 from ...sources import FileSource, Source
-from ...spec import PipelineSpec
 from ..base import Placement
 from .calibrate import DEFAULT_LOAD, remembered_hw_decoder_load
 from .decoder import decoder_kwargs, decoder_settings

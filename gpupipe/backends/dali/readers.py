@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 import numpy as np
 from nvidia.dali import fn
 
-from ... import shardfmt
+from ...shards import format as shardfmt
 from ...sources import FileSource, ShardSource, Source
 
 READER = "reader"

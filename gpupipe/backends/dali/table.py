@@ -8,7 +8,7 @@ from typing import Any, Dict, Optional, Protocol
 
 from ... import ops as O
 from ...ops.registry import LoweringTable, lowering_table
-from ...spec import PipelineSpec
+from ...plan.spec import PipelineSpec
 from ...targets import Target
 from ...targets.base import Kernel
 

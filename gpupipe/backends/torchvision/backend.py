@@ -21,12 +21,12 @@ from typing import Callable, Iterator, List, Optional
 import numpy as np
 from torch.utils.data import DataLoader, Sampler
 
-from ...batch import Batch, CudaPrefetcher, normalize_uint8
-from ...config import LoaderConfig
 from ...errors import ErrorPolicy
+from ...loading.config import LoaderConfig
+from ...loading.transfer import Batch, CudaPrefetcher, normalize_uint8
 from ...plan import Planner
+from ...plan.spec import PipelineSpec
 from ...sources import Source
-from ...spec import PipelineSpec
 from ..base import EpochRead, Placement
 from ..common import BadSamples, batch_slots
 from .dataset import DecodedSamples, collate, finish_one

@@ -11,13 +11,13 @@ import torchvision
 from torch.utils.data import Dataset, get_worker_info
 from torchvision.io import ImageReadMode
 
-from ...batch import empty_like_output, normalize_uint8
 from ...errors import DecodeError, first_line
 from ...fileio import UnreadableFile
 from ...images import decode_rgb
+from ...loading.transfer import empty_like_output, normalize_uint8
 from ...ops import RandomResizedCrop
+from ...plan.spec import PipelineSpec
 from ...sources import Source
-from ...spec import PipelineSpec
 from ...targets import Target
 from .lowering import Item, apply_ops
 

@@ -25,7 +25,7 @@ from torchvision.transforms.v2 import functional as F
 from ... import ops as O
 from ...ops.pixel import AUTO_AUGMENT_OPS
 from ...ops.registry import LoweringTable, lowering_table
-from ...spec import PipelineSpec
+from ...plan.spec import PipelineSpec
 from ...targets import IMAGE_LEVEL, Target
 from ...targets.base import Kernel
 

@@ -12,7 +12,7 @@ needs to draw crop windows.
 
 Results are cached per folder, keyed by each file's size and modification
 time, so a later scan only stats the files. A cold scan uses every core;
-among the ranks that share a loader (``gpupipe.agreement``: the process
+among the ranks that share a loader (``gpupipe.loading.agreement``: the process
 group, when the loader's share is the group's own) each rank scans its share
 and the results are exchanged, with each rank's listing, which must be the
 same on every rank; a loader of one process (``world_size=1``) scans alone.
@@ -23,7 +23,6 @@ are caught while loading (see the backends).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import multiprocessing
 import os
@@ -34,12 +33,13 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import agreement, env
-from .fileio import UnreadableFile, check_regular, describe
-from .images import ImageRefused, header_at
-from .progress import Progress
+from .. import env
+from ..fileio import UnreadableFile, check_regular, describe, sha256_hex
+from ..images import ImageRefused, header_at
+from ..loading import agreement
+from ..progress import Progress
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("gpupipe.scan")
 
 CACHE_VERSION = 2
 #: How far from the end an end-of-image marker may sit (some writers pad files).
@@ -244,12 +244,10 @@ class _Cache:
 
     def __init__(self, cache_dir: Path, paths: List[str], max_pixels: int, max_file_size: int) -> None:
         root = os.path.dirname(os.path.commonprefix([min(paths), max(paths)])) if paths else ""
-        digest = hashlib.sha1(
-            f"{CACHE_VERSION}|{root}|{max_pixels}|{max_file_size}".encode("utf-8", "surrogateescape")
-        ).hexdigest()[:20]
+        digest = sha256_hex(f"{CACHE_VERSION}|{root}|{max_pixels}|{max_file_size}", 20)
         self.file = Path(cache_dir) / "scan" / f"{digest}.npz"
         self.paths = paths
-        self.listing = hashlib.sha1("\0".join(paths).encode("utf-8", "surrogateescape")).hexdigest()
+        self.listing = sha256_hex("\0".join(paths))
 
     def load(self) -> Optional[_Cached]:
         if not self.file.is_file():

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
-from .ops import HW, BatchOp, Decode, Effect, Normalize, Op, Output, SanitizeBoxes
-from .targets import TargetKind, handler
+from ..ops import HW, BatchOp, Decode, Effect, Normalize, Op, Output, SanitizeBoxes
+from ..targets import TargetKind, handler
 
 
 @dataclass(frozen=True)

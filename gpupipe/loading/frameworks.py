@@ -26,13 +26,12 @@ from __future__ import annotations
 import sys
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Iterator, List, Optional, Protocol
 
-from .errors import Error
+from ..errors import Error
 
 if TYPE_CHECKING:
-    from .backends import EpochRead
-    from .dataloader import Loader
+    from ..backends import EpochRead
 
 NO_DATASET = (
     "a gpupipe Loader is not a torch DataLoader: Accelerate's skip_first_batches would rebuild a torch "
@@ -57,7 +56,21 @@ def refuse_rebuild() -> None:
         raise RebuildRefused(NO_DATASET)
 
 
-def follow_sampler(loader: "Loader") -> None:
+class Loader(Protocol):
+    """What these answers read from a gpupipe ``Loader`` (typed here, so this module needs not import it)."""
+
+    sampler: Any
+    batch_size: int
+    drop_last: bool
+
+    def set_epoch(self, epoch: int) -> None: ...
+
+    def rank_share(self) -> Any: ...
+
+    def __len__(self) -> int: ...
+
+
+def follow_sampler(loader: Loader) -> None:
     """Before a pass: a user's sampler given to ``gpupipe.DataLoader`` (a ``DistributedSampler``)
     decides the epoch, as in a torch ``DataLoader`` (its ``set_epoch``, else epoch 0 every pass)."""
     sampler = loader.sampler
@@ -73,11 +86,11 @@ class EpochSampler:
     loader is at (see ``Loader.rank_share``).
     """
 
-    def __init__(self, loader: "Loader") -> None:
+    def __init__(self, loader: Loader) -> None:
         self._loader = weakref.ref(loader)
 
     @property
-    def loader(self) -> "Loader":
+    def loader(self) -> Loader:
         loader = self._loader()
         if loader is None:
             raise ReferenceError("the gpupipe loader of this sampler is gone")

@@ -1,6 +1,6 @@
 """Builds a loader: [`loader`][gpupipe.loader], the drop-in replacement for a ``DataLoader``.
 
-It reads as a short list of steps (see ``gpupipe.options``): check every
+It reads as a short list of steps (see ``gpupipe.loading.steps``): check every
 setting (one [`LoaderConfig`][gpupipe.LoaderConfig]), choose device and
 backend, check the pipeline's structure, list the source, check that the
 pipeline and backend carry its targets, scan the files, then build the
@@ -14,15 +14,16 @@ from typing import Any, Optional, Sequence, Tuple, Union
 
 import torch
 
-from . import backends, env, options, presets
+from .. import backends, env, presets
+from ..errors import ErrorPolicy
+from ..fileio import DEFAULT_MAX_FILE_SIZE
+from ..interop.resolve import resolve_inputs
+from ..ops import Op, Output
+from ..plan.spec import build_spec
+from ..sources import Source, as_source
+from . import steps
 from .config import LoaderConfig
-from .dataloader import Loader
-from .errors import ErrorPolicy
-from .fileio import DEFAULT_MAX_FILE_SIZE
-from .interop.resolve import resolve_inputs
-from .ops import Op, Output
-from .sources import Source, as_source
-from .spec import build_spec
+from .loader import Loader
 
 
 def loader(
@@ -31,7 +32,7 @@ def loader(
     *,
     batch_size: int,
     backend: str = "auto",
-    device: options.DeviceArg = None,
+    device: steps.DeviceArg = None,
     shuffle: bool = True,
     drop_last: bool = False,
     even_batches: bool = True,
@@ -137,7 +138,7 @@ def loader(
     )
     auto_device = device is None
     source, pipeline, dataset, backend = resolve_inputs(source, pipeline, fallback, backend)  # torchvision's
-    device, backend, why = options.choose_device_and_backend(device, backend, config.num_threads)
+    device, backend, why = steps.choose_device_and_backend(device, backend, config.num_threads)
     world = env.resolve_world(rank, world_size)
     if not isinstance(pipeline, str) and not hasattr(pipeline, "__iter__"):
         raise ValueError(f"loader(pipeline=...) must be a preset name or a list of ops, got {pipeline!r}")
@@ -145,15 +146,15 @@ def loader(
     own_output = ops[-1] if ops and isinstance(ops[-1], Output) else None
     if own_output is not None:
         ops.pop()
-    output = options.output_of(own_output, dtype, channels_last)
+    output = steps.output_of(own_output, dtype, channels_last)
     build_spec(ops, output, target=None)  # the structure, before the source is listed
 
     source = as_source(source)
     spec = build_spec(ops, output, target=source.kind, ignore_index=source.ignore_index)
     backends.check_lowerings(backend, spec)
     errors = ErrorPolicy(config.on_error)
-    source = options.without_bad_files(source, config, errors, world)
-    options.check_batch_fits(source, config, world.world_size)
+    source = steps.without_bad_files(source, config, errors, world)
+    steps.check_batch_fits(source, config, world.world_size)
     placement = backends.Placement.chosen(device, config.num_threads)
     return Loader(
         source,

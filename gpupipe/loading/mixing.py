@@ -14,7 +14,7 @@ from typing import Sequence, Tuple
 
 import torch
 
-from .ops import BatchOp, CutMix, MixUp
+from ..ops import BatchOp, CutMix, MixUp
 
 
 class BatchMixer:
@@ -37,7 +37,7 @@ class BatchMixer:
         Args:
             images: the batch.
             labels: ``(B,)`` class indices, or ``(B, num_classes)`` float targets (multi-hot).
-            key: seeds the draw (see ``gpupipe.seeding.batch_key``).
+            key: seeds the draw (see ``gpupipe.plan.seeding.batch_key``).
             inplace: write into ``images`` (the loader's own batch): MixUp is one fused pass
                 (``lerp_``) after the roll, CutMix copies only its box.
 

@@ -7,7 +7,7 @@ samples, and ``listing_digest`` of their names) and the settings that
 decide which samples each reads (``AGREED``), and a difference is
 refused on every rank alike (``RanksDisagree``, naming what differs and
 the ranks), rather than giving the ranks different batches or another
-sample's size. The scan's own exchange (``gpupipe.scan``) happens among
+sample's size. The scan's own exchange (``gpupipe.sources.scan``) happens among
 the same ranks, and compares the listing it scanned again.
 
 A loader with any other share joins no collective: ``world_size=1`` (one
@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import hashlib
 import os
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from . import env
-from .errors import Error
+from .. import env
+from ..errors import Error
+from ..fileio import sha256_hex
 
 #: The loader settings every rank must give alike (each changes which samples a rank reads, or
 #: how many batches: a rank with one batch more or less hangs the job at its next collective).
@@ -42,15 +42,14 @@ class RanksDisagree(Error, ValueError):
 def listing_digest(names: Sequence[str]) -> str:
     """A digest of the ordered names, relative to their common folder (a dataset mounted elsewhere
     on another host, or restored elsewhere, gives the same digest): 16 hex digits."""
-    digest = hashlib.sha1()
+    joined = ""
     if len(names):
         names = [str(n) for n in names] if not isinstance(names[0], str) else names
         root = os.path.dirname(os.path.commonprefix([min(names), max(names)]))
         joined = "\0" + "\0".join(names)
         if root:  # every name starts with root: cut it after each separator, in one pass
             joined = joined.replace("\0" + root, "\0")
-        digest.update(joined.encode("utf-8", "surrogateescape"))
-    return digest.hexdigest()[:16]
+    return sha256_hex(joined, 16)
 
 
 def exchange_group(world: env.World) -> Optional[Tuple[int, int]]:
@@ -64,7 +63,7 @@ def exchange_group(world: env.World) -> Optional[Tuple[int, int]]:
 
 @contextlib.contextmanager
 def shared_by(group: Optional[Tuple[int, int]]) -> Iterator[None]:
-    """Within this block, a scan (``gpupipe.scan.scan``) splits its work among ``group`` (``None``: alone)."""
+    """Within this block, a scan (``gpupipe.sources.scan.scan``) splits its work among ``group`` (``None``: alone)."""
     token = _GROUP.set(group)
     try:
         yield

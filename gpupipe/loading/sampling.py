@@ -18,7 +18,7 @@ from typing import Sequence, Union
 
 import numpy as np
 
-from .seeding import order_generator
+from ..plan.seeding import order_generator
 
 
 def epoch_order(num_samples: int, *, seed: int, epoch: int, shuffle: bool) -> np.ndarray:

@@ -1,9 +1,9 @@
 """The PyTorch-facing loader: a drop-in for ``torch.utils.data.DataLoader``.
 
-[`gpupipe.loader`][gpupipe.loader] (``gpupipe.build``) checks every argument before
+[`gpupipe.loader`][gpupipe.loader] (``gpupipe.loading.factory``) checks every argument before
 any work starts and builds a [`Loader`][gpupipe.Loader], which decides each epoch's
 order (the same on every backend), keeps the epoch bookkeeping
-(``gpupipe.epochs``), keeps its share in step with ``torch.distributed``
+(``gpupipe.loading.epochs``), keeps its share in step with ``torch.distributed``
 and hands ``(images, targets)`` batches per the batch contract from
 whichever backend runs the pipeline.
 """
@@ -18,18 +18,19 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
-from . import backends, env, frameworks, options
-from .backends import EpochRead, Placement
-from .batch import Batch, without_failed
-from .batchaug import BatchMixer
+from .. import backends, env
+from ..backends import EpochRead, Placement
+from ..errors import ErrorPolicy, Skipped
+from ..plan.seeding import batch_key
+from ..plan.spec import PipelineSpec
+from ..sources import Source
+from . import frameworks, steps
 from .config import LoaderConfig
 from .epochs import EpochCursor, resume_fields
-from .errors import ErrorPolicy, Skipped
+from .mixing import BatchMixer
 from .sampling import RankShare, batches_per_epoch, per_rank, split
-from .seeding import batch_key
-from .sources import Source
-from .spec import PipelineSpec
 from .stats import LoadStats, StatsSummary
+from .transfer import Batch, without_failed
 
 logger = logging.getLogger("gpupipe.loader")
 
@@ -58,9 +59,9 @@ class Loader:
         backend_reason: why ``backend="auto"`` chose it.
         device: where batches land.
         num_threads: DALI threads or DataLoader workers.
-        rank, world_size: this process's part of the data (see ``gpupipe.sampling``); a share not
+        rank, world_size: this process's part of the data (see ``gpupipe.loading.sampling``); a share not
             given is taken again from ``torch.distributed`` when iteration starts (see ``__iter__``).
-        sampler, batch_sampler: where frameworks call ``set_epoch`` (see ``gpupipe.frameworks``).
+        sampler, batch_sampler: where frameworks call ``set_epoch`` (see ``gpupipe.loading.frameworks``).
     """
 
     def __init__(
@@ -132,7 +133,7 @@ class Loader:
         """The torchvision dataset given, else a ``SourceDataset`` view of the source (``len()``, ``classes``,
         ``samples``...); refused to Accelerate's ``skip_first_batches`` (``frameworks.refuse_rebuild``)."""
         frameworks.refuse_rebuild()
-        from .interop.datasets import SourceDataset
+        from ..interop.datasets import SourceDataset
 
         self._dataset = self._dataset if self._dataset is not None else SourceDataset(self.source)
         return self._dataset
@@ -151,7 +152,7 @@ class Loader:
                 logger.info(
                     "gpupipe loader: %s from torch.distributed (the loader was built before the process group)", world
                 )
-                options.check_batch_fits(self.source, self.config, world.world_size)
+                steps.check_batch_fits(self.source, self.config, world.world_size)
             self._world = world
         if group is not None and not self._settled:
             self._settled = self._refit()
@@ -280,9 +281,9 @@ class Loader:
 
         The order is a function of ``(seed, epoch)`` alone. Without calls to
         ``set_epoch`` each pass reads the epoch after the previous pass's
-        (see ``gpupipe.epochs`` for the whole rule).
+        (see ``gpupipe.loading.epochs`` for the whole rule).
         """
-        self._cursor.set_epoch(epoch)  # checked there: 0 .. gpupipe.config.MAX_EPOCH
+        self._cursor.set_epoch(epoch)  # checked there: 0 .. gpupipe.loading.config.MAX_EPOCH
 
     def skip(self, batches: int) -> "Loader":
         """The next pass starts at batch ``batches`` of the epoch it reads (Accelerate's
@@ -349,7 +350,7 @@ class Loader:
 
     def state_dict(self) -> Dict[str, Any]:
         """Plain data to resume from, for ``torch.save``: the epoch, the batches taken in it, and what decides
-        the samples that follow (``gpupipe.epochs.resume_fields``). Augmentations are drawn from
+        the samples that follow (``gpupipe.loading.epochs.resume_fields``). Augmentations are drawn from
         ``(seed, epoch, slot)``, so a resume repeats the rest of the epoch exactly, on any backend. Per rank."""
         world = self._settle()
         match = resume_fields(self.config, world.world_size, self.source.names)

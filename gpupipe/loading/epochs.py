@@ -182,7 +182,7 @@ _DIGESTS: List[Tuple[Sequence[str], str]] = []
 
 
 def _digest_of(names: Sequence[str]) -> str:
-    """:func:`~gpupipe.agreement.listing_digest` of a source's names, computed once per list (a
+    """``listing_digest`` (gpupipe.loading.agreement) of a source's names, computed once per list (a
     million names take about a second; ``state_dict()`` may be called every few steps)."""
     from .agreement import listing_digest
 

@@ -22,9 +22,9 @@ import tarfile
 from dataclasses import dataclass, field
 from typing import BinaryIO, Dict, List, Optional, Sequence, Tuple, cast
 
-from .. import shardfmt
 from ..fileio import DEFAULT_MAX_FILE_SIZE
 from ..images import ImageRefused, header_at
+from . import format as shardfmt
 
 _KEY_EXT = re.compile(r"^((?:.*/|)[^./][^/]*?)\.([^/]*)$")
 #: Label members larger than this are refused (a label is a few bytes; a JSON a few KB).

@@ -14,8 +14,8 @@ from typing import Any, Iterable, Iterator, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
-from .errors import SkipLog
-from .spec import PipelineSpec
+from ..errors import SkipLog
+from ..plan.spec import PipelineSpec
 
 Batch = Tuple[torch.Tensor, Any]
 

@@ -15,12 +15,13 @@ from typing import Optional, Tuple, Union
 import numpy as np
 import torch
 
-from . import agreement, backends, env
+from .. import backends, env
+from ..errors import ErrorPolicy, Skipped, plural
+from ..ops import Output
+from ..sources import Source
+from . import agreement
 from .config import LoaderConfig
-from .errors import ErrorPolicy, Skipped, plural
-from .ops import Output
 from .sampling import per_rank
-from .sources import Source
 
 logger = logging.getLogger("gpupipe.loader")
 
@@ -83,7 +84,7 @@ def without_bad_files(
     cannot be used, with the source's own problems (an image without its mask, ...).
 
     When ``world`` is the process group's own share, the ranks first compare their listings and
-    settings, then split the scan among them (``gpupipe.agreement``); otherwise this process
+    settings, then split the scan among them (``gpupipe.loading.agreement``); otherwise this process
     joins no collective.
 
     Raises:

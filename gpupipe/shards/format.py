@@ -16,16 +16,15 @@ shape; anything else is a ``ValueError`` naming the file and the field.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple
 
-from .fileio import UnreadableFile, read_file, sha256_of
-from .targets import TargetKind, handler
-from .targets.base import is_int
+from ..checks import is_int
+from ..fileio import UnreadableFile, read_file, sha256_hex, sha256_of
+from ..targets import TargetKind, handler
 
 FORMAT = "gpupipe-shards"
 #: 2: per-sample image sizes, target kinds other than class labels.
@@ -86,7 +85,7 @@ def read_index(path: Path, sha256: str = "") -> List[IndexEntry]:
         data = read_file(str(path), MAX_METADATA_BYTES)
     except UnreadableFile as err:
         raise ValueError(f"cannot read index {path}: {err.reason}") from None
-    if sha256 and hashlib.sha256(data).hexdigest() != sha256:
+    if sha256 and sha256_hex(data) != sha256:
         raise ValueError(f"index {path} differs from the one packed (its sha256 does not match the manifest)")
     lines = data.decode("utf-8", "replace").splitlines()
     if not lines:
@@ -213,7 +212,7 @@ def _expect(cond: bool, path: Path, field: str, value: Any, want: str) -> None:
 def checksum(manifest: Dict) -> str:
     """The manifest's own checksum: sha256 of its canonical JSON without the ``checksum`` field."""
     body = {k: v for k, v in manifest.items() if k != "checksum"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return sha256_hex(json.dumps(body, sort_keys=True, separators=(",", ":")))
 
 
 def check_manifest(manifest: Any, path: Path) -> None:

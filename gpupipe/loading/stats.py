@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, Optional
 
-from .errors import plural
+from ..errors import plural
 
 logger = logging.getLogger("gpupipe.stats")
 

@@ -10,31 +10,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple, Union
 
-import numpy as np
-
-from .errors import OnError
-from .fileio import DEFAULT_MAX_FILE_SIZE
+from ..checks import positive_int
+from ..errors import OnError
+from ..fileio import DEFAULT_MAX_FILE_SIZE
 
 #: ``preallocate``: ``"auto"``, ``None`` or ``(width, height)``.
 Preallocate = Union[str, None, Tuple[int, int]]
-#: The largest seed: seeds are hashed as unsigned 64-bit words (``gpupipe.seeding``).
+#: The largest seed: seeds are hashed as unsigned 64-bit words (``gpupipe.plan.seeding``).
 MAX_SEED = 2**64 - 1
 #: The largest epoch (``set_epoch``, a loaded state). Epochs travel as signed 64-bit ints on every
 #: backend, and a DALI run reads ahead into the epochs after the one asked for: this leaves them room.
 MAX_EPOCH = 2**62 - 1
-
-
-def positive_int(name: str, value: Any, minimum: int = 1, maximum: Optional[int] = None) -> int:
-    """``value`` as an int, checked.
-
-    Raises:
-        ValueError: naming the argument, when ``value`` is not an int (a bool is not) in ``minimum..maximum``.
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    if maximum is not None and value > maximum:
-        raise ValueError(f"{name} must be an int in {minimum}..{maximum}, got {value!r}")
-    return int(value)
 
 
 def check_epoch(epoch: Any, where: str = "set_epoch") -> int:
