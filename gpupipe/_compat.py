@@ -15,8 +15,9 @@ import importlib.machinery
 import importlib.util
 import sys
 import warnings
+from collections.abc import Sequence
 from types import ModuleType
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from . import ops
 
@@ -65,8 +66,8 @@ class _MovedFinder(importlib.abc.MetaPathFinder):
     """Finds the names in ``MOVED_MODULES`` (and only those)."""
 
     def find_spec(
-        self, fullname: str, path: Optional[Sequence[str]], target: Optional[ModuleType] = None
-    ) -> Optional[importlib.machinery.ModuleSpec]:
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
         new = MOVED_MODULES.get(fullname)
         if new is None:
             return None

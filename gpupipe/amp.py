@@ -30,9 +30,9 @@ import logging
 import os
 import platform
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Set, Tuple, Union
 
 import torch
 
@@ -71,7 +71,7 @@ class AmpChoice:
 
     name: str
     reason: str
-    probe: Dict[str, float] = field(default_factory=dict)
+    probe: dict[str, float] = field(default_factory=dict)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -91,7 +91,7 @@ class AmpChoice:
         """``torch.autocast`` for this choice (disabled for float32)."""
         return torch.autocast(device_type, dtype=self.dtype, enabled=self.enabled)
 
-    def as_dict(self) -> Dict:
+    def as_dict(self) -> dict:
         return {
             "choice": self.name,
             "dtype": str(self.dtype).replace("torch.", ""),
@@ -101,9 +101,9 @@ class AmpChoice:
 
 
 @functools.lru_cache(maxsize=1)
-def cpu_info() -> Dict:
+def cpu_info() -> dict:
     """This CPU's model name and its flags that matter for bf16 (from ``/proc/cpuinfo`` where there is one)."""
-    flags: Set[str] = set()
+    flags: set[str] = set()
     model, named = platform.processor() or platform.machine(), False
     try:
         with open("/proc/cpuinfo") as fh:
@@ -119,17 +119,17 @@ def cpu_info() -> Dict:
     return {"model": model, "flags": {name: name in flags for name in REPORTED_FLAGS}}
 
 
-def torch_build() -> Dict:
+def torch_build() -> dict:
     """torch's version and the CUDA it was built for (``None``: a CPU-only build)."""
     return {"torch": torch.__version__, "cuda": torch.version.cuda}
 
 
 def choose_amp(
-    device: Union[str, torch.device],
+    device: str | torch.device,
     requested: str = "auto",
     *,
-    step: Optional[ProbeStep] = None,
-    flags: Optional[Dict[str, bool]] = None,
+    step: ProbeStep | None = None,
+    flags: dict[str, bool] | None = None,
     repeats: int = PROBE_TURNS,
     record: bool = True,
 ) -> AmpChoice:
@@ -193,7 +193,7 @@ def choose_amp(
     return choice
 
 
-def machine_description(device: torch.device, flags: Optional[Dict[str, bool]] = None) -> Dict:
+def machine_description(device: torch.device, flags: dict[str, bool] | None = None) -> dict:
     """What a recorded precision choice holds for: the CPU model and flags, torch's version, the device."""
     info = cpu_info()
     return {
@@ -204,7 +204,7 @@ def machine_description(device: torch.device, flags: Optional[Dict[str, bool]] =
     }
 
 
-def record_path(description: Dict) -> Path:
+def record_path(description: dict) -> Path:
     """The file that holds the choice for ``description`` in gpupipe's cache folder."""
     key = hashlib.sha256(json.dumps(description, sort_keys=True).encode()).hexdigest()[:16]
     return env.cache_dir("precision", f"{key}.json")
@@ -217,7 +217,7 @@ def machine_load() -> float:
     return os.getloadavg()[0] / env.cores()
 
 
-def _write_record(path, description: Dict, choice: AmpChoice) -> None:
+def _write_record(path, description: dict, choice: AmpChoice) -> None:
     """Writes the record atomically; a cache folder that cannot be written only costs a probe next time."""
     body = {"description": description, "choice": choice.name, "reason": choice.reason, "probe": choice.probe}
     tmp = f"{path}.{os.getpid()}.tmp"
@@ -248,7 +248,7 @@ def _probe(step: ProbeStep, found, repeats: int = PROBE_TURNS) -> AmpChoice:
     )
 
 
-def probe_rounds(step: ProbeStep, dtypes: Tuple[torch.dtype, ...], repeats: int = 3) -> List[Tuple[float, ...]]:
+def probe_rounds(step: ProbeStep, dtypes: tuple[torch.dtype, ...], repeats: int = 3) -> list[tuple[float, ...]]:
     """Seconds of ``step(dtype)`` per dtype in each of ``repeats`` rounds, after one untimed call each;
     the dtypes take turns, so that a machine's drift hits them alike."""
     for dtype in dtypes:
@@ -264,7 +264,7 @@ def probe_rounds(step: ProbeStep, dtypes: Tuple[torch.dtype, ...], repeats: int 
     return rounds
 
 
-def probe_seconds(step: ProbeStep, dtypes: Tuple[torch.dtype, ...], repeats: int = 3) -> Tuple[float, ...]:
+def probe_seconds(step: ProbeStep, dtypes: tuple[torch.dtype, ...], repeats: int = 3) -> tuple[float, ...]:
     """Per dtype, the fastest of ``probe_rounds``' calls."""
     rounds = probe_rounds(step, dtypes, repeats)
     return tuple(min(r[k] for r in rounds) for k in range(len(dtypes)))
@@ -299,7 +299,7 @@ def _default_probe(found) -> AmpChoice:
     return _probe(step, list(found))
 
 
-def autocast_dtype(device: Union[str, torch.device], requested: str = "auto") -> torch.dtype:
+def autocast_dtype(device: str | torch.device, requested: str = "auto") -> torch.dtype:
     """The dtype to autocast to on ``device``: ``torch.float32`` means no autocast (see ``choose_amp``)."""
     return choose_amp(device, requested).dtype
 

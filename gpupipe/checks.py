@@ -7,12 +7,12 @@ and ``arg`` (the op and its argument) are joined as ``"name: arg"``.
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Tuple
+from typing import Any
 
 import numpy as np
 
 
-def positive_int(what: str, value: Any, minimum: int = 1, maximum: Optional[int] = None) -> int:
+def positive_int(what: str, value: Any, minimum: int = 1, maximum: int | None = None) -> int:
     """``value`` as an int, checked.
 
     Raises:
@@ -25,7 +25,7 @@ def positive_int(what: str, value: Any, minimum: int = 1, maximum: Optional[int]
     return int(value)
 
 
-def number_range(name: str, arg: str, value: Any, lo: float, hi: float) -> Tuple[float, float]:
+def number_range(name: str, arg: str, value: Any, lo: float, hi: float) -> tuple[float, float]:
     """Validates a ``(min, max)`` pair within ``[lo, hi]`` (``value``: the caller's argument, of any type)."""
     try:
         a, b = (float(v) for v in value)

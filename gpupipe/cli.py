@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Callable, NoReturn, Optional, Tuple, Type
+from collections.abc import Callable
+from typing import NoReturn
 
 #: The exit status of a command stopped by an error (as argparse's).
 EXIT_ERROR = 2
@@ -30,7 +31,7 @@ def fail(message: str) -> NoReturn:
     raise SystemExit(EXIT_ERROR)
 
 
-def user_errors() -> Tuple[Type[BaseException], ...]:
+def user_errors() -> tuple[type[BaseException], ...]:
     """The exceptions that report a user's mistake or the state of the data: gpupipe's own
     ([`gpupipe.Error`][gpupipe.Error]), and the ``ValueError`` / ``OSError`` / ``ImportError`` its argument and
     file checks raise. With ``GPUPIPE_DEBUG=1`` none is caught: the traceback shows where it came from."""
@@ -51,7 +52,7 @@ def message(err: BaseException) -> str:
     return text
 
 
-def run(main: Callable[[], Optional[int]]) -> NoReturn:
+def run(main: Callable[[], int | None]) -> NoReturn:
     """Runs a command's ``main()`` and exits with its status; a user error (``user_errors``)
     ends it with one ``error:`` line and status 2."""
     try:

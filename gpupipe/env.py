@@ -19,7 +19,6 @@ import os
 import platform
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Optional, Tuple
 
 from .checks import positive_int
 
@@ -37,7 +36,7 @@ def cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def process_group() -> Optional[Tuple[int, int]]:
+def process_group() -> tuple[int, int] | None:
     """``(rank, world_size)`` of the initialised ``torch.distributed`` default group, else ``None``."""
     try:
         import torch.distributed as dist
@@ -48,14 +47,14 @@ def process_group() -> Optional[Tuple[int, int]]:
     return None
 
 
-def _env_int(name: str) -> Optional[int]:
+def _env_int(name: str) -> int | None:
     try:
         return int(os.environ[name])
     except (KeyError, ValueError):
         return None
 
 
-def rank_and_world() -> Tuple[int, int]:
+def rank_and_world() -> tuple[int, int]:
     """``(rank, world_size)``: from an initialised process group, else from ``RANK`` and
     ``WORLD_SIZE`` (set by torchrun and ``accelerate launch`` before the group exists), else ``(0, 1)``."""
     group = process_group()
@@ -86,7 +85,7 @@ class World:
         return f"rank {self.rank} of {self.world_size}"
 
 
-def resolve_world(rank: Optional[int], world_size: Optional[int]) -> World:
+def resolve_world(rank: int | None, world_size: int | None) -> World:
     """The share from the arguments, else from torch.distributed, else from the launcher, else ``(0, 1)``.
 
     Raises:
@@ -103,7 +102,7 @@ def resolve_world(rank: Optional[int], world_size: Optional[int]) -> World:
     return World(rank, int(world_size), origin)
 
 
-def settle_world(world: World, group: Optional[Tuple[int, int]]) -> World:
+def settle_world(world: World, group: tuple[int, int] | None) -> World:
     """The share to read once an initialised process group says ``group`` (``(rank, world_size)``, or ``None``).
 
     A launcher's share gives way to the group's; an explicit ``world_size=1``
@@ -217,9 +216,9 @@ def cache_dir(*parts: str) -> Path:
     return base.joinpath(*parts)
 
 
-def versions() -> Dict[str, Optional[str]]:
+def versions() -> dict[str, str | None]:
     """The versions that decide gpupipe's behaviour: Python, gpupipe, torch, torchvision, DALI (``None``: absent)."""
-    out: Dict[str, Optional[str]] = {"python": platform.python_version()}
+    out: dict[str, str | None] = {"python": platform.python_version()}
     for name, dist in (
         ("gpupipe", "gpupipe"),
         ("torch", "torch"),

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import enum
 import logging
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, List, Optional, Sequence, Union
 
 logger = logging.getLogger("gpupipe.scan")
 
@@ -30,7 +30,7 @@ class OnError(str, enum.Enum):
     SKIP = "skip"
 
     @classmethod
-    def parse(cls, value: Union[str, "OnError"], *, name: str = "on_error") -> "OnError":
+    def parse(cls, value: str | OnError, *, name: str = "on_error") -> OnError:
         """Accepts ``"raise"``, ``"skip"`` or an [`OnError`][gpupipe.OnError].
 
         Raises:
@@ -93,8 +93,8 @@ class SampleError(Error, ValueError, RuntimeError):
         summary: what they are, counted (the message's first line; ``""`` for one sample alone).
     """
 
-    def __init__(self, entries: Union[Skipped, Sequence[Skipped]], summary: str = "") -> None:
-        self.entries: List[Skipped] = [entries] if isinstance(entries, Skipped) else list(entries)
+    def __init__(self, entries: Skipped | Sequence[Skipped], summary: str = "") -> None:
+        self.entries: list[Skipped] = [entries] if isinstance(entries, Skipped) else list(entries)
         self.skipped = self.entries[0]
         self.summary = summary
         if summary:
@@ -139,8 +139,8 @@ class SkipLog:
         entries: the skipped samples, in the order they were found.
     """
 
-    def __init__(self, log: Optional[logging.Logger] = None, level: int = logging.WARNING) -> None:
-        self.entries: List[Skipped] = []
+    def __init__(self, log: logging.Logger | None = None, level: int = logging.WARNING) -> None:
+        self.entries: list[Skipped] = []
         self._seen: set = set()
         self._log = log or logger
         self._level = level
@@ -174,7 +174,7 @@ class ErrorPolicy:
         ValueError: an ``on_error`` that is neither.
     """
 
-    def __init__(self, on_error: Union[str, OnError] = OnError.RAISE, log: Optional[SkipLog] = None) -> None:
+    def __init__(self, on_error: str | OnError = OnError.RAISE, log: SkipLog | None = None) -> None:
         self.on_error = OnError.parse(on_error)
         self.log = log if log is not None else SkipLog()
 

@@ -11,7 +11,6 @@ import hashlib
 import json
 import os
 import stat
-from typing import Dict, Optional, Union
 
 from .errors import Error
 
@@ -32,7 +31,7 @@ def describe(err: OSError) -> str:
     return f"cannot read: {err.strerror or err}"
 
 
-def regular_stat(path: str, max_size: Optional[int] = DEFAULT_MAX_FILE_SIZE) -> os.stat_result:
+def regular_stat(path: str, max_size: int | None = DEFAULT_MAX_FILE_SIZE) -> os.stat_result:
     """``os.stat`` of a regular file no larger than ``max_size``.
 
     Raises:
@@ -46,7 +45,7 @@ def regular_stat(path: str, max_size: Optional[int] = DEFAULT_MAX_FILE_SIZE) -> 
     return st
 
 
-def check_regular(st: os.stat_result, max_size: Optional[int]) -> None:
+def check_regular(st: os.stat_result, max_size: int | None) -> None:
     """Refuses a stat result that is not a regular file of at most ``max_size`` bytes (``UnreadableFile``)."""
     if not stat.S_ISREG(st.st_mode):
         raise UnreadableFile("not a regular file")
@@ -54,7 +53,7 @@ def check_regular(st: os.stat_result, max_size: Optional[int]) -> None:
         raise UnreadableFile(f"file too large: {st.st_size:,} bytes exceeds the {max_size:,}-byte limit")
 
 
-def read_file(path: str, max_size: Optional[int] = DEFAULT_MAX_FILE_SIZE) -> bytes:
+def read_file(path: str, max_size: int | None = DEFAULT_MAX_FILE_SIZE) -> bytes:
     """The whole content of a regular file of at most ``max_size`` bytes.
 
     The file is opened without blocking and checked on the open descriptor,
@@ -120,7 +119,7 @@ def byte_size(value, what: str, minimum: int = 1) -> int:
     return size
 
 
-def read_json_object(path) -> Optional[Dict]:
+def read_json_object(path) -> dict | None:
     """The JSON object in the file ``path`` (a cache's own record), or ``None`` when it is missing,
     unreadable or not a JSON object."""
     try:
@@ -131,7 +130,7 @@ def read_json_object(path) -> Optional[Dict]:
     return data if isinstance(data, dict) else None
 
 
-def sha256_hex(data: Union[str, bytes], length: Optional[int] = None) -> str:
+def sha256_hex(data: str | bytes, length: int | None = None) -> str:
     """The one digest of gpupipe's keys and checksums: sha256 of ``data`` as hex (text encoded as
     UTF-8, undecodable file names kept as written), cut to its first ``length`` digits."""
     raw = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import io
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Dict, Literal, Tuple
+from typing import BinaryIO, Literal
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
@@ -92,7 +93,7 @@ class Header:
     orientation: int = 1
 
     @property
-    def oriented(self) -> Tuple[int, int]:
+    def oriented(self) -> tuple[int, int]:
         """``(h, w)`` of the decoded image, EXIF orientation applied."""
         return (self.width, self.height) if self.orientation in (5, 6, 7, 8) else (self.height, self.width)
 
@@ -183,7 +184,7 @@ def _exif_orientation(app1: bytes) -> int:
     if app1[:6] != b"Exif\x00\x00" or len(app1) < 14:
         return 1
     tiff = app1[6:]
-    orders: Dict[bytes, Literal["little", "big"]] = {b"II": "little", b"MM": "big"}
+    orders: dict[bytes, Literal["little", "big"]] = {b"II": "little", b"MM": "big"}
     order = orders.get(tiff[:2])
     if order is None:
         return 1

@@ -4,7 +4,7 @@ options, ``val``), segmentation and detection (torchvision's reference recipes).
 from __future__ import annotations
 
 import re
-from typing import Callable, Dict, List, Optional, Tuple, Union
+from collections.abc import Callable
 
 from .ops import (
     CenterCrop,
@@ -33,12 +33,12 @@ from .ops import (
 def train(
     size: SizeArg = 224,
     *,
-    auto_augment: Optional[str] = None,
-    color_jitter: Union[None, float, Tuple[float, float, float], Tuple[float, float, float, float]] = None,
+    auto_augment: str | None = None,
+    color_jitter: None | float | tuple[float, float, float] | tuple[float, float, float, float] = None,
     random_erasing: float = 0.0,
     mixup: float = 0.0,
     cutmix: float = 0.0,
-) -> List[Op]:
+) -> list[Op]:
     """The ImageNet training recipe, with the options of timm's and torchvision's reference recipes.
 
     Args:
@@ -56,7 +56,7 @@ def train(
         ``[Decode, RandomResizedCrop, HorizontalFlip, (auto augment), (ColorJitter),
         (RandomErasing), Normalize, (MixUp), (CutMix)]``.
     """
-    ops: List[Op] = [Decode(), RandomResizedCrop(size=size), HorizontalFlip(p=0.5)]
+    ops: list[Op] = [Decode(), RandomResizedCrop(size=size), HorizontalFlip(p=0.5)]
     if auto_augment is not None:
         ops.append(_auto_augment(auto_augment))
     if color_jitter is not None:
@@ -85,7 +85,7 @@ def _auto_augment(name: str) -> Op:
     raise ValueError(f"auto_augment must be 'rand-m<M>-n<N>' (e.g. 'rand-m9-n2') or 'trivial', got {name!r}")
 
 
-def val(size: SizeArg = 224, resize: int = 256) -> List[Op]:
+def val(size: SizeArg = 224, resize: int = 256) -> list[Op]:
     """The ImageNet evaluation recipe: shorter side to ``resize``, centre crop.
 
     Args:
@@ -101,7 +101,7 @@ def val(size: SizeArg = 224, resize: int = 256) -> List[Op]:
     return [Decode(), Resize(size=resize), crop, Normalize()]
 
 
-def segmentation_train(crop: SizeArg = 480, base: int = 520) -> List[Op]:
+def segmentation_train(crop: SizeArg = 480, base: int = 520) -> list[Op]:
     """torchvision's segmentation reference training: the shorter side resized to a random size in
     ``[0.5, 2.0] x base``, a horizontal flip, a random ``crop`` (images smaller than it padded at the
     bottom and right: 0 for the image, ``ignore_index`` for the mask), normalisation.
@@ -114,7 +114,7 @@ def segmentation_train(crop: SizeArg = 480, base: int = 520) -> List[Op]:
     return [Decode(), RandomResize(base // 2, 2 * base), HorizontalFlip(0.5), RandomCrop(crop), Normalize()]
 
 
-def segmentation_val(size: int = 520) -> List[Op]:
+def segmentation_val(size: int = 520) -> list[Op]:
     """Segmentation evaluation in batches: the longer side resized to ``size`` (aspect kept), then padded
     to ``size x size`` at the bottom and right (masks with ``ignore_index``, so metrics skip the padding).
 
@@ -124,7 +124,7 @@ def segmentation_val(size: int = 520) -> List[Op]:
     return [Decode(), Resize(None, max_size=size), PadTo(size), Normalize()]
 
 
-def detection_ssd(size: SizeArg = 300, fill: Tuple[float, float, float] = (124, 116, 104)) -> List[Op]:
+def detection_ssd(size: SizeArg = 300, fill: tuple[float, float, float] = (124, 116, 104)) -> list[Op]:
     """The SSD training recipe (as torchvision's detection reference): photometric distortion, zoom
     out (expand) with probability 0.5, the IoU-constrained random crop, a horizontal flip, and a
     resize to a square. No ``Normalize``: torchvision's detection models normalise inside, from
@@ -144,7 +144,7 @@ def detection_ssd(size: SizeArg = 300, fill: Tuple[float, float, float] = (124, 
     ]
 
 
-def detection_val(size: int = 800, max_size: int = 1333) -> List[Op]:
+def detection_val(size: int = 800, max_size: int = 1333) -> list[Op]:
     """Faster R-CNN-style evaluation in batches: the shorter side to ``size`` with the longer at most
     ``max_size`` (as ``GeneralizedRCNNTransform``), padded to ``max_size x max_size`` at the bottom and
     right; each image's unpadded size is in the targets (``"image_sizes"``). No ``Normalize`` (the
@@ -156,7 +156,7 @@ def detection_val(size: int = 800, max_size: int = 1333) -> List[Op]:
     return [Decode(), Resize(size, max_size=max_size), PadTo(max_size)]
 
 
-PRESETS: Dict[str, Callable[..., List[Op]]] = {
+PRESETS: dict[str, Callable[..., list[Op]]] = {
     "train": train,
     "val": val,
     "segmentation-train": segmentation_train,
@@ -166,7 +166,7 @@ PRESETS: Dict[str, Callable[..., List[Op]]] = {
 }
 
 
-def get(name: str, **kwargs) -> List[Op]:
+def get(name: str, **kwargs) -> list[Op]:
     """Returns the preset ``name`` (a key of ``PRESETS``) built with ``kwargs``."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)} or pass a list of ops")

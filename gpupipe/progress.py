@@ -17,7 +17,8 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from typing import Callable, Optional, TextIO
+from collections.abc import Callable
+from typing import TextIO
 
 #: Work shows progress once it has lasted this many seconds (shorter work shows none).
 DELAY_S = 3.0
@@ -25,7 +26,7 @@ DELAY_S = 3.0
 LOG_EVERY_S = 10.0
 
 
-def is_terminal(stream: Optional[TextIO]) -> bool:
+def is_terminal(stream: TextIO | None) -> bool:
     """Whether ``stream`` is an interactive terminal (a bar there; log lines elsewhere)."""
     isatty = getattr(stream, "isatty", None)
     try:
@@ -49,11 +50,11 @@ class Progress:
     def __init__(
         self,
         desc: str,
-        total: Optional[float] = None,
+        total: float | None = None,
         *,
         unit: str = "it",
-        logger: Optional[logging.Logger] = None,
-        stream: Optional[TextIO] = None,
+        logger: logging.Logger | None = None,
+        stream: TextIO | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.desc, self.total, self.unit = desc, total, unit
@@ -63,10 +64,10 @@ class Progress:
         self.started = clock()
         self.done: float = 0
         self.bar = None
-        self.logged_at: Optional[float] = None
+        self.logged_at: float | None = None
         self.mode = "quiet"  # until DELAY_S has passed: then "bar" or "log"
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -97,7 +98,7 @@ class Progress:
             total=self.total, desc=self.desc, unit=self.unit, unit_scale=scale, unit_divisor=1024, file=stream
         )
 
-    def line(self, now: Optional[float] = None) -> str:
+    def line(self, now: float | None = None) -> str:
         """``scan: 1,200/5,000 files, 400 files/s, about 10 s left`` (the log line)."""
         elapsed = max((self.clock() if now is None else now) - self.started, 1e-9)
         rate = self.done / elapsed

@@ -46,7 +46,6 @@ def image_folder(tmp_path: Path) -> Path:
 KNOWN_FAILING = {
     "tests/test_errors.py::test_every_gpupipe_exception_derives_from_gpupipe_error",
     "tests/test_pack_distributed.py::test_two_ranks_pack_to_s3_and_the_pack_reads_back",
-    "tests/test_gpu_proof_rehearsal.py::test_the_quick_proof_rehearses_every_step_and_its_results_commit",
     "tests/test_webdataset_hardening.py::test_packed_and_webdataset_samples_honour_the_loaders_max_file_size[dali-cpu]",
     "tests/test_webdataset_hardening.py::test_packed_and_webdataset_samples_honour_the_loaders_max_file_size[torchvision]",
 }

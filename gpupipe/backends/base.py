@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator, Optional, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
@@ -27,7 +28,7 @@ class Placement:
     threads: int
 
     @classmethod
-    def chosen(cls, device: torch.device, num_threads: Optional[int]) -> "Placement":
+    def chosen(cls, device: torch.device, num_threads: int | None) -> Placement:
         """On ``device`` with ``num_threads`` as asked, or (``None``) the cores this process may use,
         shared among the processes of its job on this host (``gpupipe.env.default_threads``)."""
         return cls(device, env.default_threads() if num_threads is None else num_threads)
@@ -60,8 +61,8 @@ class Backend(Protocol):
     name: str
 
     def iter_epoch(
-        self, read: EpochRead, start: int = 0, upcoming: Optional[Callable[[int], EpochRead]] = None
-    ) -> Iterator["Batch"]:
+        self, read: EpochRead, start: int = 0, upcoming: Callable[[int], EpochRead] | None = None
+    ) -> Iterator[Batch]:
         """Yields batches ``start, start + 1, ...`` of ``read``, each as ``(images, targets)``.
 
         ``upcoming(epoch)`` gives later epochs, which the backend may read ahead

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Set, Tuple
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -12,7 +12,7 @@ from ..loading.sampling import RankShare
 from ..sources import Source
 
 
-def batch_slots(share: RankShare, batch: int, batch_size: int) -> Tuple[np.ndarray, np.ndarray]:
+def batch_slots(share: RankShare, batch: int, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
     """``(indices, positions)`` of batch ``batch`` of a rank's share (the last may be short)."""
     start = batch * batch_size
     return share.indices[start : start + batch_size], share.positions[start : start + batch_size]
@@ -39,9 +39,9 @@ class BadSamples:
     def __init__(self, source: Source, errors: ErrorPolicy) -> None:
         self.source = source
         self.errors = errors
-        self.known: Set[int] = set()
+        self.known: set[int] = set()
 
-    def report(self, failures: Iterable[Tuple[int, str]]) -> None:
+    def report(self, failures: Iterable[tuple[int, str]]) -> None:
         """Records samples that failed: ``(index, reason)``, the reason as it is listed
         (``"cannot decode: ..."``, ``"cannot read: ..."``, ``"not a regular file"``).
 

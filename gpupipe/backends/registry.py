@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib
 import logging
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
 
 import torch
 
@@ -51,7 +50,7 @@ class BackendInfo:
     main_process: bool
     factory: str
     lowerings: str
-    options: Tuple[Tuple[str, object], ...] = ()
+    options: tuple[tuple[str, object], ...] = ()
 
     @property
     def pip(self) -> str:
@@ -59,7 +58,7 @@ class BackendInfo:
         return f"pip install {dali_package()}" if self.module == "nvidia.dali" else f"pip install {self.module}"
 
 
-REGISTRY: Dict[str, BackendInfo] = {
+REGISTRY: dict[str, BackendInfo] = {
     info.name: info
     for info in (
         BackendInfo(
@@ -119,7 +118,7 @@ def available(backend: str) -> bool:
 _auto_logged: set = set()
 
 
-def resolve(backend: str, device: Optional[torch.device]) -> Tuple[str, str]:
+def resolve(backend: str, device: torch.device | None) -> tuple[str, str]:
     """Turns ``"auto"`` into a backend name; checks any other name.
 
     Args:
@@ -185,7 +184,7 @@ def check_lowerings(backend: str, spec: PipelineSpec) -> None:
             raise ValueError(f"{op.name} cannot carry {spec.target.title} on backend {backend!r}: {lowering.why}")
 
 
-__all__: List[str] = [
+__all__: list[str] = [
     "BACKENDS",
     "REGISTRY",
     "BackendInfo",

@@ -17,7 +17,6 @@ import sys
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Dict, List, Optional
 
 import torch
 
@@ -45,7 +44,7 @@ def _log_to_stderr() -> None:
     root.setLevel(logging.INFO)
 
 
-def missing_extras() -> List[str]:
+def missing_extras() -> list[str]:
     """The modules of the ``bench`` extra that this Python cannot import (nvidia-ml-py is optional)."""
     missing = []
     for name in ("psutil", "matplotlib"):
@@ -56,7 +55,7 @@ def missing_extras() -> List[str]:
     return missing
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Runs the bench; every bad argument or input is one line, ``error: ...``, and exit status 2."""
     try:
         return _main(argv)
@@ -68,7 +67,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     return 2
 
 
-def choose_precision(args: argparse.Namespace, device: torch.device, train_step: Optional[TrainStep], kept) -> tuple:
+def choose_precision(args: argparse.Namespace, device: torch.device, train_step: TrainStep | None, kept) -> tuple:
     """The machine's recorded autocast choice (see ``gpupipe.amp``) and seconds per training step."""
     if train_step is None:
         return AmpChoice("off", "no training measured (--no-train)"), None
@@ -86,7 +85,7 @@ def choose_precision(args: argparse.Namespace, device: torch.device, train_step:
     return amp, step_s
 
 
-def _main(argv: Optional[List[str]]) -> int:
+def _main(argv: list[str] | None) -> int:
     _log_to_stderr()
     args = parse_args(argv)
     missing = missing_extras()
@@ -215,7 +214,7 @@ def _demo_progress():
     return progress
 
 
-def _measure(config: BenchConfig, train_step: Optional[TrainStep], kept) -> tuple:
+def _measure(config: BenchConfig, train_step: TrainStep | None, kept) -> tuple:
     """Runs the rounds under the machine-load monitor; prints the revised estimate after the first repeat."""
     from tqdm import tqdm
 
@@ -230,7 +229,7 @@ def _measure(config: BenchConfig, train_step: Optional[TrainStep], kept) -> tupl
 
     with load, tqdm(total=rounds(config), unit="round", desc="bench", file=sys.stderr) as progress:
         figures = run(config, progress, train_step, kept, on_repeat)
-    loads: Dict = {
+    loads: dict = {
         "load": [round(os.getloadavg()[0], 2)] if hasattr(os, "getloadavg") else [0.0],
         "others": load.summary()["other_processes_cpu_percent"] or 0.0,
     }

@@ -16,8 +16,6 @@ so the same conclusions come from a fresh run and from recorded figures:
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
-
 from ..loading.stats import WAIT_SHARE_INPUT_BOUND
 from .measure import CEILING_FRACTION_COMPUTE_BOUND, advice
 
@@ -25,7 +23,7 @@ from .measure import CEILING_FRACTION_COMPUTE_BOUND, advice
 BASELINE = "baseline"
 
 
-def verdict_text(entry: Dict) -> str:
+def verdict_text(entry: dict) -> str:
     """``input-bound`` / ``compute-bound`` with the measured figure that decided it and the rule."""
     train = entry.get("train") or {}
     fraction, wait = train.get("fraction_of_ceiling"), train.get("wait_share")
@@ -42,34 +40,34 @@ def verdict_text(entry: Dict) -> str:
     return f"compute-bound: {share} of the model's ceiling, data wait {waits}"
 
 
-def _phase(report: Dict) -> str:
+def _phase(report: dict) -> str:
     """``train`` where the training loop was measured, else ``loader``."""
     return "train" if any("train" in e for e in report["results"].values()) else "loader"
 
 
-def _figure(report: Dict, name: str) -> Dict:
+def _figure(report: dict, name: str) -> dict:
     return report["results"][name].get(_phase(report)) or {}
 
 
-def clearly_faster(report: Dict, name: str, than: str) -> bool:
+def clearly_faster(report: dict, name: str, than: str) -> bool:
     """``name``'s slowest repeat beat ``than``'s fastest (the ranges do not overlap)."""
     a, b = _figure(report, name), _figure(report, than)
     return bool(a and b) and a.get("min", a["images_per_s"]) > b.get("max", b["images_per_s"])
 
 
-def ranked(report: Dict) -> List[str]:
+def ranked(report: dict) -> list[str]:
     """Backends by median images/s, fastest first (training where measured, else the loader alone)."""
     names = [n for n in report["results"] if _figure(report, n)]
     return sorted(names, key=lambda n: -_figure(report, n)["images_per_s"])
 
 
-def suggestions(report: Dict) -> Dict[str, str]:
+def suggestions(report: dict) -> dict[str, str]:
     """What to try, per input-bound backend: the measured faster backend where the table shows one,
     else the general advice, left out where it names a backend measured here and not faster."""
     settings = report.get("settings", {})
     on_gpu = str(settings.get("device", "cpu")).startswith("cuda")
     threads = settings.get("threads", 1)
-    out: Dict[str, str] = {}
+    out: dict[str, str] = {}
     # on data too small to time throughput (see ratios_withheld) no backend is called faster than another
     order = [] if ratios_withheld(report) else ranked(report)
     for name, entry in report["results"].items():
@@ -90,11 +88,11 @@ def suggestions(report: Dict) -> Dict[str, str]:
     return out
 
 
-def _verb(report: Dict) -> str:
+def _verb(report: dict) -> str:
     return "trained at" if _phase(report) == "train" else "loaded"
 
 
-def crossings(entry: Dict) -> int:
+def crossings(entry: dict) -> int:
     """Epoch boundaries inside the timed windows of a backend's repeats (loader alone and training)."""
     return sum(
         b.get("boundaries_timed", 0)
@@ -103,7 +101,7 @@ def crossings(entry: Dict) -> int:
     )
 
 
-def ratios_withheld(report: Dict) -> Optional[str]:
+def ratios_withheld(report: dict) -> str | None:
     """Why no ratio is given, where a timed window crossed an epoch boundary; ``None`` otherwise."""
     crossed = {name: crossings(entry) for name, entry in report["results"].items()}
     if not any(crossed.values()):
@@ -126,11 +124,11 @@ def _label(name: str) -> str:
     return "the tutorial DataLoader (baseline)" if name == BASELINE else name
 
 
-def _range(figure: Dict) -> str:
+def _range(figure: dict) -> str:
     return f"{figure['images_per_s']:.1f} img/s ({figure.get('min', 0):.1f}-{figure.get('max', 0):.1f})"
 
 
-def winner_line(report: Dict) -> str:
+def winner_line(report: dict) -> str:
     """One line: the fastest backend for training on this machine, and why, from the measured figures."""
     order = ranked(report)
     if not order:
@@ -162,7 +160,7 @@ def winner_line(report: Dict) -> str:
     return line
 
 
-def conclude(report: Dict) -> None:
+def conclude(report: dict) -> None:
     """Writes the conclusions into ``report`` (for ``bench.json``): each verdict's reason and
     suggestion, the ratios withheld and why, and the winner's line."""
     withheld = ratios_withheld(report)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
-from typing import List, NoReturn, Optional
+from typing import NoReturn
 
 import torch
 
@@ -36,7 +36,7 @@ class _Parser(argparse.ArgumentParser):
         raise BenchError(message)
 
 
-def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The flags, with the machine's and the mode's defaults filled in.
 
     Raises:
@@ -170,7 +170,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     return args
 
 
-def choose_backends(spec: str, on_gpu: bool) -> List[str]:
+def choose_backends(spec: str, on_gpu: bool) -> list[str]:
     """The backends to compare: ``all`` means the baseline plus every backend available here.
 
     Raises:

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any
 
 import numpy as np
 
@@ -61,7 +62,7 @@ def pink_noise(rng: np.random.Generator, height: int, width: int, exponent: floa
 
 def leaves(
     rng: np.random.Generator, height: int, width: int, count: int, scale: float = 1.0
-) -> Iterator[Tuple[Tuple[slice, slice], np.ndarray]]:
+) -> Iterator[tuple[tuple[slice, slice], np.ndarray]]:
     """The "dead leaves" of one scene: per leaf, its bounding box and its boolean mask inside that box.
 
     Leaf sizes follow a power law (as in the dead-leaves model); 70 % are
@@ -88,7 +89,7 @@ def leaves(
         yield (rows, cols), mask
 
 
-def photo_size(rng: np.random.Generator, low: int = 300, high: int = 500, longest: int = 700) -> Tuple[int, int]:
+def photo_size(rng: np.random.Generator, low: int = 300, high: int = 500, longest: int = 700) -> tuple[int, int]:
     """``(height, width)``: shorter side in ``[low, high)``, ImageNet-like aspect ratio, longer side <= ``longest``."""
     aspect = float(np.exp(rng.uniform(np.log(0.66), np.log(1.5))))
     short = int(rng.uniform(low, high))
@@ -135,7 +136,7 @@ def _enlarge(image: np.ndarray, scale: float, rng: np.random.Generator) -> np.nd
     return np.clip(noisy, 0, 255).astype(np.uint8)
 
 
-def _write_images(args: Tuple[Path, DemoSpec, int, range]) -> None:
+def _write_images(args: tuple[Path, DemoSpec, int, range]) -> None:
     """Writes images ``indices`` of class ``label``; each image has its own seed, so any split gives the same set."""
     from PIL import Image
 
@@ -151,8 +152,8 @@ def _write_images(args: Tuple[Path, DemoSpec, int, range]) -> None:
 
 
 def run_parallel(
-    fn: Callable[[Any], Any], jobs: List[Tuple], total: int, workers: Optional[int], progress: Optional[Progress]
-) -> List[Any]:
+    fn: Callable[[Any], Any], jobs: list[tuple], total: int, workers: int | None, progress: Progress | None
+) -> list[Any]:
     """``fn`` of every job, over ``workers`` processes (default: the usable cores), in order.
 
     Each job's last element is the range of items it makes; ``progress(done, total)`` is
@@ -171,13 +172,13 @@ def run_parallel(
     return results
 
 
-def chunks(count: int, size: Optional[int] = None) -> List[range]:
+def chunks(count: int, size: int | None = None) -> list[range]:
     """``range(count)`` in pieces of ``size`` (default: ``CHUNK``)."""
     size = size or CHUNK
     return [range(start, min(count, start + size)) for start in range(0, count, size)]
 
 
-def folder_stats(root: Path) -> Dict[str, float]:
+def folder_stats(root: Path) -> dict[str, float]:
     """Image count, classes, and size statistics (pixels from JPEG headers, no decoding)."""
     from PIL import Image
 
@@ -207,7 +208,7 @@ def folder_stats(root: Path) -> Dict[str, float]:
     }
 
 
-def packed_stats(root: Path) -> Dict[str, float]:
+def packed_stats(root: Path) -> dict[str, float]:
     """What ``folder_stats`` says, for a packed folder (sizes from its manifest)."""
     from ..shards import format as shardfmt
 
@@ -229,7 +230,7 @@ def packed_stats(root: Path) -> Dict[str, float]:
 
 
 def generate(
-    root: Path, spec: DemoSpec = DemoSpec(), workers: Optional[int] = None, progress: Optional[Progress] = None
+    root: Path, spec: DemoSpec = DemoSpec(), workers: int | None = None, progress: Progress | None = None
 ) -> Path:
     """Writes ``root/class_XX/img_XXXXX.jpg`` for ``spec`` over ``workers`` processes (default: all usable cores).
 
@@ -255,7 +256,7 @@ def is_built(root: Path) -> bool:
 
 
 def ensure_demo(
-    cache_dir: Path, spec: DemoSpec = DemoSpec(), workers: Optional[int] = None, progress: Optional[Progress] = None
+    cache_dir: Path, spec: DemoSpec = DemoSpec(), workers: int | None = None, progress: Progress | None = None
 ) -> Path:
     """Returns the demo folder under ``cache_dir``, generating it once (an interrupted one is rebuilt)."""
     root = demo_root(cache_dir, spec)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -44,14 +43,14 @@ class TaskSpec:
 
 def scene(
     rng: np.random.Generator, spec: TaskSpec, objects: int, first_class: int
-) -> Tuple[np.ndarray, np.ndarray, List[int]]:
+) -> tuple[np.ndarray, np.ndarray, list[int]]:
     """One scene: the image ``(H, W, 3)`` uint8, the map of which object each pixel shows
     (``(H, W)`` int16, -1 for the background) and each object's class (``first_class`` .. ``classes - 1``)."""
     height, width = photo_size(rng, spec.min_side, spec.max_side, int(spec.max_side * 1.4))
     image = background(rng, height, width, palette(rng.uniform(0, 2 * np.pi)) * 0.4 + 60)
     texture = pink_noise(rng, height, width, 0.85)
     owner = np.full((height, width), -1, np.int16)
-    classes: List[int] = []
+    classes: list[int] = []
     for k, (box, mask) in enumerate(leaves(rng, height, width, objects, scale=0.9)):
         label = int(rng.integers(first_class, spec.classes))
         colour = palette(2 * np.pi * label / spec.classes) * 1.6 - 70 + rng.normal(0, 8, 3).astype(np.float32)
@@ -73,7 +72,7 @@ def _write_segmentation(args) -> None:
         Image.fromarray(mask, mode="L").save(root / "masks" / f"img_{i:05d}.png")
 
 
-def _annotate(root: Path, spec: TaskSpec, i: int) -> Tuple[Dict, List[Dict]]:
+def _annotate(root: Path, spec: TaskSpec, i: int) -> tuple[dict, list[dict]]:
     """Writes one detection image; returns its COCO image record and annotations (ids filled in later)."""
     from PIL import Image
 
@@ -100,13 +99,13 @@ def _annotate(root: Path, spec: TaskSpec, i: int) -> Tuple[Dict, List[Dict]]:
     return record, annotations
 
 
-def _write_detection(args) -> List[Tuple[Dict, List[Dict]]]:
+def _write_detection(args) -> list[tuple[dict, list[dict]]]:
     root, spec, indices = args
     return [_annotate(root, spec, i) for i in indices]
 
 
 def write_segmentation(
-    root: Path, spec: TaskSpec = TaskSpec(), workers: Optional[int] = None, progress: Optional[Progress] = None
+    root: Path, spec: TaskSpec = TaskSpec(), workers: int | None = None, progress: Progress | None = None
 ) -> Path:
     """Writes ``root/images`` and ``root/masks`` (see the module's docstring); returns ``root``."""
     root = Path(root)
@@ -119,7 +118,7 @@ def write_segmentation(
 
 
 def write_detection(
-    root: Path, spec: TaskSpec = TaskSpec(classes=5), workers: Optional[int] = None, progress: Optional[Progress] = None
+    root: Path, spec: TaskSpec = TaskSpec(classes=5), workers: int | None = None, progress: Progress | None = None
 ) -> Path:
     """Writes ``root/images`` and ``root/annotations.json`` (see the module's docstring); returns ``root``."""
     root = Path(root)
@@ -127,8 +126,8 @@ def write_detection(
     found = run_parallel(
         _write_detection, [(root, spec, piece) for piece in chunks(spec.images)], spec.images, workers, progress
     )
-    images: List[Dict] = []
-    annotations: List[Dict] = []
+    images: list[dict] = []
+    annotations: list[dict] = []
     for record, anns in (pair for piece in found for pair in piece):
         images.append(record)
         for ann in anns:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 
@@ -59,7 +58,7 @@ def time_demo_image() -> float:
 
 
 def estimate(
-    config: BenchConfig, *, demo_images: int, demo_image_s: float, step_s: Optional[float], workers: int
+    config: BenchConfig, *, demo_images: int, demo_image_s: float, step_s: float | None, workers: int
 ) -> Estimate:
     """The bench's duration on this machine.
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 
 from ..loading.stats import WAIT_SHARE_INPUT_BOUND
 
-Batch = Tuple[torch.Tensor, torch.Tensor]
+Batch = tuple[torch.Tensor, torch.Tensor]
 
 #: ...or when it reaches less than this fraction of the ceiling.
 CEILING_FRACTION_COMPUTE_BOUND = 0.90
@@ -37,20 +37,20 @@ class Stream:
     def __init__(self, loader: Iterable[Batch], clock=time.perf_counter) -> None:
         self.loader = loader
         self.clock = clock
-        self.boundaries: List[float] = []
+        self.boundaries: list[float] = []
         self.epochs = 0
         self.yielded = 0
-        self._iterator: Optional[Iterator[Batch]] = None
+        self._iterator: Iterator[Batch] | None = None
 
     @property
-    def batches_per_epoch(self) -> Optional[int]:
+    def batches_per_epoch(self) -> int | None:
         """``len(loader)``, where the loader has one."""
         try:
             return len(self.loader)  # type: ignore[arg-type]
         except TypeError:
             return None
 
-    def __iter__(self) -> "Stream":
+    def __iter__(self) -> Stream:
         return self
 
     def __next__(self) -> Batch:
@@ -97,12 +97,12 @@ class Result:
     """
 
     images_per_s: float
-    wait_share: Optional[float] = None
-    runs: List[float] = field(default_factory=list)
-    wait_shares: List[float] = field(default_factory=list)
+    wait_share: float | None = None
+    runs: list[float] = field(default_factory=list)
+    wait_shares: list[float] = field(default_factory=list)
 
     @classmethod
-    def of(cls, runs: List[float], wait_shares: Optional[List[float]] = None) -> "Result":
+    def of(cls, runs: list[float], wait_shares: list[float] | None = None) -> Result:
         shares = list(wait_shares or [])
         return cls(
             images_per_s=statistics.median(runs),
@@ -129,7 +129,7 @@ class Result:
 MIN_WINDOW = 5
 
 
-def loader_window(steps: int, warmup: int, per_epoch: Optional[int]) -> int:
+def loader_window(steps: int, warmup: int, per_epoch: int | None) -> int:
     """Batches to time in a loader-alone repeat that starts at an epoch's first batch.
 
     Warm-up and timing fit in one epoch where the epoch holds at least
@@ -143,7 +143,7 @@ def loader_window(steps: int, warmup: int, per_epoch: Optional[int]) -> int:
     return per_epoch - warmup
 
 
-def warm_up(batches: Iterator[Batch], count: int, train_step: Optional[Callable] = None, sync=lambda: None) -> None:
+def warm_up(batches: Iterator[Batch], count: int, train_step: Callable | None = None, sync=lambda: None) -> None:
     """Consumes ``count`` batches (through ``train_step`` when given) before timing."""
     for _ in range(count):
         batch = next(batches)
@@ -173,7 +173,7 @@ def time_training(
     train_step: Callable[[torch.Tensor, torch.Tensor], None],
     steps: int,
     sync: Callable[[], None] = lambda: None,
-) -> Tuple[float, float]:
+) -> tuple[float, float]:
     """One repeat of the training loop: ``(images/s, share of time waiting for data)``.
 
     The wait is the time ``next(batches)`` takes; each step ends when the

@@ -14,7 +14,6 @@ import logging
 import os
 import statistics
 import threading
-from typing import Dict, List, Optional
 
 logger = logging.getLogger(__name__)
 
@@ -29,24 +28,24 @@ class ResourceMonitor:
     and peak GPU memory.
     """
 
-    def __init__(self, interval: float = 0.2, gpu_index: Optional[int] = None) -> None:
+    def __init__(self, interval: float = 0.2, gpu_index: int | None = None) -> None:
         import psutil
 
         self._psutil = psutil
         self.interval = interval
         self._root = psutil.Process(os.getpid())
-        self._procs: Dict[int, "psutil.Process"] = {}
-        self._cpu: List[float] = []
-        self._rss: List[float] = []
-        self._gpu_util: List[float] = []
-        self._gpu_mem: List[float] = []
-        self._others: List[float] = []  # CPU % (of one core) used by processes outside the tree
+        self._procs: dict[int, psutil.Process] = {}
+        self._cpu: list[float] = []
+        self._rss: list[float] = []
+        self._gpu_util: list[float] = []
+        self._gpu_mem: list[float] = []
+        self._others: list[float] = []  # CPU % (of one core) used by processes outside the tree
         self._cores = psutil.cpu_count() or 1
         self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
         self._nvml_handle = _nvml_handle(gpu_index) if gpu_index is not None else None
 
-    def __enter__(self) -> "ResourceMonitor":
+    def __enter__(self) -> ResourceMonitor:
         self._psutil.cpu_percent(None)  # primes the system-wide counter
         self._sample(record=False)  # primes per-process CPU counters
         self._stop.clear()
@@ -92,7 +91,7 @@ class ResourceMonitor:
                     logger.warning("NVML sampling failed, GPU figures stop here: %s", err)
                     self._nvml_handle = None
 
-    def summary(self) -> Dict[str, Optional[float]]:
+    def summary(self) -> dict[str, float | None]:
         """Mean CPU %, peak RSS MiB, mean GPU util % and peak GPU memory MiB (None when not sampled)."""
 
         def mean(values):

@@ -7,7 +7,6 @@ import json
 import os
 import platform
 from pathlib import Path
-from typing import Dict, List, Optional
 
 import torch
 
@@ -20,7 +19,7 @@ BUSY_SHARE = 0.10
 PACKAGES = ("torch", "torchvision", "nvidia-dali-cuda120", "nvidia-dali-cuda130", "pillow", "numpy", "nvidia-ml-py")
 
 
-def machine_info(device: torch.device) -> Dict:
+def machine_info(device: torch.device) -> dict:
     """CPU, memory, load, GPU and library versions of this machine."""
     import psutil
 
@@ -56,7 +55,7 @@ def machine_info(device: torch.device) -> Dict:
     return info
 
 
-def _driver_version() -> Optional[str]:
+def _driver_version() -> str | None:
     try:
         import pynvml
     except ImportError:
@@ -69,7 +68,7 @@ def _driver_version() -> Optional[str]:
     return version.decode() if isinstance(version, bytes) else version
 
 
-def hardware_label(machine: Dict) -> str:
+def hardware_label(machine: dict) -> str:
     """A short label, e.g. ``cpu-2core`` or ``NVIDIA-H100-80GB-HBM3-16core``."""
     cores = machine["cpu_cores_usable"]
     if machine.get("gpu"):
@@ -77,7 +76,7 @@ def hardware_label(machine: Dict) -> str:
     return f"cpu-{cores}core"
 
 
-def reliability(report: Dict) -> List[str]:
+def reliability(report: dict) -> list[str]:
     """Why the figures (and so the verdicts) may not be trusted: a wide spread, a busy machine,
     a loop reported above its ceiling. Empty when nothing stands out."""
     notes = []
@@ -120,19 +119,19 @@ def reliability(report: Dict) -> List[str]:
     return notes
 
 
-def _fmt(value: Optional[float], spec: str = ".0f", suffix: str = "") -> str:
+def _fmt(value: float | None, spec: str = ".0f", suffix: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{suffix}"
 
 
-def _with_range(figure: Dict, spec: str) -> str:
+def _with_range(figure: dict, spec: str) -> str:
     if not figure:
         return "-"
     return f"{figure['images_per_s']:{spec}} ({figure['min']:{spec}}-{figure['max']:{spec}})"
 
 
-def table_rows(report: Dict) -> List[List[str]]:
+def table_rows(report: dict) -> list[list[str]]:
     """The header and one row per backend of ``table`` (the documentation site renders them too)."""
-    rows: List[List[str]] = [
+    rows: list[list[str]] = [
         [
             "backend",
             "loader img/s (min-max)",
@@ -174,7 +173,7 @@ def table_rows(report: Dict) -> List[List[str]]:
     return rows
 
 
-def table(report: Dict) -> str:
+def table(report: dict) -> str:
     """A Markdown table of every backend's figures (medians, with the min-max of the repeats)."""
     rows = table_rows(report)
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -201,11 +200,11 @@ def table(report: Dict) -> str:
     return text + "\n\n" + advice.winner_line(report)
 
 
-def write_json(report: Dict, path: Path) -> None:
+def write_json(report: dict, path: Path) -> None:
     path.write_text(json.dumps(report, indent=2) + "\n")
 
 
-def write_chart(report: Dict, path: Path) -> None:
+def write_chart(report: dict, path: Path) -> None:
     """Two panels: throughput (loader alone, training, ceiling; error bars min-max, values on the bars)
     and the data-wait share, per backend."""
     import matplotlib

@@ -17,9 +17,9 @@ import gc
 import logging
 import random
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -43,7 +43,7 @@ class BenchConfig:
     """Settings of one bench run (see ``python -m gpupipe.bench --help``)."""
 
     data: Path
-    backends: Tuple[str, ...]
+    backends: tuple[str, ...]
     model: str
     batch_size: int
     image_size: int
@@ -122,7 +122,7 @@ class TrainStep:
             self.optimizer.step()
 
 
-def kept_batch(config: BenchConfig, num_classes: int) -> Tuple[torch.Tensor, torch.Tensor]:
+def kept_batch(config: BenchConfig, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The ceiling's batch: random images and labels, kept on the device."""
     shape = (config.batch_size, 3, config.image_size, config.image_size)
     return (
@@ -175,19 +175,19 @@ class Phase:
     """One kind of measurement: its label, the loops measured, and how one repeat is timed."""
 
     label: str
-    names: List[str]
-    timed: Callable[[measure.Stream], Tuple[float, Optional[float]]]
+    names: list[str]
+    timed: Callable[[measure.Stream], tuple[float, float | None]]
     warm: Callable[[measure.Stream], None]
 
 
 def interleaved(
-    phases: List[Phase],
+    phases: list[Phase],
     config: BenchConfig,
     source,
     kept_batch,
     progress=None,
-    on_repeat: Optional[Callable[[int], None]] = None,
-) -> Dict:
+    on_repeat: Callable[[int], None] | None = None,
+) -> dict:
     """Times every loop of every phase ``config.repeats`` times, interleaving loops within each repeat.
 
     Args:
@@ -198,7 +198,7 @@ def interleaved(
         holds, per repeat, the batches warmed up and timed, the epoch boundaries inside the timed
         window, and the worker processes of earlier loaders still alive when timing began.
     """
-    out: Dict = {
+    out: dict = {
         p.label: {n: {"runs": [], "waits": [], "boundaries": [], "batches": []} for n in p.names} for p in phases
     }
     monitors = {p.label: {n: _monitor(config) for n in p.names} for p in phases}
@@ -235,7 +235,7 @@ def interleaved(
     return out
 
 
-def rotated(names: List[str], repeat: int) -> List[str]:
+def rotated(names: list[str], repeat: int) -> list[str]:
     """``names`` in a new order for each repeat after the first (seeded by ``repeat``), so that no loop
     always runs right after the same one (say, one whose workers take long to exit)."""
     order = list(names)
@@ -281,12 +281,12 @@ def _monitor(config: BenchConfig) -> ResourceMonitor:
     return ResourceMonitor(gpu_index=config.device.index if config.device.type == "cuda" else None)
 
 
-def phases_of(config: BenchConfig, train_step=None) -> List[Phase]:
+def phases_of(config: BenchConfig, train_step=None) -> list[Phase]:
     """The loader-alone phase and, when measured, the training phase (the ceiling included)."""
     sync = _sync_for(config.device)
     names = list(config.backends)
 
-    def timed(stream: measure.Stream) -> Tuple[float, None]:
+    def timed(stream: measure.Stream) -> tuple[float, None]:
         window = measure.loader_window(config.steps, config.warmup, stream.batches_per_epoch)
         return measure.time_loader(stream, window, sync), None
 
@@ -306,10 +306,10 @@ def phases_of(config: BenchConfig, train_step=None) -> List[Phase]:
 def run(
     config: BenchConfig,
     progress=None,
-    train_step: Optional[TrainStep] = None,
+    train_step: TrainStep | None = None,
     kept=None,
-    on_repeat: Optional[Callable[[int], None]] = None,
-) -> Dict:
+    on_repeat: Callable[[int], None] | None = None,
+) -> dict:
     """Measures every backend; returns the figures (see ``gpupipe.bench.report``).
 
     ``train_step`` and ``kept`` (the ceiling's batch) are made here when not given (autocast as
@@ -331,15 +331,15 @@ def rounds(config: BenchConfig) -> int:
     return loops * config.repeats
 
 
-def summarise(measured: Dict, config: BenchConfig) -> Dict:
+def summarise(measured: dict, config: BenchConfig) -> dict:
     """Medians, spreads, ratios to the baseline, fractions of the ceiling and verdicts."""
-    results: Dict = {name: {} for name in config.backends}
+    results: dict = {name: {} for name in config.backends}
     for name in config.backends:
         loader = measured["loader"][name]
         results[name]["loader"] = _figures(measure.Result.of(loader["runs"]), loader["boundaries"])
         results[name]["loader"]["batches"] = loader["batches"]
         results[name]["loader_resources"] = loader["resources"]
-    figures: Dict = {"results": results}
+    figures: dict = {"results": results}
     if "train" in measured:
         top = measure.Result.of(measured["train"][CEILING]["runs"])
         figures["ceiling"] = {**_figures(top), "resources": measured["train"][CEILING]["resources"]}
@@ -360,7 +360,7 @@ def summarise(measured: Dict, config: BenchConfig) -> Dict:
     return figures
 
 
-def _figures(result: measure.Result, boundaries: Optional[List[float]] = None) -> Dict:
+def _figures(result: measure.Result, boundaries: list[float] | None = None) -> dict:
     out = {
         "images_per_s": round(result.images_per_s, 1),
         "min": round(result.low, 1),
@@ -373,7 +373,7 @@ def _figures(result: measure.Result, boundaries: Optional[List[float]] = None) -
     return out
 
 
-def _add_speedups(results: Dict[str, Dict]) -> None:
+def _add_speedups(results: dict[str, dict]) -> None:
     """Adds each backend's ratio to the baseline, measured in the same run."""
     base = results.get(BASELINE)
     if not base:

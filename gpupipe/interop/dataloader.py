@@ -10,7 +10,7 @@ refused by name (``UnsupportedArgument``), before any work starts.
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, Optional
+from typing import Any
 
 from ..errors import Error
 
@@ -41,7 +41,7 @@ def _is_default_collate(fn: Any) -> bool:
     return fn is None or fn is default_collate
 
 
-def _sampler_options(sampler: Any, dataset: Any, shuffle: bool, drop_last: bool, generator: Any) -> Dict[str, Any]:
+def _sampler_options(sampler: Any, dataset: Any, shuffle: bool, drop_last: bool, generator: Any) -> dict[str, Any]:
     """The loader's ``shuffle``, ``seed``, ``drop_last``, ``rank``, ``world_size`` (and a sample
     count to cut to) for a torch sampler."""
     import torch
@@ -94,8 +94,8 @@ def _sampler_options(sampler: Any, dataset: Any, shuffle: bool, drop_last: bool,
 
 def DataLoader(  # noqa: N802 -- torch's name, for a one-import swap
     dataset: Any,
-    batch_size: Optional[int] = 1,
-    shuffle: Optional[bool] = None,
+    batch_size: int | None = 1,
+    shuffle: bool | None = None,
     sampler: Any = None,
     batch_sampler: Any = None,
     num_workers: int = 0,
@@ -107,7 +107,7 @@ def DataLoader(  # noqa: N802 -- torch's name, for a one-import swap
     multiprocessing_context: Any = None,
     generator: Any = None,
     *,
-    prefetch_factor: Optional[int] = None,
+    prefetch_factor: int | None = None,
     persistent_workers: bool = False,
     pin_memory_device: str = "",
     in_order: bool = True,

@@ -12,7 +12,7 @@ loader, is refused by name.
 from __future__ import annotations
 
 import io
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 from torch.utils.data import Dataset as _TorchDataset
 
@@ -41,11 +41,11 @@ def is_dataset(obj: Any) -> bool:
     return isinstance(obj, _TorchDataset)
 
 
-def _unwrap(dataset: Any) -> Tuple[Any, Optional[List[int]]]:
+def _unwrap(dataset: Any) -> tuple[Any, list[int] | None]:
     """The folder dataset under any ``Subset`` layers, and the indices into it (``None``: all)."""
     from torch.utils.data import Subset
 
-    indices: Optional[List[int]] = None
+    indices: list[int] | None = None
     while isinstance(dataset, Subset):
         outer = [int(i) for i in dataset.indices]
         indices = outer if indices is None else [outer[i] for i in indices]
@@ -53,7 +53,7 @@ def _unwrap(dataset: Any) -> Tuple[Any, Optional[List[int]]]:
     return dataset, indices
 
 
-def as_dataset_source(dataset: Any) -> Tuple[Source, Any]:
+def as_dataset_source(dataset: Any) -> tuple[Source, Any]:
     """``(source, transform)`` of a torchvision folder dataset or a ``Subset`` of one.
 
     Args:
@@ -112,24 +112,24 @@ class SourceDataset(_TorchDataset):  # type: ignore[misc,valid-type]
         return len(self.source)
 
     @property
-    def classes(self) -> List[str]:
+    def classes(self) -> list[str]:
         return list(self.source.classes)
 
     @property
-    def class_to_idx(self) -> Dict[str, int]:
+    def class_to_idx(self) -> dict[str, int]:
         return self.source.class_to_idx
 
     @property
-    def samples(self) -> List[Tuple[str, int]]:
+    def samples(self) -> list[tuple[str, int]]:
         return [(name, int(label)) for name, label in zip(self.source.names, self.source.labels)]
 
     imgs = samples
 
     @property
-    def targets(self) -> List[int]:
+    def targets(self) -> list[int]:
         return [int(label) for label in self.source.labels]
 
-    def __getitem__(self, index: int) -> Tuple[Any, int]:
+    def __getitem__(self, index: int) -> tuple[Any, int]:
         from PIL import Image
 
         image = Image.open(io.BytesIO(self.source.read_bytes(int(index)).tobytes())).convert("RGB")

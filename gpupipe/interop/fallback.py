@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import io
 import logging
-from typing import Any, Callable, Iterator, Optional, Tuple
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from ..backends import REGISTRY, BackendInfo, EpochRead, Placement
 from ..errors import ErrorPolicy
@@ -48,7 +49,7 @@ class _Transformed:
         self.source = source
         self.transform = transform
 
-    def __getitem__(self, index: int) -> Tuple[Any, int]:
+    def __getitem__(self, index: int) -> tuple[Any, int]:
         from PIL import Image
 
         data = self.source.read_bytes(int(index)).tobytes()
@@ -81,8 +82,8 @@ class TransformBackend:
         self.workers = placement.threads
 
     def iter_epoch(
-        self, read: EpochRead, start: int = 0, upcoming: Optional[Callable[[int], EpochRead]] = None
-    ) -> Iterator[Tuple[Any, Any]]:
+        self, read: EpochRead, start: int = 0, upcoming: Callable[[int], EpochRead] | None = None
+    ) -> Iterator[tuple[Any, Any]]:
         from torch.utils.data import DataLoader
 
         size = self.config.batch_size
@@ -101,7 +102,7 @@ class TransformBackend:
         """Nothing held between passes (each pass's workers end with it)."""
 
 
-def fall_back(source: Any, transform: Any, backend: str, reasons: str) -> Tuple[Source, str]:
+def fall_back(source: Any, transform: Any, backend: str, reasons: str) -> tuple[Source, str]:
     """``(source, backend)`` that run ``transform`` unchanged; warns once that gpupipe does so.
 
     Raises:

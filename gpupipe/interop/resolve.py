@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional, Tuple
+from typing import Any
 
 from ..ops import Decode, PadTo
 from .datasets import ACCEPTED, UnsupportedDataset, as_dataset_source, is_dataset
@@ -14,8 +14,8 @@ logger = logging.getLogger("gpupipe.loader")
 
 
 def resolve_inputs(
-    source: Any, pipeline: Any, fallback: Optional[str] = None, backend: str = "auto"
-) -> Tuple[Any, Any, Optional[Any], str]:
+    source: Any, pipeline: Any, fallback: str | None = None, backend: str = "auto"
+) -> tuple[Any, Any, Any | None, str]:
     """``(source, pipeline, dataset, backend)`` for [`gpupipe.loader`][gpupipe.loader].
 
     A torchvision folder dataset (or a ``Subset`` of one) becomes its source, and

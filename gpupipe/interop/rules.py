@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Sequence, Tuple, Union
+from collections.abc import Sequence
+from typing import Any
 
 from .. import ops as O
 from .transforms import Refuse, State, rule, walk
@@ -53,7 +54,7 @@ def antialiased(t: Any, state: State) -> None:
         raise Refuse("antialias=False on a tensor: gpupipe's resizes are always antialiased")
 
 
-def size_arg(size: Any) -> Union[int, Tuple[int, int]]:
+def size_arg(size: Any) -> int | tuple[int, int]:
     """torchvision's size (an int, ``[s]`` or ``[h, w]``) as gpupipe's."""
     if isinstance(size, int):
         return size
@@ -61,7 +62,7 @@ def size_arg(size: Any) -> Union[int, Tuple[int, int]]:
     return int(size[0]) if len(size) == 1 else (int(size[0]), int(size[1]))
 
 
-def pair(values: Any) -> Tuple[float, float]:
+def pair(values: Any) -> tuple[float, float]:
     """A ``(min, max)`` argument as two floats."""
     low, high = (float(v) for v in values)
     return low, high
@@ -190,7 +191,7 @@ def _random_affine(t: Any, state: State) -> None:
     )
 
 
-def fill_arg(fill: Any) -> Union[float, Tuple[float, ...]]:
+def fill_arg(fill: Any) -> float | tuple[float, ...]:
     """torchvision's ``fill`` (``None``, a number, one per channel, or v2's dict per type) as gpupipe's."""
     if isinstance(fill, dict):
         if len({repr(v) for v in fill.values()}) > 1:
@@ -268,7 +269,7 @@ def _normalize(t: Any, state: State) -> None:
     state.normalize = O.Normalize(mean, std)
 
 
-def _triple(values: Any) -> Tuple[float, float, float]:
+def _triple(values: Any) -> tuple[float, float, float]:
     flat = [float(v) for v in (values.tolist() if hasattr(values, "tolist") else values)]
     if len(flat) == 1:
         flat = flat * 3

@@ -12,8 +12,9 @@ transform is collected, with its position and the reason, into one
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any
 
 from ..errors import Error
 from ..ops import Decode, Normalize, Op, Output
@@ -27,7 +28,7 @@ class UnsupportedTransform(Error, ValueError):
             ``("Compose[3]", "Lambda", "a user function ...")``.
     """
 
-    def __init__(self, problems: List[Tuple[str, str, str]]) -> None:
+    def __init__(self, problems: list[tuple[str, str, str]]) -> None:
         self.problems = problems
         lines = [f"  {where} {name}: {why}" for where, name, why in problems]
         super().__init__(
@@ -63,12 +64,12 @@ class State:
     """
 
     form: str = "pil"
-    ops: List[Op] = field(default_factory=lambda: [Decode()])
-    normalize: Optional[Normalize] = None
-    dtype: Optional[str] = None
+    ops: list[Op] = field(default_factory=lambda: [Decode()])
+    normalize: Normalize | None = None
+    dtype: str | None = None
     where: str = ""
     erased_before_normalize: str = ""
-    problems: List[Tuple[str, str, str]] = field(default_factory=list)
+    problems: list[tuple[str, str, str]] = field(default_factory=list)
 
     def add(self, *ops: Op) -> None:
         """Appends image ops; after ``Normalize`` only what commutes with it may come (the rule checks)."""
@@ -83,7 +84,7 @@ class State:
 Rule = Callable[[Any, State], None]
 
 #: Rules by ``"<family>.<ClassName>"``: family ``torchvision`` (v1 and v2 alike) or ``timm``.
-RULES: Dict[str, Rule] = {}
+RULES: dict[str, Rule] = {}
 
 
 def rule(*names: str) -> Callable[[Rule], Rule]:
@@ -99,7 +100,7 @@ def rule(*names: str) -> Callable[[Rule], Rule]:
     return register
 
 
-def family(transform: Any) -> Optional[str]:
+def family(transform: Any) -> str | None:
     """``"torchvision"``, ``"timm"`` or ``None``: whose transform this is (by its class's module)."""
     module = type(transform).__module__ or ""
     if module.startswith("torchvision.transforms"):
@@ -114,7 +115,7 @@ def is_transform(obj: Any) -> bool:
     return family(obj) is not None
 
 
-def supported_names() -> List[str]:
+def supported_names() -> list[str]:
     """The transforms that compile, ``timm.<Name>`` for timm's own."""
     _load_rules()
     names = {name.split(".", 1)[1] if name.startswith("torchvision.") else name for name in RULES}
@@ -127,7 +128,7 @@ def _load_rules() -> None:
     del rules, timm
 
 
-def _containers(transform: Any) -> Optional[List[Any]]:
+def _containers(transform: Any) -> list[Any] | None:
     """The transforms inside a ``Compose`` (v1, v2 or timm's), else ``None``."""
     if type(transform).__name__ == "Compose" and family(transform):
         return list(transform.transforms)
@@ -163,7 +164,7 @@ def walk(transform: Any, state: State, where: str) -> None:
 
 
 #: Why a transform without a rule cannot be compiled, by ``"<family>.<ClassName>"`` (default: no op).
-REASONS: Dict[str, str] = {
+REASONS: dict[str, str] = {
     "torchvision.Lambda": "a user function: gpupipe cannot compile Python code",
     "torchvision.AugMix": "no gpupipe op: AugMix blends several augmentation chains per image",
     "torchvision.RandomChoice": "gpupipe has no random choice among transforms",
@@ -175,7 +176,7 @@ REASONS: Dict[str, str] = {
 }
 
 
-def from_torchvision(transform: Any) -> List[Op]:
+def from_torchvision(transform: Any) -> list[Op]:
     """The gpupipe ops with the meaning of a torchvision (v1 or v2) or timm transform.
 
     Args:
@@ -199,7 +200,7 @@ def from_torchvision(transform: Any) -> List[Op]:
     _finish(state)
     if state.problems:
         raise UnsupportedTransform(state.problems)
-    ops: List[Op] = list(state.ops)
+    ops: list[Op] = list(state.ops)
     if state.normalize is not None:
         ops.append(state.normalize)
     if state.dtype is not None:

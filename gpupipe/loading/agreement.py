@@ -22,7 +22,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from .. import env
 from ..errors import Error
@@ -32,7 +33,7 @@ from ..fileio import sha256_hex
 #: how many batches: a rank with one batch more or less hangs the job at its next collective).
 AGREED = ("batch_size", "shuffle", "drop_last", "even_batches", "seed", "on_error", "max_pixels", "max_file_size")
 
-_GROUP: contextvars.ContextVar[Optional[Tuple[int, int]]] = contextvars.ContextVar("gpupipe_group", default=None)
+_GROUP: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar("gpupipe_group", default=None)
 
 
 class RanksDisagree(Error, ValueError):
@@ -52,7 +53,7 @@ def listing_digest(names: Sequence[str]) -> str:
     return sha256_hex(joined, 16)
 
 
-def exchange_group(world: env.World) -> Optional[Tuple[int, int]]:
+def exchange_group(world: env.World) -> tuple[int, int] | None:
     """``(rank, world_size)`` of the ranks that share a loader of share ``world``: the initialised
     process group when ``world`` is its own share, else ``None`` (this process is alone)."""
     group = env.process_group()
@@ -62,7 +63,7 @@ def exchange_group(world: env.World) -> Optional[Tuple[int, int]]:
 
 
 @contextlib.contextmanager
-def shared_by(group: Optional[Tuple[int, int]]) -> Iterator[None]:
+def shared_by(group: tuple[int, int] | None) -> Iterator[None]:
     """Within this block, a scan (``gpupipe.sources.scan.scan``) splits its work among ``group`` (``None``: alone)."""
     token = _GROUP.set(group)
     try:
@@ -71,28 +72,28 @@ def shared_by(group: Optional[Tuple[int, int]]) -> Iterator[None]:
         _GROUP.reset(token)
 
 
-def current_group() -> Optional[Tuple[int, int]]:
+def current_group() -> tuple[int, int] | None:
     """The ranks a scan started now shares its work with (see ``shared_by``); ``None``: alone."""
     return _GROUP.get()
 
 
-def gather(payload: Any) -> List[Any]:
+def gather(payload: Any) -> list[Any]:
     """``payload`` of every rank of the default process group, in rank order."""
     import torch.distributed as dist
 
-    gathered: List[Any] = [None] * dist.get_world_size()
+    gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, payload)
     return gathered
 
 
-def check_agree(gathered: Sequence[Dict[str, Any]], what: str) -> None:
+def check_agree(gathered: Sequence[dict[str, Any]], what: str) -> None:
     """Refuses the first field on which the ranks' dicts (in rank order) differ.
 
     Raises:
         RanksDisagree: naming ``what``, the field, and each value with its ranks.
     """
     for name in gathered[0]:
-        ranks: Dict[str, List[int]] = {}
+        ranks: dict[str, list[int]] = {}
         for rank, payload in enumerate(gathered):
             ranks.setdefault(repr(payload.get(name)), []).append(rank)
         if len(ranks) > 1:
@@ -104,12 +105,12 @@ def check_agree(gathered: Sequence[Dict[str, Any]], what: str) -> None:
             )
 
 
-def _ranks(ranks: List[int]) -> str:
+def _ranks(ranks: list[int]) -> str:
     shown = ", ".join(str(r) for r in ranks[:8]) + (f", ... ({len(ranks)} ranks)" if len(ranks) > 8 else "")
     return f"rank{'s' if len(ranks) > 1 else ''} {shown}"
 
 
-def check_ranks_agree(names: Sequence[str], config: Any, group: Optional[Tuple[int, int]]) -> None:
+def check_ranks_agree(names: Sequence[str], config: Any, group: tuple[int, int] | None) -> None:
     """Under ``group`` (``exchange_group``), one exchange comparing every rank's listing of
     ``names`` and its ``AGREED`` settings of ``config``; nothing without a group.
 

@@ -8,14 +8,14 @@ and the backends all read the same object (``loader.config``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any
 
 from ..checks import positive_int
 from ..errors import OnError
 from ..fileio import DEFAULT_MAX_FILE_SIZE
 
 #: ``preallocate``: ``"auto"``, ``None`` or ``(width, height)``.
-Preallocate = Union[str, None, Tuple[int, int]]
+Preallocate = str | None | tuple[int, int]
 #: The largest seed: seeds are hashed as unsigned 64-bit words (``gpupipe.plan.seeding``).
 MAX_SEED = 2**64 - 1
 #: The largest epoch (``set_epoch``, a loaded state). Epochs travel as signed 64-bit ints on every
@@ -34,7 +34,7 @@ def check_epoch(epoch: Any, where: str = "set_epoch") -> int:
 
 #: Bounds of the int settings: ``name -> (minimum, maximum)``. The maxima are what the layers below
 #: take (DALI's 32-bit batch size and thread count, 64-bit sizes) and what a host can hold in flight.
-INT_BOUNDS: Dict[str, Tuple[int, int]] = {
+INT_BOUNDS: dict[str, tuple[int, int]] = {
     "batch_size": (1, 2**31 - 1),
     "prefetch": (1, 1024),
     "max_pixels": (1, 2**62),
@@ -76,14 +76,14 @@ class LoaderConfig:
     drop_last: bool = False
     even_batches: bool = True
     seed: int = 0
-    num_threads: Optional[int] = None
+    num_threads: int | None = None
     prefetch: int = 2
-    on_error: Union[str, OnError] = OnError.RAISE
+    on_error: str | OnError = OnError.RAISE
     max_pixels: int = 100_000_000
     max_file_size: int = DEFAULT_MAX_FILE_SIZE
-    hw_decoder_load: Union[float, str] = "auto"
+    hw_decoder_load: float | str = "auto"
     preallocate: Preallocate = "auto"
-    log_every: Optional[int] = None
+    log_every: int | None = None
     reduced_decode: bool = True
 
     def __post_init__(self) -> None:

@@ -24,8 +24,9 @@ The rule (the README states it too):
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any
 
 from .config import check_epoch
 
@@ -61,8 +62,8 @@ class EpochCursor:
 
     def __init__(self) -> None:
         self._next_epoch = 0
-        self._resume: Optional[Tuple[int, int]] = None  # (epoch, batches done) of a loaded state
-        self._pass: Optional[Pass] = None
+        self._resume: tuple[int, int] | None = None  # (epoch, batches done) of a loaded state
+        self._pass: Pass | None = None
 
     def set_epoch(self, epoch: int) -> None:
         """The next pass reads ``epoch`` (a loaded state for another epoch is dropped).
@@ -100,7 +101,7 @@ class EpochCursor:
         """The next pass starts at batch ``done`` of the epoch it reads (as ``load`` of that epoch)."""
         self.load(self._next_epoch, done)
 
-    def state(self) -> Tuple[int, int]:
+    def state(self) -> tuple[int, int]:
         """``(epoch, batches done)``: where the next batch comes from."""
         current = self._pass
         if current is not None and current.live and current.remaining > 0:
@@ -118,16 +119,16 @@ class EpochCursor:
         return self._next_epoch
 
     @property
-    def current(self) -> Optional[Pass]:
+    def current(self) -> Pass | None:
         """The pass under way, if any."""
         return self._pass if self._pass is not None and self._pass.live else None
 
-    def state_dict(self, *, rank: int, backend: str, match: Dict[str, Any]) -> Dict[str, Any]:
+    def state_dict(self, *, rank: int, backend: str, match: dict[str, Any]) -> dict[str, Any]:
         """A loader's checkpoint: ``state``, with ``match`` (``resume_fields``): what a resume must match."""
         epoch, done = self.state()
         return {"format": STATE_FORMAT, "epoch": epoch, "batches_done": done, "rank": rank, "backend": backend, **match}
 
-    def load_state_dict(self, state: Dict[str, Any], *, match: Dict[str, Any], batches: int) -> None:
+    def load_state_dict(self, state: dict[str, Any], *, match: dict[str, Any], batches: int) -> None:
         """Loads a checkpoint of ``state_dict`` into a loader whose ``resume_fields`` are
         ``match`` (epochs of ``batches`` batches).
 
@@ -178,7 +179,7 @@ _WHY = {
 
 
 #: The last few names lists digested, with their digests (the list is held, so its id stays its own).
-_DIGESTS: List[Tuple[Sequence[str], str]] = []
+_DIGESTS: list[tuple[Sequence[str], str]] = []
 
 
 def _digest_of(names: Sequence[str]) -> str:
@@ -194,7 +195,7 @@ def _digest_of(names: Sequence[str]) -> str:
     return digest
 
 
-def resume_fields(config: Any, world_size: int, names: Sequence[str]) -> Dict[str, Any]:
+def resume_fields(config: Any, world_size: int, names: Sequence[str]) -> dict[str, Any]:
     """What decides the samples after ``batches_done``: the settings and the dataset (its sample
     count and ``listing_digest``); ``even_batches`` only with several ranks."""
     fields = {

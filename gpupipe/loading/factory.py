@@ -10,7 +10,8 @@ pipeline and backend carry its targets, scan the files, then build the
 from __future__ import annotations
 
 import os
-from typing import Any, Optional, Sequence, Tuple, Union
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -27,8 +28,8 @@ from .loader import Loader
 
 
 def loader(
-    source: Union[Source, str, os.PathLike, Any],
-    pipeline: Union[None, str, Sequence[Op], Any] = None,
+    source: Source | str | os.PathLike | Any,
+    pipeline: None | str | Sequence[Op] | Any = None,
     *,
     batch_size: int,
     backend: str = "auto",
@@ -37,20 +38,20 @@ def loader(
     drop_last: bool = False,
     even_batches: bool = True,
     seed: int = 0,
-    num_threads: Optional[int] = None,
-    dtype: Union[None, str, torch.dtype] = None,
-    channels_last: Optional[bool] = None,
+    num_threads: int | None = None,
+    dtype: None | str | torch.dtype = None,
+    channels_last: bool | None = None,
     prefetch: int = 2,
-    rank: Optional[int] = None,
-    world_size: Optional[int] = None,
+    rank: int | None = None,
+    world_size: int | None = None,
     on_error: str = "raise",
     max_pixels: int = 100_000_000,
     max_file_size: int = DEFAULT_MAX_FILE_SIZE,
-    hw_decoder_load: Union[float, str] = "auto",
-    preallocate: Union[str, None, Tuple[int, int]] = "auto",
-    log_every: Optional[int] = None,
+    hw_decoder_load: float | str = "auto",
+    preallocate: str | None | tuple[int, int] = "auto",
+    log_every: int | None = None,
     reduced_decode: bool = True,
-    fallback: Optional[str] = None,
+    fallback: str | None = None,
 ) -> Loader:
     """Builds a loader: the drop-in replacement for a ``DataLoader``.
 

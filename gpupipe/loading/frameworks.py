@@ -26,7 +26,8 @@ from __future__ import annotations
 import sys
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Iterator, List, Optional, Protocol
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import Error
 
@@ -121,7 +122,7 @@ class EpochBatchSampler:
     def drop_last(self) -> bool:
         return self.sampler.loader.drop_last
 
-    def __iter__(self) -> Iterator[List[int]]:
+    def __iter__(self) -> Iterator[list[int]]:
         indices = list(self.sampler)[: len(self) * self.batch_size]
         return iter([indices[k : k + self.batch_size] for k in range(0, len(indices), self.batch_size)])
 
@@ -154,7 +155,7 @@ def _gradient_state():
     return state if hasattr(state, "_add_dataloader") and hasattr(state, "_remove_dataloader") else None
 
 
-def begin_pass(read: "EpochRead", *, samples: int, batch_size: int, world_size: int) -> Optional[AccelerateEnd]:
+def begin_pass(read: EpochRead, *, samples: int, batch_size: int, world_size: int) -> AccelerateEnd | None:
     """Makes a pass over ``read`` (an epoch of ``samples`` samples in all) Accelerate's active data
     loader (as its own loaders do on ``__iter__``); ``None`` without an ``Accelerator``. Pair with
     ``end_pass``."""
@@ -176,7 +177,7 @@ def begin_pass(read: "EpochRead", *, samples: int, batch_size: int, world_size: 
     return tracker
 
 
-def end_pass(tracker: Optional[AccelerateEnd]) -> None:
+def end_pass(tracker: AccelerateEnd | None) -> None:
     """Removes a pass from Accelerate's gradient state (after ``begin_pass``)."""
     state = _gradient_state() if tracker is not None else None
     if state is not None:

@@ -14,7 +14,8 @@ import dataclasses
 import logging
 import warnings
 import weakref
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 
@@ -72,8 +73,8 @@ class Loader:
         *,
         backend: str,
         placement: Placement,
-        errors: Optional[ErrorPolicy] = None,
-        world: Optional[env.World] = None,
+        errors: ErrorPolicy | None = None,
+        world: env.World | None = None,
         backend_reason: str = "",
         auto_device: bool = False,
         dataset: Any = None,
@@ -96,7 +97,7 @@ class Loader:
         self._mixer = BatchMixer(spec.batch_ops, len(source.classes)) if spec.batch_ops else None
         self._cursor = EpochCursor()
         self._stats = LoadStats(self.backend, self.device.type == "cuda", config.log_every, source=source)
-        self._live: Optional[weakref.ref] = None
+        self._live: weakref.ref | None = None
         prepare = getattr(self._backend, "prepare", None)
         if prepare is not None and len(self):
             prepare(self._read(self._cursor.epoch), self._read)
@@ -192,7 +193,7 @@ class Loader:
         )
         return batches_per_epoch(samples, self.batch_size, self.drop_last)
 
-    def rank_share(self, epoch: Optional[int] = None) -> RankShare:
+    def rank_share(self, epoch: int | None = None) -> RankShare:
         """This rank's samples for ``epoch`` (default: the next or current pass), with padding counts."""
         epoch = self._cursor.epoch if epoch is None else epoch
         world = self._settle()
@@ -205,7 +206,7 @@ class Loader:
             even_batches=self.even_batches,
         )
 
-    def shard(self, epoch: Optional[int] = None) -> RankShare:
+    def shard(self, epoch: int | None = None) -> RankShare:
         """Deprecated name of ``rank_share``."""
         warnings.warn("Loader.shard() is now Loader.rank_share()", DeprecationWarning, stacklevel=2)
         return self.rank_share(epoch)
@@ -285,7 +286,7 @@ class Loader:
         """
         self._cursor.set_epoch(epoch)  # checked there: 0 .. gpupipe.loading.config.MAX_EPOCH
 
-    def skip(self, batches: int) -> "Loader":
+    def skip(self, batches: int) -> Loader:
         """The next pass starts at batch ``batches`` of the epoch it reads (Accelerate's
         ``skip_first_batches``, without rebuilding anything); returns the loader.
 
@@ -306,26 +307,26 @@ class Loader:
         return self._cursor.epoch
 
     @property
-    def skipped(self) -> List[Skipped]:
+    def skipped(self) -> list[Skipped]:
         """Every sample left out (``on_error="skip"``), with the reason: found by the
         scan when the loader was built, or when it failed while loading."""
         return list(self._errors.log.entries)
 
     @property
-    def classes(self) -> List[str]:
+    def classes(self) -> list[str]:
         return self.source.classes
 
     @property
-    def class_to_idx(self) -> Dict[str, int]:
+    def class_to_idx(self) -> dict[str, int]:
         return self.source.class_to_idx
 
     @property
-    def mean(self) -> Tuple[float, float, float]:
+    def mean(self) -> tuple[float, float, float]:
         """The pipeline's normalisation mean, ``[0, 1]`` units (for uint8 output)."""
         return self.spec.mean
 
     @property
-    def std(self) -> Tuple[float, float, float]:
+    def std(self) -> tuple[float, float, float]:
         """The pipeline's normalisation std, ``[0, 1]`` units (for uint8 output)."""
         return self.spec.std
 
@@ -348,7 +349,7 @@ class Loader:
 
     # -- checkpointing ----------------------------------------------------------
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         """Plain data to resume from, for ``torch.save``: the epoch, the batches taken in it, and what decides
         the samples that follow (``gpupipe.loading.epochs.resume_fields``). Augmentations are drawn from
         ``(seed, epoch, slot)``, so a resume repeats the rest of the epoch exactly, on any backend. Per rank."""
@@ -356,7 +357,7 @@ class Loader:
         match = resume_fields(self.config, world.world_size, self.source.names)
         return self._cursor.state_dict(rank=world.rank, backend=self.backend, match=match)
 
-    def load_state_dict(self, state: Dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continues from ``state_dict``: the next pass gives exactly the batches that would have come next.
 
         Raises:
@@ -377,7 +378,7 @@ class Loader:
         if backend is not None:
             backend.close()
 
-    def __enter__(self) -> "Loader":
+    def __enter__(self) -> Loader:
         return self
 
     def __del__(self) -> None:

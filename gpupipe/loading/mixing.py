@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Sequence, Tuple
+from collections.abc import Sequence
 
 import torch
 
@@ -31,7 +31,7 @@ class BatchMixer:
 
     def __call__(
         self, images: torch.Tensor, labels: torch.Tensor, key: int, *, inplace: bool = False
-    ) -> Tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Mixes ``images`` ``(B, 3, H, W)`` float with itself rolled by one along the batch.
 
         Args:

@@ -13,8 +13,8 @@ most one sample.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence, Union
 
 import numpy as np
 
@@ -71,7 +71,7 @@ def batches_per_epoch(samples: int, batch_size: int, drop_last: bool) -> int:
 
 
 def split(
-    order: Union[Sequence[int], np.ndarray], *, rank: int, world_size: int, drop_last: bool, even_batches: bool = True
+    order: Sequence[int] | np.ndarray, *, rank: int, world_size: int, drop_last: bool, even_batches: bool = True
 ) -> RankShare:
     """Splits an epoch's order among ``world_size`` ranks.
 

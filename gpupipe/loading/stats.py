@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Dict, Optional
 
 from ..errors import plural
 
@@ -52,7 +51,7 @@ class StatsSummary:
     suggestion: str
     dropped: int = 0
 
-    def as_dict(self) -> Dict:
+    def as_dict(self) -> dict:
         return dict(self.__dict__)
 
     def __str__(self) -> str:
@@ -82,7 +81,7 @@ class LoadStats:
     """
 
     def __init__(
-        self, backend: str, on_gpu: bool, log_every: Optional[int] = None, clock=time.perf_counter, source=None
+        self, backend: str, on_gpu: bool, log_every: int | None = None, clock=time.perf_counter, source=None
     ) -> None:
         self.backend = backend
         self.on_gpu = on_gpu
@@ -95,7 +94,7 @@ class LoadStats:
         self.since = time.time()  # wall time, as the cache records its downloads
         self.batches = self.images = 0
         self.wait_s = self.busy_s = 0.0
-        self._handed_out: Optional[float] = None
+        self._handed_out: float | None = None
 
     def pass_started(self) -> None:
         """A new pass: the time since the last batch of the previous one is not the consumer's step."""

@@ -10,7 +10,6 @@ loader's ``dtype`` / ``channels_last`` to the pipeline's output
 from __future__ import annotations
 
 import logging
-from typing import Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -25,10 +24,10 @@ from .sampling import per_rank
 
 logger = logging.getLogger("gpupipe.loader")
 
-DeviceArg = Union[None, str, int, torch.device]
+DeviceArg = None | str | int | torch.device
 
 
-def resolve_device(device: DeviceArg) -> Optional[torch.device]:
+def resolve_device(device: DeviceArg) -> torch.device | None:
     if device is None:
         return None
     try:
@@ -43,8 +42,8 @@ def resolve_device(device: DeviceArg) -> Optional[torch.device]:
 
 
 def choose_device_and_backend(
-    device: DeviceArg, backend: str, num_threads: Optional[int]
-) -> Tuple[torch.device, str, str]:
+    device: DeviceArg, backend: str, num_threads: int | None
+) -> tuple[torch.device, str, str]:
     """``(device, backend, why)``: the device batches land on and the backend that makes them.
 
     Raises:
@@ -68,7 +67,7 @@ def choose_device_and_backend(
     return wanted, name, why
 
 
-def output_of(pipeline_output: Optional[Output], dtype, channels_last) -> Output:
+def output_of(pipeline_output: Output | None, dtype, channels_last) -> Output:
     """The loader's ``dtype`` / ``channels_last`` applied over the pipeline's own ``Output`` (if any)."""
     base = pipeline_output or Output()
     dtype = base.dtype if dtype is None else dtype
@@ -78,7 +77,7 @@ def output_of(pipeline_output: Optional[Output], dtype, channels_last) -> Output
 
 
 def without_bad_files(
-    source: Source, config: LoaderConfig, errors: ErrorPolicy, world: Optional[env.World] = None
+    source: Source, config: LoaderConfig, errors: ErrorPolicy, world: env.World | None = None
 ) -> Source:
     """Scans the source and drops or refuses (by ``errors``, the ``on_error`` policy) the samples that
     cannot be used, with the source's own problems (an image without its mask, ...).

@@ -9,7 +9,8 @@ masks, or a dict of padded boxes and labels) are on the same device.
 from __future__ import annotations
 
 import functools
-from typing import Any, Iterable, Iterator, Optional, Sequence, Tuple, Union
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -17,7 +18,7 @@ import torch
 from ..errors import SkipLog
 from ..plan.spec import PipelineSpec
 
-Batch = Tuple[torch.Tensor, Any]
+Batch = tuple[torch.Tensor, Any]
 
 
 def take_rows(images: torch.Tensor, targets: Any, rows: Sequence[int]) -> Batch:
@@ -29,8 +30,8 @@ def take_rows(images: torch.Tensor, targets: Any, rows: Sequence[int]) -> Batch:
 
 
 def without_failed(
-    images: torch.Tensor, targets: Any, indices: Union[Sequence[int], np.ndarray], names: Sequence[str], failed: SkipLog
-) -> Tuple[torch.Tensor, Any, int]:
+    images: torch.Tensor, targets: Any, indices: Sequence[int] | np.ndarray, names: Sequence[str], failed: SkipLog
+) -> tuple[torch.Tensor, Any, int]:
     """Exact evaluation (``even_batches=False``): the batch without the samples (``indices``, named
     ``names[i]``) that failed to load (listed in ``failed``), and how many were dropped. A failed
     sample is never replaced by another there, which would count twice in the metrics."""
@@ -42,7 +43,7 @@ def without_failed(
 
 
 @functools.lru_cache(maxsize=32)
-def _constants(mean: tuple, std: tuple, device: torch.device, channels_last: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+def _constants(mean: tuple, std: tuple, device: torch.device, channels_last: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """``(scale, shift)`` with ``x * scale - shift == (x / 255 - mean) / std``, made once per device."""
     shape = (1, 1, 1, 3) if channels_last else (1, 3, 1, 1)
     std_t = torch.tensor(std, dtype=torch.float32).view(shape)
@@ -51,7 +52,7 @@ def _constants(mean: tuple, std: tuple, device: torch.device, channels_last: boo
     return scale.to(device), shift.to(device)  # a blocking copy, once: safe on any stream afterwards
 
 
-def normalize_uint8(images: torch.Tensor, spec: PipelineSpec, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+def normalize_uint8(images: torch.Tensor, spec: PipelineSpec, out: torch.Tensor | None = None) -> torch.Tensor:
     """Converts a uint8 batch to the spec's output, on the batch's device.
 
     Args:
@@ -80,7 +81,7 @@ def normalize_uint8(images: torch.Tensor, spec: PipelineSpec, out: Optional[torc
     return result if dtype == torch.float32 else result.to(dtype)
 
 
-def empty_like_output(images: torch.Tensor, spec: PipelineSpec, *, shared: bool) -> Optional[torch.Tensor]:
+def empty_like_output(images: torch.Tensor, spec: PipelineSpec, *, shared: bool) -> torch.Tensor | None:
     """A float32 tensor for ``normalize_uint8`` to fill, in shared memory when ``shared``.
 
     A DataLoader worker that fills shared memory directly saves the copy
@@ -113,7 +114,7 @@ def to_device(value: Any, device: torch.device) -> Any:
     return value.to(device, non_blocking=True)
 
 
-def record_stream(value: Any, stream: "torch.cuda.Stream") -> None:
+def record_stream(value: Any, stream: torch.cuda.Stream) -> None:
     """Marks every tensor of ``value`` as used on ``stream`` (for the caching allocator)."""
     if isinstance(value, dict):
         for v in value.values():
@@ -155,7 +156,7 @@ class CudaPrefetcher:
             batch, upcoming = upcoming, self._preload(source, stream)
             yield batch
 
-    def _preload(self, source: Iterator[Batch], stream: "torch.cuda.Stream") -> Optional[Batch]:
+    def _preload(self, source: Iterator[Batch], stream: torch.cuda.Stream) -> Batch | None:
         try:
             images, targets = next(source)
         except StopIteration:

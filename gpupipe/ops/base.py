@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import enum
 import math
-from typing import Any, ClassVar, FrozenSet, Optional, Sequence, Tuple, Union
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 from ..targets import ALL_TARGETS, TargetKind
 from .registry import add_op
 
-SizeArg = Union[int, Sequence[int]]
-HW = Tuple[int, int]
+SizeArg = int | Sequence[int]
+HW = tuple[int, int]
 
 
 class Effect(str, enum.Enum):
@@ -41,7 +42,7 @@ class Op:
     """
 
     effect: ClassVar[Effect] = Effect.PIXEL
-    carries: ClassVar[FrozenSet[TargetKind]] = ALL_TARGETS
+    carries: ClassVar[frozenset[TargetKind]] = ALL_TARGETS
     needs_fixed_size: ClassVar[bool] = False
     drops_boxes_by_centre: ClassVar[bool] = False
 
@@ -50,7 +51,7 @@ class Op:
         if not abstract:
             add_op(cls)
 
-    def output_size(self, size: Optional[HW]) -> Optional[HW]:
+    def output_size(self, size: HW | None) -> HW | None:
         """The ``(h, w)`` of every image after this op, given every input's (``None``: sizes vary)."""
         return size
 
@@ -78,7 +79,7 @@ def round_half_away(x: float) -> int:
     return int(math.copysign(math.floor(abs(x) + 0.5), x))
 
 
-def fill_value(name: str, value) -> Tuple[float, float, float]:
+def fill_value(name: str, value) -> tuple[float, float, float]:
     """A fill colour: one number or three, each in ``[0, 255]``."""
     values = (value,) * 3 if isinstance(value, (int, float)) and not isinstance(value, bool) else value
     try:
@@ -102,7 +103,7 @@ def interpolation(name: str, value: Any) -> str:
     return str(mode)
 
 
-def symmetric(name: str, arg: str, value: Any, sizes: Tuple[int, ...] = (2,)) -> Tuple[float, ...]:
+def symmetric(name: str, arg: str, value: Any, sizes: tuple[int, ...] = (2,)) -> tuple[float, ...]:
     """torchvision's ``_setup_number_or_seq``: a number ``x >= 0`` gives ``(-x, x)``; a sequence must hold
     one of ``sizes`` numbers."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import KW_ONLY, dataclass
-from typing import TYPE_CHECKING, ClassVar, FrozenSet, Union
+from typing import TYPE_CHECKING, ClassVar
 
 from ..targets import IMAGE_LEVEL, TargetKind
 from .base import Effect, Op
@@ -21,7 +21,7 @@ class BatchOp(Op, abstract=True):
 
     alpha: float
     effect: ClassVar = Effect.BATCH
-    carries: ClassVar[FrozenSet[TargetKind]] = IMAGE_LEVEL
+    carries: ClassVar[frozenset[TargetKind]] = IMAGE_LEVEL
 
     def __post_init__(self) -> None:
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or self.alpha <= 0:
@@ -59,7 +59,7 @@ class SanitizeBoxes(Op):
     min_size: float = 1.0
     min_visible: float = 0.0
     effect: ClassVar = Effect.TARGET
-    carries: ClassVar[FrozenSet[TargetKind]] = frozenset({TargetKind.BOXES})
+    carries: ClassVar[frozenset[TargetKind]] = frozenset({TargetKind.BOXES})
 
     def __post_init__(self) -> None:
         for arg, hi in (("min_size", 1e6), ("min_visible", 1.0)):
@@ -92,7 +92,7 @@ class Output(Op):
     channels_last: bool = False
     effect: ClassVar = Effect.OUTPUT
 
-    def __init__(self, dtype: Union[str, "torch.dtype"] = "float32", *, channels_last: bool = False) -> None:
+    def __init__(self, dtype: str | torch.dtype = "float32", *, channels_last: bool = False) -> None:
         object.__setattr__(self, "dtype", self.checked(dtype, channels_last))
         object.__setattr__(self, "channels_last", channels_last)
 

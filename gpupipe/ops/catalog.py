@@ -6,8 +6,6 @@
 
 from __future__ import annotations
 
-from typing import Tuple
-
 from . import batch, geometry, pixel
 from .registry import op_types
 
@@ -16,10 +14,10 @@ MODULES = (geometry, pixel, batch)
 _ORDER = {module.__name__: k for k, module in enumerate(MODULES)}
 
 #: Every op class gpupipe ships: by module (as ``MODULES``), then in the order each defines them.
-OP_TYPES: Tuple[type, ...] = tuple(
+OP_TYPES: tuple[type, ...] = tuple(
     sorted((cls for cls in op_types() if cls.__module__ in _ORDER), key=lambda cls: _ORDER[cls.__module__])
 )
 #: Their names, as ``gpupipe.ops`` and ``gpupipe`` export them.
-OP_NAMES: Tuple[str, ...] = tuple(cls.__name__ for cls in OP_TYPES)
+OP_NAMES: tuple[str, ...] = tuple(cls.__name__ for cls in OP_TYPES)
 
 __all__ = ["MODULES", "OP_TYPES", "OP_NAMES"]

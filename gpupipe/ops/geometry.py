@@ -14,8 +14,9 @@ what the caller may pass.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import KW_ONLY, dataclass
-from typing import Any, ClassVar, FrozenSet, Optional, Sequence, Tuple, Union
+from typing import Any, ClassVar
 
 from ..checks import number_range, positive_int, probability
 from ..targets import TargetKind
@@ -53,18 +54,18 @@ class RandomResizedCrop(Op):
 
     size: HW
     _: KW_ONLY
-    scale: Tuple[float, float] = (0.08, 1.0)
-    ratio: Tuple[float, float] = (3 / 4, 4 / 3)
+    scale: tuple[float, float] = (0.08, 1.0)
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)
     effect: ClassVar = Effect.GEOMETRIC
 
     def __init__(
-        self, size: SizeArg, *, scale: Tuple[float, float] = (0.08, 1.0), ratio: Tuple[float, float] = (3 / 4, 4 / 3)
+        self, size: SizeArg, *, scale: tuple[float, float] = (0.08, 1.0), ratio: tuple[float, float] = (3 / 4, 4 / 3)
     ) -> None:
         object.__setattr__(self, "size", hw("RandomResizedCrop", size))
         object.__setattr__(self, "scale", number_range("RandomResizedCrop", "scale", scale, 1e-6, 1.0))
         object.__setattr__(self, "ratio", number_range("RandomResizedCrop", "ratio", ratio, 1e-6, 1e6))
 
-    def output_size(self, size: Optional[HW]) -> Optional[HW]:
+    def output_size(self, size: HW | None) -> HW | None:
         return self.size
 
 
@@ -81,12 +82,12 @@ class Resize(Op):
             ``size`` that would make it longer gives way.
     """
 
-    size: Union[None, int, HW]  # None, the shorter side, or (h, w)
+    size: None | int | HW  # None, the shorter side, or (h, w)
     _: KW_ONLY
-    max_size: Optional[int] = None
+    max_size: int | None = None
     effect: ClassVar = Effect.GEOMETRIC
 
-    def __init__(self, size: Union[None, SizeArg], *, max_size: Optional[int] = None) -> None:
+    def __init__(self, size: None | SizeArg, *, max_size: int | None = None) -> None:
         object.__setattr__(self, "max_size", max_size)
         if max_size is not None:
             positive_int("Resize: max_size", max_size)
@@ -104,7 +105,7 @@ class Resize(Op):
             size = hw("Resize", size)
         object.__setattr__(self, "size", size)
 
-    def output_size(self, size: Optional[HW]) -> Optional[HW]:
+    def output_size(self, size: HW | None) -> HW | None:
         return self.size if isinstance(self.size, tuple) else None
 
     def resized(self, height: int, width: int) -> HW:
@@ -143,7 +144,7 @@ class CenterCrop(Op):
     def __init__(self, size: SizeArg) -> None:
         object.__setattr__(self, "size", hw("CenterCrop", size))
 
-    def output_size(self, size: Optional[HW]) -> Optional[HW]:
+    def output_size(self, size: HW | None) -> HW | None:
         if size is not None and (self.size[0] > size[0] or self.size[1] > size[1]):
             raise ValueError(f"{self!r} is larger than the {size} images it receives")
         return self.size
@@ -173,7 +174,7 @@ class RandomCrop(Op):
     def __init__(self, size: SizeArg) -> None:
         object.__setattr__(self, "size", hw("RandomCrop", size))
 
-    def output_size(self, size: Optional[HW]) -> Optional[HW]:
+    def output_size(self, size: HW | None) -> HW | None:
         return self.size
 
 
@@ -192,7 +193,7 @@ class RandomResize(Op):
         if self.max_size < self.min_size:
             raise ValueError(f"RandomResize: max_size {self.max_size} must be >= min_size {self.min_size}")
 
-    def output_size(self, size: Optional[HW]) -> Optional[HW]:
+    def output_size(self, size: HW | None) -> HW | None:
         return None
 
 
@@ -207,14 +208,14 @@ class PadTo(Op):
     """
 
     size: HW
-    fill: Tuple[float, float, float] = (0.0, 0.0, 0.0)
+    fill: tuple[float, float, float] = (0.0, 0.0, 0.0)
     effect: ClassVar = Effect.GEOMETRIC
 
-    def __init__(self, size: SizeArg, fill: Union[float, Sequence[float]] = 0) -> None:
+    def __init__(self, size: SizeArg, fill: float | Sequence[float] = 0) -> None:
         object.__setattr__(self, "size", hw("PadTo", size))
         object.__setattr__(self, "fill", fill_value("PadTo", fill))
 
-    def output_size(self, size: Optional[HW]) -> Optional[HW]:
+    def output_size(self, size: HW | None) -> HW | None:
         return self.size
 
 
@@ -245,10 +246,10 @@ class RandomRotation(Op):
     """Rotates by an angle drawn from ``degrees`` (``d`` means ``[-d, d]``), counter-clockwise,
     keeping the size; uncovered corners are black. Bilinear on every backend."""
 
-    degrees: Tuple[float, float]
+    degrees: tuple[float, float]
     effect: ClassVar = Effect.GEOMETRIC
 
-    def __init__(self, degrees: Union[float, Tuple[float, float]]) -> None:
+    def __init__(self, degrees: float | tuple[float, float]) -> None:
         if isinstance(degrees, (int, float)) and not isinstance(degrees, bool):
             if degrees < 0:
                 raise ValueError(f"RandomRotation: degrees must be >= 0, got {degrees!r}")
@@ -274,10 +275,10 @@ class RandomIoUCrop(Op):
     max_scale: float = 1.0
     min_aspect_ratio: float = 0.5
     max_aspect_ratio: float = 2.0
-    sampler_options: Tuple[float, ...] = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0)
+    sampler_options: tuple[float, ...] = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0)
     trials: int = 40
     effect: ClassVar = Effect.GEOMETRIC
-    carries: ClassVar[FrozenSet[TargetKind]] = frozenset({TargetKind.BOXES})
+    carries: ClassVar[frozenset[TargetKind]] = frozenset({TargetKind.BOXES})
     drops_boxes_by_centre: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
@@ -295,7 +296,7 @@ class RandomIoUCrop(Op):
         object.__setattr__(self, "sampler_options", options)
         positive_int("RandomIoUCrop: trials", self.trials)
 
-    def output_size(self, size: Optional[HW]) -> Optional[HW]:
+    def output_size(self, size: HW | None) -> HW | None:
         return None
 
 
@@ -304,20 +305,20 @@ class RandomZoomOut(Op):
     """Places the image at a random spot of a canvas ``r`` times larger (``r`` drawn from
     ``side_range``), with probability ``p``: the SSD "expand" step, as ``v2.RandomZoomOut``."""
 
-    fill: Tuple[float, float, float] = (0.0, 0.0, 0.0)
+    fill: tuple[float, float, float] = (0.0, 0.0, 0.0)
     _: KW_ONLY
-    side_range: Tuple[float, float] = (1.0, 4.0)
+    side_range: tuple[float, float] = (1.0, 4.0)
     p: float = 0.5
     effect: ClassVar = Effect.GEOMETRIC
 
     def __init__(
-        self, fill: Union[float, Sequence[float]] = 0, *, side_range: Tuple[float, float] = (1.0, 4.0), p: float = 0.5
+        self, fill: float | Sequence[float] = 0, *, side_range: tuple[float, float] = (1.0, 4.0), p: float = 0.5
     ) -> None:
         object.__setattr__(self, "fill", fill_value("RandomZoomOut", fill))
         object.__setattr__(self, "side_range", number_range("RandomZoomOut", "side_range", side_range, 1.0, 100.0))
         object.__setattr__(self, "p", probability("RandomZoomOut", p))
 
-    def output_size(self, size: Optional[HW]) -> Optional[HW]:
+    def output_size(self, size: HW | None) -> HW | None:
         return None
 
 
@@ -338,26 +339,26 @@ class RandomAffine(Op):
         center: the ``(x, y)`` pixel the map turns about; ``None``: the image's centre.
     """
 
-    degrees: Tuple[float, float]
-    translate: Optional[Tuple[float, float]] = None
-    scale: Optional[Tuple[float, float]] = None
-    shear: Optional[Tuple[float, ...]] = None
+    degrees: tuple[float, float]
+    translate: tuple[float, float] | None = None
+    scale: tuple[float, float] | None = None
+    shear: tuple[float, ...] | None = None
     _: KW_ONLY
     interpolation: str = "nearest"
-    fill: Tuple[float, float, float] = (0.0, 0.0, 0.0)
-    center: Optional[Tuple[float, float]] = None
+    fill: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    center: tuple[float, float] | None = None
     effect: ClassVar = Effect.GEOMETRIC
 
     def __init__(
         self,
-        degrees: Union[float, Sequence[float]],
-        translate: Optional[Sequence[float]] = None,
-        scale: Optional[Sequence[float]] = None,
-        shear: Union[None, float, Sequence[float]] = None,
+        degrees: float | Sequence[float],
+        translate: Sequence[float] | None = None,
+        scale: Sequence[float] | None = None,
+        shear: None | float | Sequence[float] = None,
         *,
         interpolation: Any = "nearest",
-        fill: Union[float, Sequence[float]] = 0,
-        center: Optional[Sequence[float]] = None,
+        fill: float | Sequence[float] = 0,
+        center: Sequence[float] | None = None,
     ) -> None:
         name = "RandomAffine"
         put = object.__setattr__
@@ -373,7 +374,7 @@ class RandomAffine(Op):
         put(self, "center", None if center is None else _pair(name, "center", center, -math.inf, math.inf))
 
 
-def _pair(name: str, arg: str, value: Any, lo: float, hi: float) -> Tuple[float, float]:
+def _pair(name: str, arg: str, value: Any, lo: float, hi: float) -> tuple[float, float]:
     """Two numbers, each in ``[lo, hi]`` (in any order)."""
     try:
         a, b = (float(v) for v in value)

@@ -7,8 +7,9 @@ them with masks and boxes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import KW_ONLY, dataclass
-from typing import Any, ClassVar, Optional, Sequence, Tuple, Union
+from typing import Any, ClassVar
 
 from ..checks import number_range, positive_int, probability
 from .base import Effect, Op, fill_value
@@ -17,10 +18,10 @@ from .base import interpolation as interpolation_mode
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
-JitterArg = Union[None, float, Tuple[float, float]]
+JitterArg = None | float | tuple[float, float]
 
 
-def _jitter(arg: str, value, center: float, low: float, high: float) -> Optional[Tuple[float, float]]:
+def _jitter(arg: str, value, center: float, low: float, high: float) -> tuple[float, float] | None:
     """torchvision's ColorJitter argument: ``x`` -> ``(max(low, center - x), center + x)``, or a range."""
     if value is None or value == 0:
         return None
@@ -69,9 +70,9 @@ class GaussianBlur(Op):
     """Gaussian blur with a ``kernel`` x ``kernel`` window and sigma drawn from ``sigma``."""
 
     kernel: int
-    sigma: Tuple[float, float] = (0.1, 2.0)  # stored as a (min, max) range; __init__ also takes one number
+    sigma: tuple[float, float] = (0.1, 2.0)  # stored as a (min, max) range; __init__ also takes one number
 
-    def __init__(self, kernel: int, sigma: Union[float, Tuple[float, float]] = (0.1, 2.0)) -> None:
+    def __init__(self, kernel: int, sigma: float | tuple[float, float] = (0.1, 2.0)) -> None:
         object.__setattr__(self, "kernel", kernel)
         if isinstance(kernel, bool) or not isinstance(kernel, int) or kernel < 1 or kernel % 2 == 0:
             raise ValueError(f"GaussianBlur: kernel must be an odd int >= 1, got {kernel!r}")
@@ -154,7 +155,7 @@ AUTO_AUGMENT_OPS = AUGMENT_OPS + ("Invert",)
 
 #: torchvision's ``AutoAugmentPolicy.IMAGENET``: 25 sub-policies of two ``(op, probability, magnitude bin)``
 #: steps (``None``: an op without a magnitude), from the AutoAugment paper.
-IMAGENET_POLICY: Tuple[Tuple[Tuple[str, float, Optional[int]], ...], ...] = (
+IMAGENET_POLICY: tuple[tuple[tuple[str, float, int | None], ...], ...] = (
     (("Posterize", 0.4, 8), ("Rotate", 0.6, 9)),
     (("Solarize", 0.6, 5), ("AutoContrast", 0.6, None)),
     (("Equalize", 0.8, None), ("Equalize", 0.6, None)),
@@ -201,11 +202,11 @@ class AutoAugment(Op):
     policy: str = "imagenet"
     _: KW_ONLY
     interpolation: str = "nearest"
-    fill: Tuple[float, float, float] = (0.0, 0.0, 0.0)
+    fill: tuple[float, float, float] = (0.0, 0.0, 0.0)
     needs_fixed_size: ClassVar = True
 
     def __init__(
-        self, policy: Any = "imagenet", *, interpolation: Any = "nearest", fill: Union[float, Sequence[float]] = 0
+        self, policy: Any = "imagenet", *, interpolation: Any = "nearest", fill: float | Sequence[float] = 0
     ) -> None:
         name = getattr(policy, "value", policy)
         if name not in AUTO_AUGMENT_POLICIES:
@@ -220,7 +221,7 @@ class AutoAugment(Op):
         return 10
 
     @property
-    def sub_policies(self) -> Tuple[Tuple[Tuple[str, float, Optional[int]], ...], ...]:
+    def sub_policies(self) -> tuple[tuple[tuple[str, float, int | None], ...], ...]:
         return AUTO_AUGMENT_POLICIES[self.policy]
 
 
@@ -236,8 +237,8 @@ class RandomErasing(Op):
 
     p: float = 0.5
     _: KW_ONLY
-    scale: Tuple[float, float] = (0.02, 0.33)
-    ratio: Tuple[float, float] = (0.3, 3.3)
+    scale: tuple[float, float] = (0.02, 0.33)
+    ratio: tuple[float, float] = (0.3, 3.3)
     needs_fixed_size: ClassVar = True
 
     def __post_init__(self) -> None:
@@ -250,8 +251,8 @@ class RandomErasing(Op):
 class Normalize(Op):
     """Subtracts ``mean`` and divides by ``std`` per channel, in ``[0, 1]`` units."""
 
-    mean: Tuple[float, float, float] = IMAGENET_MEAN
-    std: Tuple[float, float, float] = IMAGENET_STD
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
     effect: ClassVar = Effect.NORMALIZE
 
     def __post_init__(self) -> None:

@@ -12,8 +12,9 @@ Users add an op of their own with ``register`` (see the development page).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, FrozenSet, Generic, Mapping, Optional, Tuple, TypeVar
+from typing import Any, Generic, TypeVar
 
 from ..errors import Error
 from ..targets import ALL_TARGETS, TargetKind
@@ -30,9 +31,9 @@ def _where(obj: Any) -> str:
 
 
 #: Every op class by name, in registration order.
-OPS: Dict[str, type] = {}
+OPS: dict[str, type] = {}
 #: op type -> its planner ``planner(op, step) -> params`` (see ``gpupipe.plan.draws``).
-PLANNERS: Dict[type, Callable[..., Any]] = {}
+PLANNERS: dict[type, Callable[..., Any]] = {}
 
 
 def add_op(cls: type) -> None:
@@ -82,11 +83,11 @@ class Lowering(Generic[F]):
     """
 
     apply: F
-    targets: FrozenSet[TargetKind] = ALL_TARGETS
+    targets: frozenset[TargetKind] = ALL_TARGETS
     why: str = ""
 
 
-class LoweringTable(Dict[type, Lowering[F]]):
+class LoweringTable(dict[type, Lowering[F]]):
     """One backend's lowerings: op type -> ``Lowering``. Filled by ``register``.
 
     Args:
@@ -97,7 +98,7 @@ class LoweringTable(Dict[type, Lowering[F]]):
         super().__init__()
         self.backend = backend
 
-    def add(self, op: type, apply: F, targets: FrozenSet[TargetKind] = ALL_TARGETS, why: str = "") -> None:
+    def add(self, op: type, apply: F, targets: frozenset[TargetKind] = ALL_TARGETS, why: str = "") -> None:
         """Registers ``apply`` as ``op``'s lowering.
 
         Raises:
@@ -113,7 +114,7 @@ class LoweringTable(Dict[type, Lowering[F]]):
             raise RegistryError(f"{op.__name__}: a {self.backend} lowering that refuses targets must say why")
         self[op] = Lowering(apply, frozenset(targets), why)
 
-    def register(self, *ops: type, targets: FrozenSet[TargetKind] = ALL_TARGETS, why: str = "") -> Callable[[F], F]:
+    def register(self, *ops: type, targets: frozenset[TargetKind] = ALL_TARGETS, why: str = "") -> Callable[[F], F]:
         """Decorator: registers the function as the lowering of each of ``ops``."""
 
         def register_lowering(function: F) -> F:
@@ -125,7 +126,7 @@ class LoweringTable(Dict[type, Lowering[F]]):
 
 
 #: Every backend's lowering table, by name (created by the first module that asks for it).
-LOWERINGS: Dict[str, LoweringTable] = {}
+LOWERINGS: dict[str, LoweringTable] = {}
 
 
 def lowering_table(backend: str) -> LoweringTable:
@@ -141,9 +142,9 @@ def _check_op(op: type, what: str) -> None:
 def register(
     op: type,
     *,
-    planner: Optional[Callable[..., Any]] = None,
+    planner: Callable[..., Any] | None = None,
     lowerings: Mapping[str, Callable[..., Any]] = {},  # noqa: B006 -- read only
-    targets: FrozenSet[TargetKind] = ALL_TARGETS,
+    targets: frozenset[TargetKind] = ALL_TARGETS,
     why: str = "",
 ) -> type:
     """Adds an op of one's own: its planner and its lowering on the backends one needs.
@@ -177,7 +178,7 @@ def register(
     return op
 
 
-def no_params(op: Any, step: Any) -> Dict[str, Any]:
+def no_params(op: Any, step: Any) -> dict[str, Any]:
     """The planner of an op that draws nothing."""
     return {}
 
@@ -191,6 +192,6 @@ def unregister(op: type) -> None:
         table.pop(op, None)
 
 
-def op_types() -> Tuple[type, ...]:
+def op_types() -> tuple[type, ...]:
     """Every registered op class, in registration order."""
     return tuple(OPS.values())

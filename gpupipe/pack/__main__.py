@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import List, Optional
 
 from .. import env
 from ..cli import ArgumentParser, run
@@ -27,7 +26,7 @@ from .packer import barrier
 from .upload import upload, upload_manifest, verify_remote
 
 
-def parse_args(argv: Optional[List[str]]):
+def parse_args(argv: list[str] | None):
     parser = ArgumentParser(
         prog="python -m gpupipe.pack",
         description="Pack an image folder (class/file) or a file list into WebDataset tar shards with DALI "
@@ -85,7 +84,7 @@ def parse_args(argv: Optional[List[str]]):
     return args
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Packs or verifies; returns the exit status (1: --verify found problems). An error (a bad input
     with --on-error raise, a missing SRC, a full disk, a server that cannot be reached) raises: run by
     ``python -m gpupipe.pack`` it ends the command with one line, ``error: ...``, and status 2."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import tarfile
 from pathlib import Path
-from typing import BinaryIO, Dict, List
+from typing import BinaryIO
 
 from ..fileio import UnreadableFile, regular_stat, sha256_of
 from ..progress import Progress
@@ -19,7 +19,7 @@ logger = logging.getLogger("gpupipe.pack")
 MAX_PROBLEMS = 20
 
 
-def verify(dst) -> List[str]:
+def verify(dst) -> list[str]:
     """Checks a packed folder; returns the problems found (empty when it is sound).
 
     The manifest must have the expected shape and name nothing outside
@@ -36,7 +36,7 @@ def verify(dst) -> List[str]:
         manifest = shardfmt.read_manifest(dst)
     except ValueError as err:
         return [str(err)]
-    problems: List[str] = []
+    problems: list[str] = []
     progress = Progress("verify", total=len(manifest["shards"]), unit="shard", logger=logger)
     for number, shard in enumerate(manifest["shards"]):
         progress.update(1)
@@ -65,7 +65,7 @@ def verify(dst) -> List[str]:
     return problems
 
 
-def _check_shard(tar: Path, index: Path, shard: Dict, kind: str) -> List[str]:
+def _check_shard(tar: Path, index: Path, shard: dict, kind: str) -> list[str]:
     name = shard["name"]
     try:
         size = regular_stat(str(tar), None).st_size
@@ -94,7 +94,7 @@ def _check_shard(tar: Path, index: Path, shard: Dict, kind: str) -> List[str]:
 
 
 def _check_member(
-    fh: BinaryIO, member: shardfmt.Member, size: int, ext: str, shard: Dict, number: int, kind: str
+    fh: BinaryIO, member: shardfmt.Member, size: int, ext: str, shard: dict, number: int, kind: str
 ) -> str:
     if member.offset < BLOCK or member.offset + member.size > size:
         return "index points outside the file"

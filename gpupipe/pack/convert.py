@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Tuple
+from typing import Any
 
 from PIL import Image, ImageOps
 
@@ -39,7 +39,7 @@ class ConvertSettings:
         max_file_size: refuse larger files.
     """
 
-    max_size: Optional[int] = None
+    max_size: int | None = None
     quality: int = 90
     max_pixels: int = 100_000_000
     max_file_size: int = DEFAULT_MAX_FILE_SIZE
@@ -57,7 +57,7 @@ class Task:
     #: why the target is unusable, known before reading (a malformed annotation).
     problem: str = ""
     #: ``(h, w)`` the annotations were made on (boxes), checked against the image.
-    annotated_size: Optional[Tuple[int, int]] = None
+    annotated_size: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -73,15 +73,15 @@ class Converted:
         target: the target as the manifest records it (label, labels, or boxes and labels).
     """
 
-    members: Optional[Dict[str, bytes]]
-    reason: Optional[str]
+    members: dict[str, bytes] | None
+    reason: str | None
     bytes_in: int
     copied: bool = False
-    size: Tuple[int, int] = (0, 0)
+    size: tuple[int, int] = (0, 0)
     target: Any = None
 
 
-def target_size(width: int, height: int, max_size: Optional[int]) -> Tuple[int, int]:
+def target_size(width: int, height: int, max_size: int | None) -> tuple[int, int]:
     """``(w, h)`` with the shorter side at most ``max_size`` (aspect kept, never enlarged)."""
     short = min(width, height)
     if max_size is None or short <= max_size:
@@ -90,7 +90,7 @@ def target_size(width: int, height: int, max_size: Optional[int]) -> Tuple[int, 
     return max(1, round(width * scale)), max(1, round(height * scale))
 
 
-def convert_image(data: bytes, settings: ConvertSettings) -> Tuple[bytes, Tuple[int, int], Tuple[int, int], bool]:
+def convert_image(data: bytes, settings: ConvertSettings) -> tuple[bytes, tuple[int, int], tuple[int, int], bool]:
     """One encoded image as a clean RGB JPEG.
 
     Returns:

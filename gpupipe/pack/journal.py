@@ -13,7 +13,6 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Dict, List, Optional
 
 from .. import filelock
 from ..errors import Error
@@ -35,9 +34,9 @@ class DstLock:
 
     def __init__(self, dst: Path, part: int = 0) -> None:
         self.path = dst / (LOCK if part == 0 else f".pack-r{part:04d}.lock")
-        self._fd: Optional[int] = None
+        self._fd: int | None = None
 
-    def __enter__(self) -> "DstLock":
+    def __enter__(self) -> DstLock:
         fd = filelock.open_lock(self.path)
         if not filelock.try_lock(fd):
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
@@ -58,7 +57,7 @@ class DstLock:
             self._fd = None
 
 
-def fingerprint(settings: Dict, inputs: List[str]) -> str:
+def fingerprint(settings: dict, inputs: list[str]) -> str:
     """A digest of the settings and the inputs (path and target of each, in write order)."""
     return sha256_hex(json.dumps(settings, sort_keys=True) + "".join(f"{line}\n" for line in inputs))
 
@@ -75,8 +74,8 @@ class Journal:
     def __init__(self, path: Path, fingerprint: str, start: int = 0) -> None:
         self.path = path
         self.fingerprint = fingerprint
-        self.shards: List[Dict] = []
-        self.skipped: List[Dict] = []
+        self.shards: list[dict] = []
+        self.skipped: list[dict] = []
         self.next_input = start
 
     def load(self) -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .._version import __version__
 from ..errors import Skipped
@@ -17,7 +17,7 @@ from .journal import Journal, PackError
 SOURCES = "sources.tsv"
 
 
-def build(source: Source, settings, journals: List[Journal], inputs: int, problems: Sequence[Skipped] = ()) -> Dict:
+def build(source: Source, settings, journals: list[Journal], inputs: int, problems: Sequence[Skipped] = ()) -> dict:
     """The manifest of the finished shards of every part, in part order; ``problems`` (the
     source's records that are no sample) are listed with the skipped inputs."""
     fields = ("name", "index", "samples", "bytes", "sha256", "index_sha256", "sizes") + source.target.manifest_fields
@@ -47,7 +47,7 @@ def build(source: Source, settings, journals: List[Journal], inputs: int, proble
     return manifest
 
 
-def write(dst: Path, manifest: Dict, here: Optional[Sequence[str]] = None) -> None:
+def write(dst: Path, manifest: dict, here: Sequence[str] | None = None) -> None:
     """Writes the manifest atomically, after checking that every shard it lists (or those named in
     ``here``: the ones on this machine's disk) is on disk as recorded.
 
@@ -89,7 +89,7 @@ def unescape(field: str) -> str:
     return raw.decode("utf-8", "surrogateescape")
 
 
-def write_sources(dst: Path, rows: Iterable[Tuple[str, str, str]]) -> None:
+def write_sources(dst: Path, rows: Iterable[tuple[str, str, str]]) -> None:
     """``sources.tsv``: each key, its input file and its target, one line each (fields escaped)."""
     lines = ["key\tpath\ttarget"] + [f"{key}\t{escape(path)}\t{escape(target)}" for key, path, target in rows]
     tmp = dst / (SOURCES + ".tmp")
@@ -97,7 +97,7 @@ def write_sources(dst: Path, rows: Iterable[Tuple[str, str, str]]) -> None:
     os.replace(tmp, dst / SOURCES)
 
 
-def read_sources(dst: Path) -> Dict[str, Tuple[str, str]]:
+def read_sources(dst: Path) -> dict[str, tuple[str, str]]:
     """``{key: (path, target)}`` from ``sources.tsv``."""
     rows = (line.split("\t") for line in (Path(dst) / SOURCES).read_text(encoding="utf-8").splitlines()[1:] if line)
     return {key: (unescape(path), unescape(target)) for key, path, target in rows}

@@ -8,10 +8,11 @@ import logging
 import multiprocessing
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Any
 
 from .. import env
 from ..errors import ErrorPolicy, SkipLog, Skipped
@@ -66,7 +67,7 @@ class PackSummary:
     bytes_in: int
     seconds: float
     resumed_shards: int
-    files: Tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
 
     @property
     def images_per_s(self) -> float:
@@ -117,7 +118,7 @@ def pack(
     dst,
     settings: PackSettings = PackSettings(),
     *,
-    workers: Optional[int] = None,
+    workers: int | None = None,
     on_error="skip",
     progress: bool = True,
     rank: int = 0,
@@ -226,13 +227,13 @@ def _journal(
     return journal
 
 
-def _gather(journal: Journal, world_size: int) -> List[Journal]:
+def _gather(journal: Journal, world_size: int) -> list[Journal]:
     """Every part's finished journal, in rank order (torch.distributed's all-gather under torchrun)."""
     if world_size == 1:
         return [journal]
     import torch.distributed as dist
 
-    states: List = [None] * world_size
+    states: list = [None] * world_size
     dist.all_gather_object(states, {"shards": journal.shards, "skipped": journal.skipped})
     parts = []
     for state in states:
@@ -242,11 +243,11 @@ def _gather(journal: Journal, world_size: int) -> List[Journal]:
     return parts
 
 
-def _convert_task(task: Task, settings: ConvertSettings) -> Tuple[int, Converted]:
+def _convert_task(task: Task, settings: ConvertSettings) -> tuple[int, Converted]:
     return task.position, convert(task, settings)
 
 
-def _converted(tasks: Iterator[Task], settings: ConvertSettings, workers: int) -> Iterator[Tuple[int, Converted]]:
+def _converted(tasks: Iterator[Task], settings: ConvertSettings, workers: int) -> Iterator[tuple[int, Converted]]:
     """Converts in ``workers`` processes, results in input order."""
     work = partial(_convert_task, settings=settings)
     if workers == 1:
@@ -262,8 +263,8 @@ class _Shard:
     def __init__(self, dst: Path, name: str, target: Target) -> None:
         self.writer = ShardWriter(dst, name)
         self.target = target
-        self.sizes: List[List[int]] = []
-        self.values: List[Any] = []
+        self.sizes: list[list[int]] = []
+        self.values: list[Any] = []
 
     def add(self, key: str, result: Converted) -> None:
         assert result.members is not None  # skipped inputs are never added
@@ -287,11 +288,11 @@ def _write_part(
     journal: Journal,
     end: int,
     settings: PackSettings,
-    workers: Optional[int],
+    workers: int | None,
     errors: ErrorPolicy,
     progress: bool,
     prefix: str,
-) -> Tuple[int, int]:
+) -> tuple[int, int]:
     """Converts and writes this part's inputs from the journal's position on; returns ``(copied, bytes_in)``."""
     from tqdm import tqdm
 
@@ -308,7 +309,7 @@ def _write_part(
         for p in range(journal.next_input, end)
         for i in (int(order[p]),)
     )
-    shard: Optional[_Shard] = None
+    shard: _Shard | None = None
     copied = bytes_in = 0
     bar = tqdm(total=end - journal.next_input, unit="img", desc="packing", disable=not progress, smoothing=0.1)
     try:

@@ -8,8 +8,8 @@ import functools
 import logging
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
 
 from ..remote import RemoteError, Retry, download, filesystem, join, read_small
 from ..remote.fetch import with_retries
@@ -20,7 +20,7 @@ from .manifest import SOURCES
 logger = logging.getLogger("gpupipe.pack")
 
 
-def upload(staging: Path, dst: str, names: Sequence[str], retry: Retry, storage_options: Optional[Dict] = None) -> int:
+def upload(staging: Path, dst: str, names: Sequence[str], retry: Retry, storage_options: dict | None = None) -> int:
     """Uploads ``staging/<name>`` to ``dst/<name>`` for each name, skipping files already there with
     the same size; returns the bytes sent.
 
@@ -44,19 +44,19 @@ def upload(staging: Path, dst: str, names: Sequence[str], retry: Retry, storage_
     return sent
 
 
-def upload_manifest(staging: Path, dst: str, retry: Retry, storage_options: Optional[Dict] = None) -> None:
+def upload_manifest(staging: Path, dst: str, retry: Retry, storage_options: dict | None = None) -> None:
     """Uploads ``sources.tsv``, then the manifest (last: it makes the pack readable)."""
     upload(staging, dst, [SOURCES, shardfmt.MANIFEST], retry, storage_options)
 
 
-def _remote_size(fs, path: str) -> Optional[int]:
+def _remote_size(fs, path: str) -> int | None:
     try:
         return int(fs.info(path)["size"])
     except FileNotFoundError:
         return None
 
 
-def verify_remote(url: str, retry: Retry, storage_options: Optional[Dict] = None) -> List[str]:
+def verify_remote(url: str, retry: Retry, storage_options: dict | None = None) -> list[str]:
     """[`verify`][gpupipe.pack.verify] for a pack behind a URL: its manifest, tars and indexes are
     downloaded into a temporary folder and checked there."""
     folder = Path(tempfile.mkdtemp(prefix="gpupipe-verify-"))

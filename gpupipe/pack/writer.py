@@ -13,7 +13,6 @@ import io
 import os
 import tarfile
 from pathlib import Path
-from typing import Dict, List
 
 from ..fileio import sha256_of
 from ..shards import format as shardfmt
@@ -42,14 +41,14 @@ class ShardWriter:
         self.tmp = folder / (name + ".tmp")
         self._file = open(self.tmp, "wb")
         self._tar = tarfile.open(fileobj=self._file, mode="w", format=tarfile.USTAR_FORMAT)
-        self.entries: List[shardfmt.IndexEntry] = []
+        self.entries: list[shardfmt.IndexEntry] = []
 
-    def size_with(self, members: Dict[str, bytes]) -> int:
+    def size_with(self, members: dict[str, bytes]) -> int:
         """The shard's size once closed, if ``members`` were added now."""
         size = self._tar.offset + sum(BLOCK + _padded(len(payload)) for payload in members.values()) + _END
         return -(-size // _RECORD) * _RECORD
 
-    def add(self, key: str, members: Dict[str, bytes]) -> None:
+    def add(self, key: str, members: dict[str, bytes]) -> None:
         """Adds ``<key>.<ext>`` for each member."""
         entry = {}
         for ext, payload in members.items():
@@ -60,7 +59,7 @@ class ShardWriter:
             entry[ext] = shardfmt.Member(info.name, header_at + BLOCK, len(payload))
         self.entries.append(entry)
 
-    def close(self) -> Dict:
+    def close(self) -> dict:
         """Finishes the tar, writes the index, renames both into place; returns the shard's record."""
         self._tar.close()
         self._file.flush()

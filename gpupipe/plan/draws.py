@@ -13,7 +13,6 @@ the same parameters in a batch of one or of many, on every backend.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional
 
 import numpy as np
 
@@ -23,7 +22,7 @@ from ..targets import boxmath as bx
 from . import affine as maps
 from .seeding import uniforms
 
-Params = Dict[str, np.ndarray]
+Params = dict[str, np.ndarray]
 
 
 @dataclass
@@ -40,7 +39,7 @@ class Step:
     keys: np.ndarray
     sizes: np.ndarray
     stream: int
-    boxes: Optional[List[np.ndarray]] = None
+    boxes: list[np.ndarray] | None = None
 
     def uniform(self, sub: int = 0, count: int = 1) -> np.ndarray:
         """``(B, count)`` draws in ``[0, 1)`` from sub-stream ``sub`` of this op."""

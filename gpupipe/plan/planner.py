@@ -13,8 +13,8 @@ exactly, and a pipeline read by one or many DALI pipelines is the same.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -41,12 +41,12 @@ class BatchPlan:
 
     keys: np.ndarray
     sizes: np.ndarray
-    steps: List[Params]
+    steps: list[Params]
 
     def __len__(self) -> int:
         return len(self.keys)
 
-    def sample(self, i: int) -> List[Dict[str, np.ndarray]]:
+    def sample(self, i: int) -> list[dict[str, np.ndarray]]:
         """Sample ``i``'s parameters, per op (for backends that work one sample at a time)."""
         return [{name: values[i] for name, values in step.items()} for step in self.steps]
 
@@ -78,10 +78,10 @@ class Planner:
 
     def plan(
         self,
-        epoch: Union[int, np.ndarray],
+        epoch: int | np.ndarray,
         positions: np.ndarray,
         sizes: np.ndarray,
-        boxes: Optional[Sequence[np.ndarray]] = None,
+        boxes: Sequence[np.ndarray] | None = None,
     ) -> BatchPlan:
         """Draws every op's parameters for one batch.
 
@@ -94,7 +94,7 @@ class Planner:
         keys = sample_keys(self.seed, epoch, positions)
         current = np.asarray(sizes, np.int64).reshape(-1, 2)
         tracked = [np.asarray(b, np.float32) for b in boxes] if self.needs_boxes and boxes is not None else None
-        steps: List[Params] = []
+        steps: list[Params] = []
         for j, op in enumerate(self.spec.ops):
             step = Step(keys=keys, sizes=current, stream=(j + 1) << STREAM_BITS, boxes=tracked)
             params = PLANNERS[type(op)](op, step)

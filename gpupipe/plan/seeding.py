@@ -16,8 +16,6 @@ workers or the history of the process:
 
 from __future__ import annotations
 
-from typing import Union
-
 import numpy as np
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -59,7 +57,7 @@ def order_generator(seed: int, epoch: int):
     return torch.Generator().manual_seed(mix_int(ORDER, seed, epoch))
 
 
-def sample_keys(seed: int, epoch: Union[int, np.ndarray], positions: np.ndarray) -> np.ndarray:
+def sample_keys(seed: int, epoch: int | np.ndarray, positions: np.ndarray) -> np.ndarray:
     """One uint64 key per slot: the root of that slot's augmentation draws.
 
     Args:

@@ -9,8 +9,8 @@ fails when the loader is built. Sizes come from each op's own
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
 
 from ..ops import HW, BatchOp, Decode, Effect, Normalize, Op, Output, SanitizeBoxes
 from ..targets import TargetKind, handler
@@ -33,35 +33,35 @@ class PipelineSpec:
         ignore_index: the mask value of pixels no image pixel maps to (segmentation).
     """
 
-    ops: Tuple[Op, ...]
-    sizes: Tuple[Optional[HW], ...]
-    normalize: Optional[Normalize]
+    ops: tuple[Op, ...]
+    sizes: tuple[HW | None, ...]
+    normalize: Normalize | None
     output: Output
     size: HW
-    batch_ops: Tuple[BatchOp, ...] = ()
+    batch_ops: tuple[BatchOp, ...] = ()
     target: TargetKind = TargetKind.LABEL
     sanitize: SanitizeBoxes = SanitizeBoxes()
     ignore_index: int = 255
 
     @property
-    def mean(self) -> Tuple[float, float, float]:
+    def mean(self) -> tuple[float, float, float]:
         """Per-channel mean in ``[0, 1]`` units (zeros without ``Normalize``)."""
         return self.normalize.mean if self.normalize else (0.0, 0.0, 0.0)
 
     @property
-    def std(self) -> Tuple[float, float, float]:
+    def std(self) -> tuple[float, float, float]:
         """Per-channel std in ``[0, 1]`` units (ones without ``Normalize``)."""
         return self.normalize.std if self.normalize else (1.0, 1.0, 1.0)
 
-    def size_before(self, i: int) -> Optional[HW]:
+    def size_before(self, i: int) -> HW | None:
         """``(h, w)`` of the images op ``i`` receives (``None``: varies)."""
         return self.sizes[i - 1] if i > 0 else None
 
 
 def build_spec(
     ops: Sequence[Op],
-    output: Optional[Output] = None,
-    target: Optional[TargetKind] = TargetKind.LABEL,
+    output: Output | None = None,
+    target: TargetKind | None = TargetKind.LABEL,
     ignore_index: int = 255,
 ) -> PipelineSpec:
     """Checks an op list and returns the spec the backends compile.
@@ -92,7 +92,7 @@ def build_spec(
     for op in ops:
         if target is not None and target not in op.carries:
             raise ValueError(_cannot_carry(op, target))
-    batch_ops: List[BatchOp] = []
+    batch_ops: list[BatchOp] = []
     while ops and isinstance(ops[-1], BatchOp):
         batch_ops.insert(0, ops[-1])
         ops.pop()

@@ -34,9 +34,10 @@ import random
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Literal, Optional, Sequence, overload
+from typing import Literal, overload
 
 from .. import env, filelock
 from ..fileio import read_json_object
@@ -90,9 +91,7 @@ class ShardCache:
         storage_options: passed to the fsspec file system.
     """
 
-    def __init__(
-        self, folder, limit: int, retry: Optional[Retry] = None, storage_options: Optional[Dict] = None
-    ) -> None:
+    def __init__(self, folder, limit: int, retry: Retry | None = None, storage_options: dict | None = None) -> None:
         self.folder = Path(folder).expanduser().absolute()
         self.folder.mkdir(parents=True, exist_ok=True)
         self.limit, self.retry, self.storage_options = int(limit), retry or Retry(), storage_options
@@ -112,9 +111,9 @@ class ShardCache:
         self,
         url: str,
         *,
-        size: Optional[int] = None,
-        sha256: Optional[str] = None,
-        version: Optional[str] = None,
+        size: int | None = None,
+        sha256: str | None = None,
+        version: str | None = None,
         max_bytes: int = UNSIZED_CAP,
         pin: Literal[True] = True,
     ) -> Pin: ...
@@ -123,23 +122,23 @@ class ShardCache:
         self,
         url: str,
         *,
-        size: Optional[int] = None,
-        sha256: Optional[str] = None,
-        version: Optional[str] = None,
+        size: int | None = None,
+        sha256: str | None = None,
+        version: str | None = None,
         max_bytes: int = UNSIZED_CAP,
         pin: bool,
-    ) -> Optional[Pin]: ...
+    ) -> Pin | None: ...
 
     def get(
         self,
         url: str,
         *,
-        size: Optional[int] = None,
-        sha256: Optional[str] = None,
-        version: Optional[str] = None,
+        size: int | None = None,
+        sha256: str | None = None,
+        version: str | None = None,
         max_bytes: int = UNSIZED_CAP,
         pin: bool = True,
-    ) -> Optional[Pin]:
+    ) -> Pin | None:
         """Makes sure ``url`` is cached and checked (downloading it once per node); returns a
         ``Pin`` holding it, or ``None`` with ``pin=False`` (a prefetch).
 
@@ -181,9 +180,7 @@ class ShardCache:
                 filelock.close(fd)
                 raise
 
-    def _fetch(
-        self, url: str, path: str, size: Optional[int], sha256: Optional[str], version: Optional[str], cap: int
-    ) -> None:
+    def _fetch(self, url: str, path: str, size: int | None, sha256: str | None, version: str | None, cap: int) -> None:
         part, part_fd = self._make_room(size or 0, path)
         try:
             started = time.time()
@@ -203,7 +200,7 @@ class ShardCache:
         with self._lock:
             self.downloads += 1
 
-    def is_cached(self, url: str, size: Optional[int] = None) -> bool:
+    def is_cached(self, url: str, size: int | None = None) -> bool:
         """Whether ``url`` is cached and unchanged since it was checked (no lock taken: a hint)."""
         return self._valid(self.path(url), size, None, None)
 
@@ -216,7 +213,7 @@ class ShardCache:
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
-    def sha256(self, url: str) -> Optional[str]:
+    def sha256(self, url: str) -> str | None:
         """The checksum recorded when ``url`` was downloaded (``None`` if it is not cached)."""
         record = self._read_record(self.path(url))
         return record.get("sha256") if record else None
@@ -227,7 +224,7 @@ class ShardCache:
 
     # -- checks -------------------------------------------------------------------
 
-    def _valid(self, path: str, size: Optional[int], sha256: Optional[str], version: Optional[str]) -> bool:
+    def _valid(self, path: str, size: int | None, sha256: str | None, version: str | None) -> bool:
         """Whether the cached file is there, unchanged since it was checked, and the one expected (by
         size, and by sha256 or else by the server's version)."""
         record = self._read_record(path)
@@ -241,7 +238,7 @@ class ShardCache:
             return record.get("sha256") == sha256 and (size is None or st.st_size == size)
         return (size is None or st.st_size == size) and (version is None or record.get("version") == version)
 
-    def fetched_since(self, urls: Sequence[str], since: float) -> "Fetched":
+    def fetched_since(self, urls: Sequence[str], since: float) -> Fetched:
         """What the node's processes downloaded of ``urls`` from wall time ``since`` on (from the
         files' records, so downloads made by any process sharing the cache count)."""
         count = size = 0
@@ -253,7 +250,7 @@ class ShardCache:
                 seconds += float(record.get("fetched_s", 0.0))
         return Fetched(count, size, seconds)
 
-    def _record(self, path: str, digest: str, version: Optional[str], fetched_s: float = 0.0) -> None:
+    def _record(self, path: str, digest: str, version: str | None, fetched_s: float = 0.0) -> None:
         st = os.stat(path)
         tmp = f"{path}.ok.{uuid.uuid4().hex[:12]}"
         record = {
@@ -272,7 +269,7 @@ class ShardCache:
             raise CacheError(f"cannot write {path}.ok: {err.strerror or err} (this machine's disk)") from None
 
     @staticmethod
-    def _read_record(path: str) -> Optional[Dict]:
+    def _read_record(path: str) -> dict | None:
         return read_json_object(path + ".ok")
 
     # -- eviction -----------------------------------------------------------------

@@ -22,9 +22,9 @@ import math
 import os
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Optional
 
 from ..errors import Error
 from ..progress import Progress
@@ -137,21 +137,21 @@ def with_retries(url: str, retry: Retry, what: str, action: Callable[[float], ob
     raise RemoteError(f"{what} {url} failed after {retry.attempts} attempts: {last}")
 
 
-def _pause(backoff: float, attempt: int, retry_after: Optional[float], left: float) -> float:
+def _pause(backoff: float, attempt: int, retry_after: float | None, left: float) -> float:
     """Seconds before the next attempt: the server's ``Retry-After``, else full jitter; capped."""
     delay = retry_after if retry_after is not None else random.uniform(0.0, backoff * 2**attempt)
     return max(0.0, min(delay, MAX_BACKOFF, left))
 
 
 def _chain(err: BaseException):
-    current: Optional[BaseException] = err
+    current: BaseException | None = err
     seen = 0
     while current is not None and seen < 8:
         yield current
         current, seen = (current.__cause__ or current.__context__), seen + 1
 
 
-def _status(err: BaseException) -> Optional[int]:
+def _status(err: BaseException) -> int | None:
     """The HTTP status behind an error (aiohttp's or botocore's), if any."""
     for e in _chain(err):
         status = getattr(e, "status", None)
@@ -165,7 +165,7 @@ def _status(err: BaseException) -> Optional[int]:
     return None
 
 
-def _retry_after(err: BaseException) -> Optional[float]:
+def _retry_after(err: BaseException) -> float | None:
     """The server's ``Retry-After`` in seconds (a number of seconds; a date is ignored)."""
     for e in _chain(err):
         headers = getattr(e, "headers", None)
@@ -183,7 +183,7 @@ def _retry_after(err: BaseException) -> Optional[float]:
     return None
 
 
-def _missing(err: BaseException, status: Optional[int]) -> bool:
+def _missing(err: BaseException, status: int | None) -> bool:
     """Whether the server said the file is not there (fsspec's HTTP file system also reports a refused
     connection or a 5xx as ``FileNotFoundError``: its cause tells them apart)."""
     if status in (404, 410):
@@ -199,7 +199,7 @@ def _missing(err: BaseException, status: Optional[int]) -> bool:
     return False
 
 
-def read_small(url: str, retry: Retry, storage_options: Optional[Dict] = None, max_bytes: int = UNSIZED_CAP) -> bytes:
+def read_small(url: str, retry: Retry, storage_options: dict | None = None, max_bytes: int = UNSIZED_CAP) -> bytes:
     """The whole (small) file at ``url``: a manifest, an index; streamed, never more than ``max_bytes``.
 
     Raises:
@@ -232,7 +232,7 @@ _VERSION_FIELDS = (
 )
 
 
-def remote_info(url: str, retry: Retry, storage_options: Optional[Dict] = None, *, need_size: bool = True) -> Dict:
+def remote_info(url: str, retry: Retry, storage_options: dict | None = None, *, need_size: bool = True) -> dict:
     """What the server says of the file at ``url``: its ``size`` (bytes; ``None`` if not said and not
     ``need_size``) and ``version``, the fields that change when the file does (ETag, checksum,
     generation, modification time; '' if none).
@@ -241,7 +241,7 @@ def remote_info(url: str, retry: Retry, storage_options: Optional[Dict] = None, 
         RemoteError: unreachable after the retries, missing, or no size reported (with ``need_size``).
     """
 
-    def info(seconds: float) -> Dict:
+    def info(seconds: float) -> dict:
         fs, path = filesystem(url, storage_options, retry.timeout)
         if getattr(fs, "async_impl", False):
             from fsspec.asyn import sync
@@ -262,9 +262,9 @@ def download(
     dst: str,
     retry: Retry,
     *,
-    size: Optional[int] = None,
-    sha256: Optional[str] = None,
-    storage_options: Optional[Dict] = None,
+    size: int | None = None,
+    sha256: str | None = None,
+    storage_options: dict | None = None,
     max_bytes: int = UNSIZED_CAP,
 ) -> str:
     """Streams ``url`` into the file ``dst`` and checks it; returns its sha256 (hex). No more than

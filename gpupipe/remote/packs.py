@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
 
 from ..shards import format as shardfmt
 from .cache import ShardCache
@@ -24,11 +23,11 @@ class PackedTar:
 
     location: str
     size: int
-    sha256: Optional[str]
-    entries: List[shardfmt.IndexEntry]
+    sha256: str | None
+    entries: list[shardfmt.IndexEntry]
 
 
-def remote_pack(url: str, cache: ShardCache) -> Tuple[Dict, List[PackedTar]]:
+def remote_pack(url: str, cache: ShardCache) -> tuple[dict, list[PackedTar]]:
     """The manifest of the pack at ``url`` and its tars, each index downloaded once (checked against
     the manifest's ``index_sha256``) into ``cache``. The manifest is read with a cap of
     ``MAX_METADATA_BYTES``, each index with one of
@@ -54,7 +53,7 @@ def remote_pack(url: str, cache: ShardCache) -> Tuple[Dict, List[PackedTar]]:
         for k, s in enumerate(shards)
     ]
 
-    def index(k: int) -> List[shardfmt.IndexEntry]:
+    def index(k: int) -> list[shardfmt.IndexEntry]:
         index_url = locations[k][1]
         cap = min(shardfmt.MAX_METADATA_BYTES, INDEX_BYTES_PER_SAMPLE * (shards[k]["samples"] + 1))
         pin = cache.get(index_url, sha256=shards[k].get("index_sha256") or None, max_bytes=cap)

@@ -8,8 +8,9 @@ import functools
 import logging
 import os
 from collections import OrderedDict
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Dict, List, Literal, Optional, Sequence, overload
+from typing import Literal, overload
 
 from ..fileio import read_range
 from .cache import Fetched, Pin, ShardCache
@@ -37,13 +38,13 @@ class LocalStore:
 
     remote = False
     #: Shards a DALI run may span (``None``: no limit).
-    shards_per_run: Optional[int] = None
+    shards_per_run: int | None = None
     ahead = 0
 
     def __init__(self, paths: Sequence[str]) -> None:
         self.paths = list(paths)
         self.locations = self.paths  # what messages name
-        self._files: Dict[int, int] = {}
+        self._files: dict[int, int] = {}
 
     def read(self, shard: int, offset: int, size: int, name: str) -> bytes:
         """``size`` bytes at ``offset`` of tar ``shard`` (``name`` is for messages).
@@ -62,7 +63,7 @@ class LocalStore:
     def prefetch(self, shards: Sequence[int]) -> None:
         """Nothing to fetch."""
 
-    def clone(self) -> "LocalStore":
+    def clone(self) -> LocalStore:
         """The same files, with descriptors of its own."""
         return type(self)(self.paths)
 
@@ -100,7 +101,7 @@ class CachedStore:
         self,
         urls: Sequence[str],
         sizes: Sequence[int],
-        sha256s: Sequence[Optional[str]],
+        sha256s: Sequence[str | None],
         cache: ShardCache,
         *,
         threads: int = 4,
@@ -131,9 +132,9 @@ class CachedStore:
 
     def _reset(self) -> None:
         self._pid = os.getpid()
-        self._open: "OrderedDict[int, tuple]" = OrderedDict()  # shard -> (pin, fd), least recent first
-        self._pool: Optional[ThreadPoolExecutor] = None
-        self._pending: Dict[int, Future] = {}
+        self._open: OrderedDict[int, tuple] = OrderedDict()  # shard -> (pin, fd), least recent first
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: dict[int, Future] = {}
 
     def _mine(self) -> None:
         """After a fork the parent's threads and pins are not this process's."""
@@ -143,9 +144,9 @@ class CachedStore:
     @overload
     def fetch(self, shard: int, pin: Literal[True] = True) -> Pin: ...
     @overload
-    def fetch(self, shard: int, pin: bool) -> Optional[Pin]: ...
+    def fetch(self, shard: int, pin: bool) -> Pin | None: ...
 
-    def fetch(self, shard: int, pin: bool = True) -> Optional[Pin]:
+    def fetch(self, shard: int, pin: bool = True) -> Pin | None:
         """Makes shard ``shard`` local (downloading it if needed); returns its pin."""
         return self.cache.get(self.urls[shard], size=self.sizes[shard], sha256=self.sha256s[shard], pin=pin)
 
@@ -179,7 +180,7 @@ class CachedStore:
         """
         self._mine()
         futures = [self._executor().submit(self.fetch, s) for s in dict.fromkeys(int(s) for s in shards)]
-        pins: List[Pin] = []
+        pins: list[Pin] = []
         try:
             for future in futures:
                 pins.append(future.result())
@@ -212,7 +213,7 @@ class CachedStore:
             self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="gpupipe-fetch")
         return self._pool
 
-    def clone(self) -> "CachedStore":
+    def clone(self) -> CachedStore:
         twin = object.__new__(type(self))
         twin.__dict__.update({k: v for k, v in self.__dict__.items() if not k.startswith("_")})
         twin._reset()

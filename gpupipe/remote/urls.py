@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 #: Schemes read through fsspec, and the extra that installs their file system.
@@ -112,7 +112,7 @@ def _inside(base: str, url: str) -> bool:
     return posixpath.normpath("/" + unquote(b.path)).startswith(root)
 
 
-def expand_braces(pattern: str) -> List[str]:
+def expand_braces(pattern: str) -> list[str]:
     """Expands ``{000..099}`` ranges (zero-padded to the wider bound) and ``{a,b}`` lists, as WebDataset does.
 
     Raises:
@@ -136,7 +136,7 @@ def expand_braces(pattern: str) -> List[str]:
         if not body:
             raise ValueError(f"empty braces in {pattern!r}")
     head, tail = pattern[: match.start()], pattern[match.end() :]
-    out: List[str] = []
+    out: list[str] = []
     for choice in choices:
         out.extend(expand_braces(head + choice + tail))
         if len(out) > MAX_EXPANSION:
@@ -144,7 +144,7 @@ def expand_braces(pattern: str) -> List[str]:
     return out
 
 
-def filesystem(url: str, storage_options: Optional[Dict] = None, timeout: float = 60.0) -> Tuple[Any, str]:
+def filesystem(url: str, storage_options: dict | None = None, timeout: float = 60.0) -> tuple[Any, str]:
     """``(fsspec file system, path)`` for ``url``; ``storage_options`` go to the file system
     (credentials, ``endpoint_url``, ...) over gpupipe's defaults: connect and read time-outs of
     ``timeout`` seconds and no retries of its own (gpupipe retries whole downloads).
@@ -164,7 +164,7 @@ def filesystem(url: str, storage_options: Optional[Dict] = None, timeout: float 
         raise ImportError(f"reading {url} needs the file system for '{scheme(url)}://': {hint}") from None
 
 
-def _defaults(kind: str, timeout: float) -> Dict:
+def _defaults(kind: str, timeout: float) -> dict:
     if kind in ("http", "https"):
         import aiohttp
 

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any
 
 from ..checks import is_int
 from ..fileio import UnreadableFile, read_file, sha256_hex, sha256_of
@@ -59,7 +60,7 @@ class Member:
 
 
 #: One sample's components, keyed by extension.
-IndexEntry = Dict[str, Member]
+IndexEntry = dict[str, Member]
 
 
 def write_index(path: Path, entries: Sequence[IndexEntry]) -> None:
@@ -70,7 +71,7 @@ def write_index(path: Path, entries: Sequence[IndexEntry]) -> None:
     Path(path).write_text("\n".join(lines) + "\n")
 
 
-def read_index(path: Path, sha256: str = "") -> List[IndexEntry]:
+def read_index(path: Path, sha256: str = "") -> list[IndexEntry]:
     """Parses a DALI ``v1.2`` index.
 
     Args:
@@ -142,7 +143,7 @@ def confined(root: Path, name: Any, what: str) -> Path:
     return path
 
 
-def check_shard_file(path, shard: Dict, size: int, root, checksum: bool) -> None:
+def check_shard_file(path, shard: dict, size: int, root, checksum: bool) -> None:
     """Checks a shard file against its manifest entry: its size, and its sha256 when ``checksum``
     (and the manifest has one).
 
@@ -161,7 +162,7 @@ def check_shard_file(path, shard: Dict, size: int, root, checksum: bool) -> None
         )
 
 
-def read_shard_index(path, shard: Dict, where=None) -> List[IndexEntry]:
+def read_shard_index(path, shard: dict, where=None) -> list[IndexEntry]:
     """The index of one manifest shard, checked against the manifest's ``index_sha256`` and
     ``samples`` (``where`` names it in messages; default ``path``).
 
@@ -174,7 +175,7 @@ def read_shard_index(path, shard: Dict, where=None) -> List[IndexEntry]:
     return entries
 
 
-def read_manifest(root: Path) -> Dict:
+def read_manifest(root: Path) -> dict:
     """Loads and checks ``root/manifest.json``.
 
     Raises:
@@ -189,7 +190,7 @@ def read_manifest(root: Path) -> Dict:
     return parse_manifest(data, path)
 
 
-def parse_manifest(data: bytes, path) -> Dict:
+def parse_manifest(data: bytes, path) -> dict:
     """Parses and checks a manifest's bytes (``path`` names it in messages: a file or a URL).
 
     Raises:
@@ -209,7 +210,7 @@ def _expect(cond: bool, path: Path, field: str, value: Any, want: str) -> None:
         raise ValueError(f"{path}: {field} must be {want}, got {text[:80] + ('...' if len(text) > 80 else '')}")
 
 
-def checksum(manifest: Dict) -> str:
+def checksum(manifest: dict) -> str:
     """The manifest's own checksum: sha256 of its canonical JSON without the ``checksum`` field."""
     body = {k: v for k, v in manifest.items() if k != "checksum"}
     return sha256_hex(json.dumps(body, sort_keys=True, separators=(",", ":")))
@@ -292,9 +293,9 @@ def is_packed(root: Path) -> bool:
     return (Path(root) / MANIFEST).is_file()
 
 
-def runs(shard_of: Sequence[int]) -> List[Tuple[int, int, int]]:
+def runs(shard_of: Sequence[int]) -> list[tuple[int, int, int]]:
     """Splits a sequence of shard numbers into maximal runs ``(shard, start, end)``."""
-    out: List[Tuple[int, int, int]] = []
+    out: list[tuple[int, int, int]] = []
     start = 0
     for i in range(1, len(shard_of) + 1):
         if i == len(shard_of) or shard_of[i] != shard_of[start]:

@@ -19,8 +19,9 @@ import json
 import os
 import re
 import tarfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import BinaryIO, Dict, List, Optional, Sequence, Tuple, cast
+from typing import BinaryIO, cast
 
 from ..fileio import DEFAULT_MAX_FILE_SIZE
 from ..images import ImageRefused, header_at
@@ -44,13 +45,13 @@ class TarIndex:
         problems: ``(name, reason)`` of members and samples left out.
     """
 
-    samples: List[Tuple[str, shardfmt.Member, object]] = field(default_factory=list)
-    sizes: List[Tuple[int, int]] = field(default_factory=list)
-    bad: Dict[int, str] = field(default_factory=dict)
-    problems: List[Tuple[str, str]] = field(default_factory=list)
+    samples: list[tuple[str, shardfmt.Member, object]] = field(default_factory=list)
+    sizes: list[tuple[int, int]] = field(default_factory=list)
+    bad: dict[int, str] = field(default_factory=dict)
+    problems: list[tuple[str, str]] = field(default_factory=list)
 
 
-def split_name(name: str) -> Optional[Tuple[str, str]]:
+def split_name(name: str) -> tuple[str, str] | None:
     """``(key, extension)`` of a member name, or ``None`` when it has no extension."""
     match = _KEY_EXT.match(name)
     return (match.group(1), match.group(2)) if match else None
@@ -107,9 +108,9 @@ def index_tar(
     return out
 
 
-def _groups(fh, path: str, size: int, problems: List[Tuple[str, str]]) -> List[Tuple[str, Dict[str, shardfmt.Member]]]:
+def _groups(fh, path: str, size: int, problems: list[tuple[str, str]]) -> list[tuple[str, dict[str, shardfmt.Member]]]:
     """Consecutive members by key; members DALI's index cannot hold are left out (and listed)."""
-    groups: List[Tuple[str, Dict[str, shardfmt.Member]]] = []
+    groups: list[tuple[str, dict[str, shardfmt.Member]]] = []
     try:
         with tarfile.open(fileobj=fh, mode="r:", tarinfo=_CappedTarInfo) as tar:
             for info in tar:
@@ -187,7 +188,7 @@ def _label(data: bytes, json_field: str):
     return int(text) if re.fullmatch(r"-?\d+", text) else text
 
 
-def _image_size(fh, member: shardfmt.Member, max_pixels: int) -> Tuple[int, int]:
+def _image_size(fh, member: shardfmt.Member, max_pixels: int) -> tuple[int, int]:
     def read_at(offset: int, size: int) -> bytes:
         size = max(0, min(size, member.size - offset))
         return os.pread(fh.fileno(), size, member.offset + offset)

@@ -12,8 +12,8 @@ million images is built and subset quickly.
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -25,7 +25,7 @@ from ..targets import Target, TargetKind, handler
 from .scan import ScanResult, scan
 
 #: Sample indices as the loader passes them: a sequence of ints or an int array.
-Indices = Union[Sequence[int], np.ndarray]
+Indices = Sequence[int] | np.ndarray
 
 
 @dataclass(frozen=True)
@@ -51,38 +51,38 @@ class Source:
     """
 
     kind: TargetKind = TargetKind.LABEL
-    classes: List[str]
-    names: List[str]
+    classes: list[str]
+    names: list[str]
     labels: np.ndarray
     ignore_index: int = 255
     problems: Sequence[Skipped] = ()
     #: ``{index: why}`` of samples whose target is known bad from the annotations alone.
-    annotation_errors: Dict[int, str] = {}
+    annotation_errors: dict[int, str] = {}
     #: ``(N, 2)`` ``(h, w)`` each image must have to match its annotations (``None``: not annotated).
-    annotated_sizes: Optional[np.ndarray] = None
+    annotated_sizes: np.ndarray | None = None
     #: Per-sample attributes, sliced together by ``subset``.
-    columns: Tuple[str, ...] = ("names", "labels")
+    columns: tuple[str, ...] = ("names", "labels")
     #: Whether the loader must scan the files (packed shards were checked when packed).
     needs_scan: bool = True
     max_file_size: int = DEFAULT_MAX_FILE_SIZE
 
     # Declared for the type checker only (no class attribute): the columns of sources of that kind.
     #: ``MASK`` sources of files: per sample, its mask file.
-    mask_names: List[str]
+    mask_names: list[str]
     #: ``BOXES``: per sample, ``(n, 4)`` float32 ``xyxy`` boxes and their ``(n,)`` int64 labels.
-    boxes: List[np.ndarray]
-    box_labels: List[np.ndarray]
+    boxes: list[np.ndarray]
+    box_labels: list[np.ndarray]
 
     def __len__(self) -> int:
         return len(self.names)
 
     @property
-    def class_to_idx(self) -> Dict[str, int]:
+    def class_to_idx(self) -> dict[str, int]:
         """Class name to label, as in ``torchvision.datasets.ImageFolder``."""
         return {name: i for i, name in enumerate(self.classes)}
 
     @property
-    def paths(self) -> List[str]:
+    def paths(self) -> list[str]:
         """Each sample's name (a file path for file sources)."""
         return self.names
 
@@ -100,7 +100,7 @@ class Source:
         last = self.__dict__.get("_last_scan")
         return scans[last].sizes if last in scans else self.scan().sizes
 
-    def scan(self, max_pixels: int = 100_000_000, max_file_size: Optional[int] = None) -> ScanResult:
+    def scan(self, max_pixels: int = 100_000_000, max_file_size: int | None = None) -> ScanResult:
         """The header scan of every file (``gpupipe.sources.scan.scan``), done once per source and settings."""
         max_file_size = max_file_size or self.max_file_size
         memo = self.__dict__.setdefault("_scans", {})
@@ -126,13 +126,13 @@ class Source:
     def will_read(self, order: np.ndarray, start: int) -> None:
         """A hint: ``order[start:]`` is read next (remote sources fetch ahead; others ignore it)."""
 
-    def hold(self, indices: Indices) -> "_NoHold":
+    def hold(self, indices: Indices) -> _NoHold:
         """Makes the files of ``indices`` readable by a reader outside Python (a DALI pipeline) until
         the returned hold's ``release()``; local files need nothing."""
         return _NoHold()
 
     @property
-    def shards_per_run(self) -> Optional[int]:
+    def shards_per_run(self) -> int | None:
         """Tars one DALI run may read (``None``: any number; remote sources bound it by their cache)."""
         return None
 
@@ -140,7 +140,7 @@ class Source:
         """The order of one epoch (all ranks): a permutation of ``(seed, epoch)``, or the stored order."""
         return epoch_order(len(self), seed=seed, epoch=epoch, shuffle=shuffle)
 
-    def tars_of(self, indices: Indices) -> Optional[np.ndarray]:
+    def tars_of(self, indices: Indices) -> np.ndarray | None:
         """``(n,)`` the tar each sample of ``indices`` is read from (``None``: loose files)."""
         return None
 
@@ -151,7 +151,7 @@ class Source:
         """The handler of this source's kind of target."""
         return handler(self.kind)
 
-    def label_sets(self, indices: Indices) -> List[np.ndarray]:
+    def label_sets(self, indices: Indices) -> list[np.ndarray]:
         """Per sample, its class indices (multi-label sources override this)."""
         return [self.labels[i : i + 1] for i in indices]
 
@@ -163,7 +163,7 @@ class Source:
         """
         raise TypeError(f"{type(self).__name__} gives {self.kind.title}, not masks")
 
-    def boxes_of(self, index: int) -> Tuple[np.ndarray, np.ndarray]:
+    def boxes_of(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         """``BOXES`` sources: sample ``index``'s ``(n, 4)`` float32 xyxy boxes and ``(n,)`` int64 labels."""
         if self.kind is not TargetKind.BOXES:
             raise TypeError(f"{type(self).__name__} gives {self.kind.title}, not boxes")
@@ -171,7 +171,7 @@ class Source:
 
     # -- subsets ------------------------------------------------------------------
 
-    def subset(self, keep: Indices) -> "Source":
+    def subset(self, keep: Indices) -> Source:
         """The same source with only the samples at ``keep`` (classes unchanged).
 
         Every per-sample column (a list, an array, or a dict keyed by sample)

@@ -6,7 +6,6 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -68,11 +67,11 @@ class CocoDetection(FileSource):
         if len(label_of) != len(categories):
             raise ValueError(f"CocoDetection: {self.annotations}: category ids repeat")
         self.classes = [str(c.get("name", c["id"])) for c in categories]
-        self.problems: List[Skipped] = []
+        self.problems: list[Skipped] = []
         image_of = self._images(_records(data, "images", self.annotations))
-        boxes: Dict = {i: [] for i in image_of}
-        labels: Dict = {i: [] for i in image_of}
-        errors: Dict = {}
+        boxes: dict = {i: [] for i in image_of}
+        labels: dict = {i: [] for i in image_of}
+        errors: dict = {}
         for ann in _records(data, "annotations", self.annotations):
             where = f"{self.annotations}#annotation {ann.get('id', '?')}"
             image = image_of.get(_hashable(ann.get("image_id")))
@@ -97,9 +96,9 @@ class CocoDetection(FileSource):
         self.annotation_errors = {k: errors[i] for k, i in enumerate(kept) if i in errors}
         self.labels = np.full(len(kept), -1, np.int64)
 
-    def _images(self, records: List[Dict]) -> Dict:
+    def _images(self, records: list[dict]) -> dict:
         """``{image id: record with its confined "path"}``; unusable records go to ``problems``."""
-        image_of: Dict = {}
+        image_of: dict = {}
         root = os.path.join(str(self.root), "")
         for k, record in enumerate(records):
             where = f"{self.annotations}#image {record['id']!r}"
@@ -135,7 +134,7 @@ class CocoDetection(FileSource):
         return ScanResult(bad=bad, sizes=result.sizes)
 
 
-def _load(path: Path) -> Dict:
+def _load(path: Path) -> dict:
     try:
         data = json.loads(read_file(str(path)))
     except UnreadableFile as err:
@@ -147,7 +146,7 @@ def _load(path: Path) -> Dict:
     return data
 
 
-def _records(data: Dict, key: str, path: Path) -> List[Dict]:
+def _records(data: dict, key: str, path: Path) -> list[dict]:
     """The list ``data[key]``, each entry an object with the fields the reader needs."""
     records = data.get(key, [] if key == "annotations" else None)
     if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
@@ -164,12 +163,12 @@ def _records(data: Dict, key: str, path: Path) -> List[Dict]:
     return records
 
 
-def _hashable(value) -> Optional[object]:
+def _hashable(value) -> object | None:
     """An id usable as a key (an int or a string), or ``None``."""
     return value if isinstance(value, (int, str)) and not isinstance(value, bool) else None
 
 
-def _sort_key(category: Dict) -> Tuple:
+def _sort_key(category: dict) -> tuple:
     """Category ids in numeric order (ints first), then strings."""
     cid = category["id"]
     return (0, cid, "") if isinstance(cid, int) else (1, 0, cid)
@@ -179,7 +178,7 @@ def _positive_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
-def _box(ann: Dict, image: Dict, label_of: Dict) -> Tuple[Optional[List[float]], str]:
+def _box(ann: dict, image: dict, label_of: dict) -> tuple[list[float] | None, str]:
     """``(xyxy box, '')`` of an annotation, or ``(None, why it is malformed)``."""
     if _hashable(ann.get("category_id")) not in label_of:
         return None, f"unknown category {ann.get('category_id')!r}"

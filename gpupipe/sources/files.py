@@ -6,8 +6,8 @@ import csv
 import io
 import logging
 import os
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Iterable, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import numpy as np
 
@@ -21,21 +21,21 @@ logger = logging.getLogger("gpupipe.sources")
 #: File name endings (lower case) an ``ImageFolder`` treats as images.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 
-PathLike = Union[str, os.PathLike]
-LabelArg = Union[int, str, Sequence[Union[int, str]]]
+PathLike = str | os.PathLike
+LabelArg = int | str | Sequence[int | str]
 
 
 class FileSource(Source):
     """A source whose samples are image files (``names`` are their paths)."""
 
 
-def folder_id(path: str) -> Tuple[int, int]:
+def folder_id(path: str) -> tuple[int, int]:
     """``(device, inode)`` of a folder (what a link to it leads to)."""
     st = os.stat(path)
     return st.st_dev, st.st_ino
 
 
-def walk_images(folder: str, extensions: Tuple[str, ...], visited: Optional[Set[Tuple[int, int]]] = None) -> List[str]:
+def walk_images(folder: str, extensions: tuple[str, ...], visited: set[tuple[int, int]] | None = None) -> list[str]:
     """Image files under ``folder``, in ``torchvision.datasets.ImageFolder``'s order.
 
     Hidden files and folders are skipped. Links to folders are followed, but
@@ -48,7 +48,7 @@ def walk_images(folder: str, extensions: Tuple[str, ...], visited: Optional[Set[
         visited: folders not to enter (updated with the ones entered).
     """
     visited = set() if visited is None else visited
-    found: List[Tuple[str, List[str]]] = []
+    found: list[tuple[str, list[str]]] = []
 
     def visit(path: str, top: bool = False) -> None:
         try:
@@ -119,8 +119,8 @@ class ImageFolder(FileSource):
         problem = split_folders_message(root, self.classes)
         if problem:
             raise ValueError(f"ImageFolder: {problem}")
-        names: List[str] = []
-        labels: List[int] = []
+        names: list[str] = []
+        labels: list[int] = []
         class_dirs = [os.path.join(str(self.root), name) for name in self.classes]
         visited = {folder_id(str(self.root))} | {folder_id(d) for d in class_dirs}
         for label, (name, class_dir) in enumerate(zip(self.classes, class_dirs)):
@@ -139,7 +139,7 @@ class ImageFolder(FileSource):
 SPLIT_NAMES = ("train", "training", "val", "valid", "validation", "test", "testing")
 
 
-def split_folders_message(root: PathLike, classes: Optional[Sequence[str]] = None) -> str:
+def split_folders_message(root: PathLike, classes: Sequence[str] | None = None) -> str:
     """Why ``root`` is a folder of splits rather than of classes, or ``""`` if it is not.
 
     ``root`` is a folder of splits when every one of its (non-hidden) folders
@@ -211,10 +211,10 @@ class FileList(FileSource):
 
     def __init__(
         self,
-        entries: Union[PathLike, Iterable[Tuple[PathLike, LabelArg]]],
+        entries: PathLike | Iterable[tuple[PathLike, LabelArg]],
         *,
-        root: Optional[PathLike] = None,
-        classes: Optional[Sequence[str]] = None,
+        root: PathLike | None = None,
+        classes: Sequence[str] | None = None,
     ) -> None:
         if isinstance(entries, (str, os.PathLike)):
             list_file = Path(entries).expanduser().absolute()
@@ -242,14 +242,14 @@ class FileList(FileSource):
         self.labels = np.full(len(sets), -1, np.int64)
         self.target.check(self, "FileList")
 
-    def label_sets(self, indices: Indices) -> List[np.ndarray]:
+    def label_sets(self, indices: Indices) -> list[np.ndarray]:
         return [self.label_lists[i] for i in indices]
 
 
 _SETS = (list, tuple, set, frozenset, np.ndarray)
 
 
-def _numbering(labels: List, classes: Optional[Sequence[str]]):
+def _numbering(labels: list, classes: Sequence[str] | None):
     """Class names and a function from a raw label (index or name) to its index."""
     if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in labels):
         if classes is None:
@@ -266,7 +266,7 @@ def _numbering(labels: List, classes: Optional[Sequence[str]]):
     raise ValueError("FileList: labels must be all ints or all class names")
 
 
-def _read_list_file(list_file: Path) -> Iterator[Tuple[str, LabelArg]]:
+def _read_list_file(list_file: Path) -> Iterator[tuple[str, LabelArg]]:
     """Parses a text (``path label``) or CSV (``path,label``) list file."""
     check_list_file(list_file, "a list file (text, one 'path label' per line)")
     try:
@@ -308,7 +308,7 @@ def _labels(text: str, list_file: Path, lineno: int) -> LabelArg:
     return [_label(p) for p in parts]
 
 
-def _label(text: str) -> Union[int, str]:
+def _label(text: str) -> int | str:
     try:
         return int(text)
     except ValueError:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Union
 
 from ..remote import is_url
 from ..shards import format as shardfmt
@@ -13,10 +12,10 @@ from .files import FileList, ImageFolder
 from .shards import Shards
 from .sniff import check_list_file
 
-PathLike = Union[str, os.PathLike]
+PathLike = str | os.PathLike
 
 
-def as_source(source: Union[Source, PathLike]) -> Source:
+def as_source(source: Source | PathLike) -> Source:
     """Turns a path into a source: a packed folder (or the URL of one) is ``Shards``, another
     folder an ``ImageFolder``, a file a ``FileList``.
 

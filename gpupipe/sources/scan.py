@@ -27,9 +27,9 @@ import logging
 import multiprocessing
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -58,11 +58,11 @@ class ScanResult:
         sizes: ``(N, 2)`` int64 ``(h, w)`` of each image, EXIF orientation applied (``-1`` for bad files).
     """
 
-    bad: Dict[int, str]
+    bad: dict[int, str]
     sizes: np.ndarray
 
 
-def check_file(path: str, *, max_pixels: int, max_file_size: int) -> Tuple[Optional[str], int, int]:
+def check_file(path: str, *, max_pixels: int, max_file_size: int) -> tuple[str | None, int, int]:
     """Checks one file from its header and tail (a few ``pread`` calls; FIFOs and devices are not read).
 
     Returns:
@@ -95,10 +95,10 @@ def check_file(path: str, *, max_pixels: int, max_file_size: int) -> Tuple[Optio
 
 
 #: The paths of the scan under way, inherited by forked workers (cheaper than sending them).
-_PATHS: List[str] = []
+_PATHS: list[str] = []
 
 
-def _stat_part(bounds: Tuple[int, int]) -> np.ndarray:
+def _stat_part(bounds: tuple[int, int]) -> np.ndarray:
     """``(n, 2)`` int64 ``(size, mtime_ns)`` of ``_PATHS[start:end]``, ``(-1, -1)`` where stat fails."""
     start, end = bounds
     keys = np.full((end - start, 2), -1, np.int64)
@@ -112,7 +112,7 @@ def _stat_part(bounds: Tuple[int, int]) -> np.ndarray:
     return keys
 
 
-def _check_part(args: Tuple[int, int, int, int]) -> List[Tuple[Optional[str], int, int]]:
+def _check_part(args: tuple[int, int, int, int]) -> list[tuple[str | None, int, int]]:
     start, end, max_pixels, max_file_size = args
     return [check_file(p, max_pixels=max_pixels, max_file_size=max_file_size) for p in _PATHS[start:end]]
 
@@ -141,8 +141,8 @@ def scan(
     *,
     max_pixels: int,
     max_file_size: int,
-    cache_dir: Optional[Path],
-    workers: Optional[int] = None,
+    cache_dir: Path | None,
+    workers: int | None = None,
 ) -> ScanResult:
     """Checks every file and reads its size; unchanged files come from the cache.
 
@@ -165,7 +165,7 @@ def scan(
     try:
         _PATHS = [paths[i] for i in mine] if world[1] > 1 else paths
         keys = np.concatenate(_in_parts(_stat_part, len(mine), (), workers, _PARALLEL_STAT_FROM))
-        reasons: List[Optional[str]] = [None] * len(mine)
+        reasons: list[str | None] = [None] * len(mine)
         sizes = np.full((len(mine), 2), -1, np.int64)
         fresh = np.ones(len(mine), bool)
         if cached is not None:
@@ -204,7 +204,7 @@ def scan(
     return ScanResult(bad=bad, sizes=result_sizes)
 
 
-def _exchange(part, paths: List[str], limits: Tuple[int, int]):
+def _exchange(part, paths: list[str], limits: tuple[int, int]):
     """Every rank's share of the scan, gathered on every rank, after checking that every rank
     scanned the same listing with the same limits (the shares are merged by index).
 
@@ -227,10 +227,10 @@ def _exchange(part, paths: List[str], limits: Tuple[int, int]):
 class _Cached:
     """A loaded cache, aligned with the paths being scanned."""
 
-    def __init__(self, keys: np.ndarray, sizes: np.ndarray, codes: np.ndarray, table: List[str]) -> None:
+    def __init__(self, keys: np.ndarray, sizes: np.ndarray, codes: np.ndarray, table: list[str]) -> None:
         self.keys, self.sizes, self.codes, self.table = keys, sizes, codes, table
 
-    def reason(self, i: int) -> Optional[str]:
+    def reason(self, i: int) -> str | None:
         code = int(self.codes[i])
         return None if code < 0 else self.table[code]
 
@@ -242,14 +242,14 @@ class _Cache:
     line up with it and nothing is looked up per path.
     """
 
-    def __init__(self, cache_dir: Path, paths: List[str], max_pixels: int, max_file_size: int) -> None:
+    def __init__(self, cache_dir: Path, paths: list[str], max_pixels: int, max_file_size: int) -> None:
         root = os.path.dirname(os.path.commonprefix([min(paths), max(paths)])) if paths else ""
         digest = sha256_hex(f"{CACHE_VERSION}|{root}|{max_pixels}|{max_file_size}", 20)
         self.file = Path(cache_dir) / "scan" / f"{digest}.npz"
         self.paths = paths
         self.listing = sha256_hex("\0".join(paths))
 
-    def load(self) -> Optional[_Cached]:
+    def load(self) -> _Cached | None:
         if not self.file.is_file():
             return None
         try:
@@ -271,7 +271,7 @@ class _Cache:
             logger.warning("ignoring unreadable scan cache %s: %s", self.file, err)
             return None
 
-    def save(self, keys: np.ndarray, sizes: np.ndarray, reasons: List[Optional[str]]) -> None:
+    def save(self, keys: np.ndarray, sizes: np.ndarray, reasons: list[str | None]) -> None:
         table = sorted({r for r in reasons if r is not None})
         index = {r: k for k, r in enumerate(table)}
         codes = np.array([-1 if r is None else index[r] for r in reasons], np.int32)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -47,7 +47,7 @@ class SegmentationFolder(FileSource):
         images: PathLike,
         masks: PathLike,
         *,
-        classes: Optional[Sequence[str]] = None,
+        classes: Sequence[str] | None = None,
         ignore_index: int = 255,
         extensions: Sequence[str] = IMAGE_EXTENSIONS,
     ) -> None:
@@ -63,7 +63,7 @@ class SegmentationFolder(FileSource):
         self.classes = list(classes) if classes is not None else []
         found = _by_stem(self.root, tuple(e.lower() for e in extensions))
         masks_found = _by_stem(self.mask_root, (".png",))
-        self.problems: List[Skipped] = [
+        self.problems: list[Skipped] = [
             Skipped(path, "no mask (expected " + str(self.mask_root / (key + ".png")) + ")")
             for key, path in sorted(found.items())
             if key not in masks_found
@@ -91,7 +91,7 @@ class SegmentationFolder(FileSource):
     def _scan(self, max_pixels: int, max_file_size: int) -> ScanResult:
         images = scan(self.names, max_pixels=max_pixels, max_file_size=max_file_size, cache_dir=env.cache_dir())
         masks = scan(self.mask_names, max_pixels=max_pixels, max_file_size=max_file_size, cache_dir=env.cache_dir())
-        bad: Dict[int, str] = dict(images.bad)
+        bad: dict[int, str] = dict(images.bad)
         for i, reason in masks.bad.items():
             bad.setdefault(i, f"mask {self.mask_names[i]}: {reason}")
         for i in range(len(self)):
@@ -103,7 +103,7 @@ class SegmentationFolder(FileSource):
         return ScanResult(bad=bad, sizes=images.sizes)
 
 
-def _by_stem(root: Path, extensions) -> Dict[str, str]:
+def _by_stem(root: Path, extensions) -> dict[str, str]:
     """``{relative path without extension: file}`` of the files under ``root``."""
     prefix = len(str(root)) + 1
     return {

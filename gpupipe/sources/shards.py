@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 import logging
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -42,21 +42,21 @@ class ShardSource(Source):
 
     needs_scan = False
     image_ext = shardfmt.IMAGE_EXT
-    target_ext: Optional[str] = None
-    columns: Tuple[str, ...] = ("names", "labels", "entries", "shard_of", "image_sizes", "damaged")
-    store: Union[LocalStore, CachedStore]
-    root: Union[str, Path]
-    entries: List[shardfmt.IndexEntry]
+    target_ext: str | None = None
+    columns: tuple[str, ...] = ("names", "labels", "entries", "shard_of", "image_sizes", "damaged")
+    store: LocalStore | CachedStore
+    root: str | Path
+    entries: list[shardfmt.IndexEntry]
     shard_of: np.ndarray
     image_sizes: np.ndarray
-    damaged: Dict[int, str]
+    damaged: dict[int, str]
 
     @property
-    def tar_paths(self) -> List[str]:
+    def tar_paths(self) -> list[str]:
         return self.store.paths
 
     @property
-    def shards_per_run(self) -> Optional[int]:
+    def shards_per_run(self) -> int | None:
         """Tars one DALI run may read (``None``: any number): a cache must hold a run's tars."""
         return self.store.shards_per_run
 
@@ -95,7 +95,7 @@ class ShardSource(Source):
             )
         return ScanResult(bad=bad, sizes=self.image_sizes)
 
-    def members(self, indices: Sequence[int]) -> List[Tuple[str, List[shardfmt.IndexEntry]]]:
+    def members(self, indices: Sequence[int]) -> list[tuple[str, list[shardfmt.IndexEntry]]]:
         """``(tar path, entries)`` per run of consecutive samples from one tar (what DALI's reader takes)."""
         shard_of = self.shard_of[np.asarray(indices, np.int64)].tolist()
         return [
@@ -153,7 +153,7 @@ class ShardSource(Source):
     def validate_members(self, tar_sizes: Sequence[int], required: Sequence[str]) -> None:
         """Records in ``damaged`` every sample with a missing member or one that lies outside its tar
         (sizes over ``max_file_size`` are the scan's business: the loader's setting applies)."""
-        damaged: Dict[int, str] = {}
+        damaged: dict[int, str] = {}
         for i, entry in enumerate(self.entries):
             tar_size = tar_sizes[int(self.shard_of[i])]
             for ext in required:
@@ -225,9 +225,9 @@ class Shards(ShardSource):
         max_file_size: int = DEFAULT_MAX_FILE_SIZE,
         cache_dir=None,
         cache_limit="20GB",
-        storage_options: Optional[Dict] = None,
-        retry: Optional[Retry] = None,
-        checksums: Optional[bool] = None,
+        storage_options: dict | None = None,
+        retry: Retry | None = None,
+        checksums: bool | None = None,
     ) -> None:
         self.max_file_size = max_file_size
         if is_url(str(root)):
@@ -252,10 +252,10 @@ class Shards(ShardSource):
         if target.read_from_tar:
             self.target_ext = target.member
         self.entries, self.names = [], []
-        shard_of: List[int] = []
-        labels: List[int] = []
-        sizes: List[List[int]] = []
-        columns: Dict[str, list] = {field: [] for field in target.manifest_fields if field != "labels"}
+        shard_of: list[int] = []
+        labels: list[int] = []
+        sizes: list[list[int]] = []
+        columns: dict[str, list] = {field: [] for field in target.manifest_fields if field != "labels"}
         for number, (shard, tar) in enumerate(zip(manifest["shards"], tars)):
             count = len(tar.entries)
             self.entries.extend(tar.entries)
@@ -284,7 +284,7 @@ class Shards(ShardSource):
             self.image_sizes = self.header_sizes()
 
     @property
-    def packed_max_size(self) -> Optional[int]:
+    def packed_max_size(self) -> int | None:
         """The ``--max-size`` the pack was made with (its images' shorter sides are at most this),
         ``None`` if its images kept their sizes."""
         settings = self.manifest.get("settings")
@@ -292,12 +292,12 @@ class Shards(ShardSource):
         size = convert.get("max_size") if isinstance(convert, dict) else None
         return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
 
-    def label_sets(self, indices: Indices) -> List[np.ndarray]:
+    def label_sets(self, indices: Indices) -> list[np.ndarray]:
         lists = self.__dict__.get("label_lists")
         return super().label_sets(indices) if lists is None else [lists[i] for i in indices]
 
 
-def _local_pack(root: Path, checksums: Optional[bool]) -> Tuple[Dict, List[PackedTar]]:
+def _local_pack(root: Path, checksums: bool | None) -> tuple[dict, list[PackedTar]]:
     """The manifest of the packed folder ``root`` and its tars (sizes, checksums as ``checksums`` says, and
     indexes checked against the manifest)."""
     manifest = shardfmt.read_manifest(root)

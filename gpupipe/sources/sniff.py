@@ -8,7 +8,6 @@ parsed as a list file line by line.
 from __future__ import annotations
 
 import os
-from typing import Optional, Union
 
 from ..errors import Error
 
@@ -39,7 +38,7 @@ class NotAListFile(Error, ValueError):
     """A file given where a folder or a list file is expected is an image, an archive or binary data."""
 
 
-def kind_of(head: bytes) -> Optional[str]:
+def kind_of(head: bytes) -> str | None:
     """``"a JPEG image"``, ``"a tar archive"``, ``"a binary file"``... for the first bytes of a file;
     ``None`` for text (what a list file is)."""
     for offset, signature, what in SIGNATURES:
@@ -54,7 +53,7 @@ def kind_of(head: bytes) -> Optional[str]:
     return None
 
 
-def check_list_file(path: Union[str, os.PathLike], expected: str = "a list file", image_hint: str = "") -> None:
+def check_list_file(path: str | os.PathLike, expected: str = "a list file", image_hint: str = "") -> None:
     """Raises ``NotAListFile`` where ``path`` is not text, saying what it is instead.
 
     Args:

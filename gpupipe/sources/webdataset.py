@@ -7,9 +7,9 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
@@ -66,15 +66,15 @@ class WebDataset(ShardSource):
 
     def __init__(
         self,
-        urls: Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]],
+        urls: str | os.PathLike | Sequence[str | os.PathLike],
         *,
         label: str = "cls",
         image: str = "jpg;jpeg;png;webp",
-        classes: Optional[Sequence[str]] = None,
+        classes: Sequence[str] | None = None,
         cache_dir=None,
         cache_limit="20GB",
-        storage_options: Optional[Dict] = None,
-        retry: Optional[Retry] = None,
+        storage_options: dict | None = None,
+        retry: Retry | None = None,
         max_file_size: int = DEFAULT_MAX_FILE_SIZE,
     ) -> None:
         locations = _expand(urls)
@@ -98,7 +98,7 @@ class WebDataset(ShardSource):
                 for item in pool.map(indexer.index, locations):
                     indexes.append(item)
                     progress.update(1)
-        self.problems: List[Skipped] = [Skipped(name, reason) for _, idx in indexes for name, reason in idx.problems]
+        self.problems: list[Skipped] = [Skipped(name, reason) for _, idx in indexes for name, reason in idx.problems]
         self.classes, labels = _classes(indexes, classes, self.problems)
         self.entries, self.names, shard_of, label_list, sizes, damaged = [], [], [], [], [], {}
         for number, (_, idx) in enumerate(indexes):
@@ -130,9 +130,9 @@ class WebDataset(ShardSource):
         self.image_sizes = np.asarray(sizes, np.int64).reshape(-1, 2)
 
 
-def _expand(urls) -> List[str]:
+def _expand(urls) -> list[str]:
     items = [urls] if isinstance(urls, (str, os.PathLike)) else list(urls)
-    out: List[str] = []
+    out: list[str] = []
     for item in items:
         text = str(item)
         expanded = expand_braces(text)
@@ -146,7 +146,7 @@ class _Indexer:
     """Indexes tars, keeping each index in ``folder`` keyed by the tar and the settings."""
 
     def __init__(
-        self, folder: Path, cache: Optional[ShardCache], image_exts: List[str], label: str, max_file_size: int
+        self, folder: Path, cache: ShardCache | None, image_exts: list[str], label: str, max_file_size: int
     ) -> None:
         self.folder, self.cache, self.image_exts, self.label = folder, cache, image_exts, label
         self.max_file_size = max_file_size
@@ -190,7 +190,7 @@ class _Indexer:
         )
         return meta, index
 
-    def _meta(self, location: str) -> Dict:
+    def _meta(self, location: str) -> dict:
         """The tar's size and what tells a changed tar apart (mtime, or the server's ETag or modification time)."""
         if self.cache is None:
             try:
@@ -202,7 +202,7 @@ class _Indexer:
         return {"location": location, "size": info["size"], "stamp": [info["size"], info["version"]]}
 
 
-def _classes(indexes, classes: Optional[Sequence[str]], problems: List[Skipped]):
+def _classes(indexes, classes: Sequence[str] | None, problems: list[Skipped]):
     """Class names, and per tar and sample its label (``None`` where it names no class: listed in ``problems``)."""
     values = [v for _, idx in indexes for _, _, v in idx.samples]
     names = [v for v in values if isinstance(v, str)]
@@ -232,7 +232,7 @@ def _classes(indexes, classes: Optional[Sequence[str]], problems: List[Skipped])
     return classes, labels
 
 
-def _to_json(index: TarIndex) -> Dict:
+def _to_json(index: TarIndex) -> dict:
     return {
         "samples": [[key, m.name, m.offset, m.size, value] for key, m, value in index.samples],
         "sizes": [list(s) for s in index.sizes],
@@ -241,7 +241,7 @@ def _to_json(index: TarIndex) -> Dict:
     }
 
 
-def _from_json(data: Dict) -> TarIndex:
+def _from_json(data: dict) -> TarIndex:
     return TarIndex(
         samples=[
             (key, shardfmt.Member(name, offset, size), value) for key, name, offset, size, value in data["samples"]

@@ -20,7 +20,8 @@ looked up on the host for a whole batch (``Target.batch``).
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -58,7 +59,7 @@ class Target:
     kind: ClassVar[TargetKind]
     moves_with_pixels: ClassVar[bool] = False
     member: ClassVar[str]
-    manifest_fields: ClassVar[Tuple[str, ...]] = ()
+    manifest_fields: ClassVar[tuple[str, ...]] = ()
     read_from_tar: ClassVar[bool] = False
     dali_feeds: ClassVar[int] = 0
     sources: ClassVar[str]
@@ -69,34 +70,34 @@ class Target:
 
     # -- reading ------------------------------------------------------------------------------
 
-    def read(self, source: "Source", index: int) -> Any:
+    def read(self, source: Source, index: int) -> Any:
         """One sample's target, as the packer records it."""
         raise NotImplementedError
 
-    def check(self, source: "Source", what: str) -> None:
+    def check(self, source: Source, what: str) -> None:
         """Checks every sample's target against the source's classes.
 
         Raises:
             ValueError: naming ``what`` and the first sample whose target is out of range.
         """
 
-    def planning_boxes(self, source: "Source", indices: Indices) -> Optional[List[np.ndarray]]:
+    def planning_boxes(self, source: Source, indices: Indices) -> list[np.ndarray] | None:
         """Per sample ``(N, 4)`` boxes the planner needs (an IoU crop draws around them), else ``None``."""
         return None
 
     # -- batches of image-level targets (built on the host) ---------------------------------------
 
-    def batch(self, source: "Source", indices: Indices) -> "torch.Tensor":
+    def batch(self, source: Source, indices: Indices) -> torch.Tensor:
         """The targets of ``indices`` as one batch tensor (image-level kinds)."""
         raise NotImplementedError(f"{self.title} move with the pixels: the backend makes them")
 
-    def bytes_per_sample(self, source: "Source") -> int:
+    def bytes_per_sample(self, source: Source) -> int:
         """Bytes one sample's batch row takes (a backend may keep a run's rows on the device)."""
         return 0
 
     # -- one sample on the torchvision backend --------------------------------------------------
 
-    def load(self, source: "Source", index: int, size: Tuple[int, int], path: str) -> Any:
+    def load(self, source: Source, index: int, size: tuple[int, int], path: str) -> Any:
         """The sample's target, ready to move with its decoded ``(h, w)`` image; ``None``: image-level.
 
         Raises:
@@ -104,15 +105,15 @@ class Target:
         """
         return None
 
-    def move(self, state: Any, kernel: Kernel, params: Params, op: Any, spec: "PipelineSpec") -> Any:
+    def move(self, state: Any, kernel: Kernel, params: Params, op: Any, spec: PipelineSpec) -> Any:
         """``state`` after geometric op ``op`` (its pixel ``kernel`` and planned ``params``)."""
         return state
 
-    def finish(self, state: Any, spec: "PipelineSpec") -> Any:
+    def finish(self, state: Any, spec: PipelineSpec) -> Any:
         """The moved sample's target as ``stack`` takes it."""
         return None
 
-    def stack(self, parts: Sequence[Any], spec: "PipelineSpec") -> Any:
+    def stack(self, parts: Sequence[Any], spec: PipelineSpec) -> Any:
         """The batch's part made in the workers (``None`` in ``parts``: a failed sample, replaced later)."""
         return None
 
@@ -120,7 +121,7 @@ class Target:
         """``part`` with row ``row`` made from one sample's ``finish`` (a replaced sample)."""
         return part
 
-    def complete(self, part: Any, source: "Source", indices: Indices, content_sizes: np.ndarray) -> Any:
+    def complete(self, part: Any, source: Source, indices: Indices, content_sizes: np.ndarray) -> Any:
         """The batch's targets from the workers' ``part`` (image-level kinds: from the source).
 
         ``content_sizes``: ``(B, 2)`` each output image's ``(h, w)`` without padding.
@@ -129,36 +130,36 @@ class Target:
 
     # -- the DALI graph --------------------------------------------------------------------------
 
-    def dali_feed(self, source: "Source", indices: Indices, *, strict: bool = False) -> List[List[np.ndarray]]:
+    def dali_feed(self, source: Source, indices: Indices, *, strict: bool = False) -> list[list[np.ndarray]]:
         """Per ``dali_feeds`` output, per sample, the arrays DALI's ``external_source`` gives.
 
         ``strict``: an unreadable file raises (the probe names it) instead of feeding nothing.
         """
         return []
 
-    def dali_start(self, inputs: List[Any], *, gpu: bool) -> Any:
+    def dali_start(self, inputs: list[Any], *, gpu: bool) -> Any:
         """The graph's state of the target from its inputs (fed, or read by the reader)."""
         return None
 
-    def dali_move(self, state: Any, kernel: Kernel, params: Params, op: Any, spec: "PipelineSpec") -> Any:
+    def dali_move(self, state: Any, kernel: Kernel, params: Params, op: Any, spec: PipelineSpec) -> Any:
         """``state`` after op ``op``; ``params[name]`` are the op's planned parameters as nodes."""
         return state
 
-    def dali_outputs(self, state: Any, spec: "PipelineSpec") -> List[Any]:
+    def dali_outputs(self, state: Any, spec: PipelineSpec) -> list[Any]:
         """The graph outputs that carry the target (after the images)."""
         return []
 
-    def from_dali(self, outputs: List["torch.Tensor"], count: int, content_sizes: np.ndarray) -> Any:
+    def from_dali(self, outputs: list[torch.Tensor], count: int, content_sizes: np.ndarray) -> Any:
         """The batch's targets from the outputs of ``dali_outputs`` (``count`` real samples)."""
         raise NotImplementedError
 
     # -- packing --------------------------------------------------------------------------------
 
-    def pack_input(self, source: "Source", index: int) -> Any:
+    def pack_input(self, source: Source, index: int) -> Any:
         """What a packer's worker needs to pack the sample's target."""
         return self.read(source, index)
 
-    def pack(self, value: Any, before: Tuple[int, int], after: Tuple[int, int], settings: Any) -> Tuple[bytes, Any]:
+    def pack(self, value: Any, before: tuple[int, int], after: tuple[int, int], settings: Any) -> tuple[bytes, Any]:
         """``(member payload, manifest value)`` of one sample; ``before``/``after``: the image's ``(w, h)``
         as read and as packed (``max_size`` may shrink it).
 
@@ -171,15 +172,15 @@ class Target:
         """One line for ``sources.tsv``."""
         return str(value)
 
-    def manifest_rows(self, values: Sequence[Any]) -> Dict[str, list]:
+    def manifest_rows(self, values: Sequence[Any]) -> dict[str, list]:
         """A shard's manifest rows from its samples' manifest values."""
         return {field: list(values) for field in self.manifest_fields}
 
-    def manifest_extra(self, source: "Source") -> Dict[str, Any]:
+    def manifest_extra(self, source: Source) -> dict[str, Any]:
         """Manifest fields of the whole pack (masks: ``ignore_index``)."""
         return {}
 
-    def rows_problem(self, shard: Dict, count: int) -> Optional[Tuple[str, Any, str]]:
+    def rows_problem(self, shard: dict, count: int) -> tuple[str, Any, str] | None:
         """``(field, value, expected)`` of a shard's first malformed row, else ``None``."""
         for field in self.manifest_fields:
             rows = shard.get(field)
@@ -187,17 +188,17 @@ class Target:
                 return field, rows, f"{count} rows"
         return None
 
-    def member_problem(self, read: Callable[[], bytes], shard: Dict, number: int) -> str:
+    def member_problem(self, read: Callable[[], bytes], shard: dict, number: int) -> str:
         """Why the packed member of sample ``number`` of ``shard`` (``read()`` reads it, where the kind checks
         it) disagrees with the manifest ("" if it agrees)."""
         return ""
 
-    def unpack(self, shard: Dict, count: int) -> Dict[str, list]:
+    def unpack(self, shard: dict, count: int) -> dict[str, list]:
         """A checked shard's per-sample columns (source attribute -> values) from its manifest rows."""
         return {field: list(shard[field]) for field in self.manifest_fields}
 
 
-def json_member_problem(payload: bytes, want: Dict) -> str:
+def json_member_problem(payload: bytes, want: dict) -> str:
     """Why a packed JSON member differs from what the manifest says ("" if it does not)."""
     try:
         got = json.loads(payload)

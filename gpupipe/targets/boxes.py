@@ -16,7 +16,8 @@ DALI operators.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -35,10 +36,10 @@ BOX_PADDING = 0.0
 PADDING_LABEL = -1
 
 #: One sample's boxes on their way through the ops: ``(boxes, raw, labels)``.
-BoxState = Tuple[Any, Any, Any]
+BoxState = tuple[Any, Any, Any]
 
 
-def pad(boxes: Sequence[torch.Tensor], labels: Sequence[torch.Tensor]) -> Dict[str, torch.Tensor]:
+def pad(boxes: Sequence[torch.Tensor], labels: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
     """Per-sample boxes and labels, padded to the batch's largest count.
 
     Returns:
@@ -53,13 +54,13 @@ def pad(boxes: Sequence[torch.Tensor], labels: Sequence[torch.Tensor]) -> Dict[s
     return {"boxes": out_boxes, "labels": out_labels}
 
 
-def unpad(batch: Dict[str, torch.Tensor]) -> List[Tuple[torch.Tensor, torch.Tensor]]:
+def unpad(batch: dict[str, torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Each row's real ``(boxes (n, 4), labels (n,))``, padding removed."""
     keep = batch["labels"] != PADDING_LABEL
     return [(batch["boxes"][row][keep[row]], batch["labels"][row][keep[row]]) for row in range(len(keep))]
 
 
-def compact(boxes: torch.Tensor, labels: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def compact(boxes: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Puts each row's surviving boxes first and drops trailing all-padding columns."""
     valid = labels != PADDING_LABEL
     order = torch.argsort((~valid).to(torch.int8), dim=1, stable=True)
@@ -69,7 +70,7 @@ def compact(boxes: torch.Tensor, labels: torch.Tensor) -> Tuple[torch.Tensor, to
     return boxes[:, :count].contiguous(), labels[:, :count].contiguous()
 
 
-def sanitize(clipped: np.ndarray, raw: np.ndarray, spec: "PipelineSpec") -> np.ndarray:
+def sanitize(clipped: np.ndarray, raw: np.ndarray, spec: PipelineSpec) -> np.ndarray:
     """``(N,)`` the boxes that survive: wide and tall enough, and visible enough."""
     rule = spec.sanitize
     w = clipped[:, 2] - clipped[:, 0]
@@ -80,7 +81,7 @@ def sanitize(clipped: np.ndarray, raw: np.ndarray, spec: "PipelineSpec") -> np.n
     return keep
 
 
-def _window(params: Params) -> Tuple[Any, Any, Any, Any]:
+def _window(params: Params) -> tuple[Any, Any, Any, Any]:
     """``(left, top, right, bottom)`` of a crop op's window."""
     top, left = params["top"], params["left"]
     return left, top, left + params["width"], top + params["height"]
@@ -96,24 +97,24 @@ class Boxes(Target):
     dali_feeds = 2
     sources = "a detection source: CocoDetection, or a pack of one"
 
-    def read(self, source: "Source", index: int) -> Tuple[np.ndarray, np.ndarray]:
+    def read(self, source: Source, index: int) -> tuple[np.ndarray, np.ndarray]:
         boxes, labels = source.boxes_of(index)
         return np.asarray(boxes, np.float32).reshape(-1, 4), np.asarray(labels, np.int64)
 
-    def check(self, source: "Source", what: str) -> None:
+    def check(self, source: Source, what: str) -> None:
         rows = [self.read(source, i)[1] for i in range(len(source))]
         check_label_rows(rows, len(source.classes), what, source.names)
 
-    def planning_boxes(self, source: "Source", indices: Indices) -> List[np.ndarray]:
+    def planning_boxes(self, source: Source, indices: Indices) -> list[np.ndarray]:
         return [self.read(source, int(i))[0] for i in indices]
 
     # -- torchvision (numpy) ------------------------------------------------------------------
 
-    def load(self, source: "Source", index: int, size: Tuple[int, int], path: str) -> BoxState:
+    def load(self, source: Source, index: int, size: tuple[int, int], path: str) -> BoxState:
         boxes, labels = self.read(source, index)
         return boxes.copy(), boxes.copy(), labels
 
-    def move(self, state: BoxState, kernel: Kernel, params: Params, op: Any, spec: "PipelineSpec") -> BoxState:
+    def move(self, state: BoxState, kernel: Kernel, params: Params, op: Any, spec: PipelineSpec) -> BoxState:
         boxes, raw, labels = state
         if op.drops_boxes_by_centre:
             outside = ~bx.centered_in(boxes, np.array(_window(params), np.float64))
@@ -122,36 +123,36 @@ class Boxes(Target):
         h, w = (float(v) for v in params["size"])
         return bx.clip(bx.apply(affine, boxes), h, w), bx.apply(affine, raw), labels
 
-    def finish(self, state: BoxState, spec: "PipelineSpec") -> Tuple[torch.Tensor, torch.Tensor]:
+    def finish(self, state: BoxState, spec: PipelineSpec) -> tuple[torch.Tensor, torch.Tensor]:
         boxes, raw, labels = state
         keep = sanitize(boxes, raw, spec)
         return torch.from_numpy(boxes[keep].astype(np.float32)), torch.from_numpy(labels[keep])
 
-    def stack(self, parts: Sequence[Optional[Tuple[torch.Tensor, torch.Tensor]]], spec) -> Dict[str, torch.Tensor]:
+    def stack(self, parts: Sequence[tuple[torch.Tensor, torch.Tensor] | None], spec) -> dict[str, torch.Tensor]:
         empty = (torch.zeros(0, 4), torch.zeros(0, dtype=torch.int64))
         rows = [p if p is not None else empty for p in parts]
         return pad([b for b, _ in rows], [lbl for _, lbl in rows])
 
-    def replace(self, part: Dict[str, torch.Tensor], row: int, value) -> Dict[str, torch.Tensor]:
+    def replace(self, part: dict[str, torch.Tensor], row: int, value) -> dict[str, torch.Tensor]:
         rows = unpad(part)
         rows[row] = value
         return pad([b for b, _ in rows], [lbl for _, lbl in rows])
 
     def complete(
-        self, part: Dict[str, torch.Tensor], source: "Source", indices: Indices, content_sizes: np.ndarray
-    ) -> Dict[str, torch.Tensor]:
+        self, part: dict[str, torch.Tensor], source: Source, indices: Indices, content_sizes: np.ndarray
+    ) -> dict[str, torch.Tensor]:
         return {**part, "image_sizes": torch.from_numpy(np.asarray(content_sizes, np.int64))}
 
     # -- DALI ---------------------------------------------------------------------------------
 
-    def dali_feed(self, source: "Source", indices: Indices, *, strict: bool = False) -> List[List[np.ndarray]]:
+    def dali_feed(self, source: Source, indices: Indices, *, strict: bool = False) -> list[list[np.ndarray]]:
         read = [self.read(source, int(i)) for i in indices]
         return [[boxes for boxes, _ in read], [labels.astype(np.int32) for _, labels in read]]
 
-    def dali_start(self, inputs: List[Any], *, gpu: bool) -> BoxState:
+    def dali_start(self, inputs: list[Any], *, gpu: bool) -> BoxState:
         return inputs[0], inputs[0], inputs[1]  # boxes stay on the CPU (a few numbers per image)
 
-    def dali_move(self, state: BoxState, kernel: Kernel, params: Params, op: Any, spec: "PipelineSpec") -> BoxState:
+    def dali_move(self, state: BoxState, kernel: Kernel, params: Params, op: Any, spec: PipelineSpec) -> BoxState:
         from nvidia.dali import fn, types
         from nvidia.dali import math as dmath
 
@@ -168,7 +169,7 @@ class Boxes(Target):
         moved = _dali_affine(boxes, params["affine"])
         return dmath.min(dmath.max(moved, 0.0), limit), _dali_affine(raw, params["affine"]), labels
 
-    def dali_outputs(self, state: BoxState, spec: "PipelineSpec") -> List[Any]:
+    def dali_outputs(self, state: BoxState, spec: PipelineSpec) -> list[Any]:
         """Padded boxes and labels; boxes that do not survive get label -1 and zero coordinates."""
         from nvidia.dali import fn, types
         from nvidia.dali import math as dmath
@@ -186,13 +187,13 @@ class Boxes(Target):
         boxes = boxes * fn.cast(fn.stack(kept, kept, kept, kept, axis=1), dtype=types.FLOAT)
         return [fn.pad(boxes, axes=[0], fill_value=BOX_PADDING), fn.pad(labels, axes=[0], fill_value=PADDING_LABEL)]
 
-    def from_dali(self, outputs: List[torch.Tensor], count: int, content_sizes: np.ndarray) -> Dict[str, torch.Tensor]:
+    def from_dali(self, outputs: list[torch.Tensor], count: int, content_sizes: np.ndarray) -> dict[str, torch.Tensor]:
         boxes, labels = compact(outputs[0][:count], outputs[1][:count].long())
         return {"boxes": boxes, "labels": labels, "image_sizes": torch.from_numpy(content_sizes[:count])}
 
     # -- packing ------------------------------------------------------------------------------
 
-    def pack(self, value: Any, before: Tuple[int, int], after: Tuple[int, int], settings: Any):
+    def pack(self, value: Any, before: tuple[int, int], after: tuple[int, int], settings: Any):
         """The boxes scaled from the image as read to the image as packed (``(w, h)`` each)."""
         boxes, labels = value
         scale = np.array([after[0] / before[0], after[1] / before[1]] * 2, np.float64)
@@ -203,10 +204,10 @@ class Boxes(Target):
     def describe(self, value: Any) -> str:
         return f"{len(value[1])} boxes"
 
-    def manifest_rows(self, values: Sequence[Any]) -> Dict[str, list]:
+    def manifest_rows(self, values: Sequence[Any]) -> dict[str, list]:
         return {"boxes": [v[0] for v in values], "box_labels": [v[1] for v in values]}
 
-    def rows_problem(self, shard: Dict, count: int) -> Optional[Tuple[str, Any, str]]:
+    def rows_problem(self, shard: dict, count: int) -> tuple[str, Any, str] | None:
         rows, labels = shard.get("boxes"), shard.get("box_labels")
         if not (isinstance(rows, list) and len(rows) == count and isinstance(labels, list) and len(labels) == count):
             return "boxes", rows, f"{count} box lists with {count} label lists"
@@ -226,10 +227,10 @@ class Boxes(Target):
                 return "boxes", r, "[x0, y0, x1, y1] boxes, one int label each"
         return None
 
-    def member_problem(self, read: Callable[[], bytes], shard: Dict, number: int) -> str:
+    def member_problem(self, read: Callable[[], bytes], shard: dict, number: int) -> str:
         return json_member_problem(read(), {"boxes": shard["boxes"][number], "labels": shard["box_labels"][number]})
 
-    def unpack(self, shard: Dict, count: int) -> Dict[str, list]:
+    def unpack(self, shard: dict, count: int) -> dict[str, list]:
         return {
             "boxes": [np.asarray(b, np.float32).reshape(-1, 4) for b in shard["boxes"]],
             "box_labels": [np.asarray(lbl, np.int64) for lbl in shard["box_labels"]],

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List
+from typing import TYPE_CHECKING
 
 from .boxes import unpad
 
@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     import torch
 
 
-def to_detection_inputs(images: "torch.Tensor", targets: Dict[str, "torch.Tensor"], label_offset: int = 0):
+def to_detection_inputs(images: torch.Tensor, targets: dict[str, torch.Tensor], label_offset: int = 0):
     """What torchvision's detection models take in training: ``(list of images, list of targets)``.
 
     Each image is cut to its unpadded ``image_sizes`` (a view, no copy); the
@@ -20,7 +20,7 @@ def to_detection_inputs(images: "torch.Tensor", targets: Dict[str, "torch.Tensor
     return ([image[:, :h, :w] for image, (h, w) in zip(images, sizes)], to_detection_targets(targets, label_offset))
 
 
-def to_detection_targets(targets: Dict[str, "torch.Tensor"], label_offset: int = 0) -> List[Dict[str, "torch.Tensor"]]:
+def to_detection_targets(targets: dict[str, torch.Tensor], label_offset: int = 0) -> list[dict[str, torch.Tensor]]:
     """Turns a padded detection batch into what torchvision's detection models take.
 
     Args:

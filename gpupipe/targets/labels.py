@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -30,27 +31,27 @@ class Labels(Target):
     manifest_fields = ("labels",)
     sources = "a classification source: ImageFolder, FileList, WebDataset, or a pack of one"
 
-    def read(self, source: "Source", index: int) -> int:
+    def read(self, source: Source, index: int) -> int:
         return int(source.labels[index])
 
-    def check(self, source: "Source", what: str) -> None:
+    def check(self, source: Source, what: str) -> None:
         check_labels(source.labels, len(source.classes), what, source.names.__getitem__)
 
-    def batch(self, source: "Source", indices: Indices) -> torch.Tensor:
+    def batch(self, source: Source, indices: Indices) -> torch.Tensor:
         return torch.from_numpy(source.labels[np.asarray(indices, np.int64)])
 
-    def bytes_per_sample(self, source: "Source") -> int:
+    def bytes_per_sample(self, source: Source) -> int:
         return 8
 
-    def pack(self, value: Any, before, after, settings) -> Tuple[bytes, int]:
+    def pack(self, value: Any, before, after, settings) -> tuple[bytes, int]:
         return encode_class(int(value)), int(value)
 
-    def rows_problem(self, shard: Dict, count: int) -> Optional[Tuple[str, Any, str]]:
+    def rows_problem(self, shard: dict, count: int) -> tuple[str, Any, str] | None:
         rows = shard.get("labels")
         if isinstance(rows, list) and len(rows) == count and all(is_int(v) for v in rows):
             return None
         return "labels", rows, f"{count} ints"
 
-    def member_problem(self, read: Callable[[], bytes], shard: Dict, number: int) -> str:
+    def member_problem(self, read: Callable[[], bytes], shard: dict, number: int) -> str:
         label = shard["labels"][number]
         return "" if read() == encode_class(label) else f"class differs from the manifest's label {label}"

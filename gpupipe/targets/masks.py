@@ -7,7 +7,8 @@ kernel, sampled nearest-neighbour (class ids are never blended), with
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -35,12 +36,12 @@ class Masks(Target):
     read_from_tar = True
     sources = "a segmentation source: SegmentationFolder, or a pack of one"
 
-    def read(self, source: "Source", index: int) -> np.ndarray:
+    def read(self, source: Source, index: int) -> np.ndarray:
         return source.read_mask(index)
 
     # -- torchvision --------------------------------------------------------------------------
 
-    def load(self, source: "Source", index: int, size: Tuple[int, int], path: str) -> torch.Tensor:
+    def load(self, source: Source, index: int, size: tuple[int, int], path: str) -> torch.Tensor:
         """``(1, H, W)`` uint8 class ids, checked against the image's ``size``."""
         try:
             mask = decode_mask(source.read_mask(index).tobytes())
@@ -50,13 +51,13 @@ class Masks(Target):
             raise DecodeError(path, f"mask is {mask.shape[1]}x{mask.shape[0]}, the image {size[1]}x{size[0]}")
         return torch.from_numpy(mask.copy())[None]
 
-    def move(self, state: torch.Tensor, kernel: Kernel, params: Params, op: Any, spec: "PipelineSpec"):
+    def move(self, state: torch.Tensor, kernel: Kernel, params: Params, op: Any, spec: PipelineSpec):
         return kernel(state, fill=spec.ignore_index, nearest=True)
 
-    def finish(self, state: torch.Tensor, spec: "PipelineSpec") -> torch.Tensor:
+    def finish(self, state: torch.Tensor, spec: PipelineSpec) -> torch.Tensor:
         return state[0]
 
-    def stack(self, parts: Sequence[Optional[torch.Tensor]], spec: "PipelineSpec") -> torch.Tensor:
+    def stack(self, parts: Sequence[torch.Tensor | None], spec: PipelineSpec) -> torch.Tensor:
         h, w = spec.size
         return torch.stack(
             [p if p is not None else torch.full((h, w), spec.ignore_index, dtype=torch.uint8) for p in parts]
@@ -66,12 +67,12 @@ class Masks(Target):
         part[row] = value
         return part
 
-    def complete(self, part: torch.Tensor, source: "Source", indices: Indices, content_sizes) -> torch.Tensor:
+    def complete(self, part: torch.Tensor, source: Source, indices: Indices, content_sizes) -> torch.Tensor:
         return part.long()
 
     # -- DALI ---------------------------------------------------------------------------------
 
-    def dali_feed(self, source: "Source", indices: Indices, *, strict: bool = False) -> List[List[np.ndarray]]:
+    def dali_feed(self, source: Source, indices: Indices, *, strict: bool = False) -> list[list[np.ndarray]]:
         """The encoded masks, each an 8-bit gray PNG of its class ids (``maskfiles.mask_for_dali``:
         DALI would give a palette's colours and scale low bit depths). A file that cannot be read or
         whose values cannot be kept gives no bytes (the decoder fails and the probe names the file and
@@ -79,7 +80,7 @@ class Masks(Target):
         return [[self._encoded(source, int(i), strict) for i in indices]]
 
     @staticmethod
-    def _encoded(source: "Source", index: int, strict: bool) -> np.ndarray:
+    def _encoded(source: Source, index: int, strict: bool) -> np.ndarray:
         try:
             data = mask_for_dali(source.read_mask(index).tobytes())
         except UnreadableFile:
@@ -92,27 +93,27 @@ class Masks(Target):
             return np.zeros(0, np.uint8)
         return np.frombuffer(data, np.uint8)
 
-    def dali_start(self, inputs: List[Any], *, gpu: bool) -> Any:
+    def dali_start(self, inputs: list[Any], *, gpu: bool) -> Any:
         from nvidia.dali import fn, types
 
         mask = fn.decoders.image(inputs[0], device="cpu", output_type=types.ANY_DATA)
         return mask.gpu() if gpu else mask
 
-    def dali_move(self, state: Any, kernel: Kernel, params: Params, op: Any, spec: "PipelineSpec") -> Any:
+    def dali_move(self, state: Any, kernel: Kernel, params: Params, op: Any, spec: PipelineSpec) -> Any:
         return kernel(state, fill=spec.ignore_index, nearest=True)
 
-    def dali_outputs(self, state: Any, spec: "PipelineSpec") -> List[Any]:
+    def dali_outputs(self, state: Any, spec: PipelineSpec) -> list[Any]:
         return [state]
 
-    def from_dali(self, outputs: List[torch.Tensor], count: int, content_sizes: np.ndarray) -> torch.Tensor:
+    def from_dali(self, outputs: list[torch.Tensor], count: int, content_sizes: np.ndarray) -> torch.Tensor:
         return outputs[0][:count, :, :, 0].long()
 
     # -- packing ------------------------------------------------------------------------------
 
-    def pack_input(self, source: "Source", index: int) -> str:
+    def pack_input(self, source: Source, index: int) -> str:
         return source.mask_names[index]
 
-    def pack(self, value: Any, before: Tuple[int, int], after: Tuple[int, int], settings: Any) -> Tuple[bytes, None]:
+    def pack(self, value: Any, before: tuple[int, int], after: tuple[int, int], settings: Any) -> tuple[bytes, None]:
         """The mask file ``value`` as a gray PNG of the packed image's size (shrunk nearest-neighbour)."""
         try:
             mask = decode_mask(read_file(value, settings.max_file_size))
@@ -128,13 +129,13 @@ class Masks(Target):
             mask = np.asarray(Image.fromarray(mask, "L").resize(after, Image.Resampling.NEAREST))
         return gray_png(mask, level=6), None
 
-    def manifest_rows(self, values: Sequence[Any]) -> Dict[str, list]:
+    def manifest_rows(self, values: Sequence[Any]) -> dict[str, list]:
         return {}
 
-    def manifest_extra(self, source: "Source") -> Dict[str, Any]:
+    def manifest_extra(self, source: Source) -> dict[str, Any]:
         return {"ignore_index": source.ignore_index}
 
-    def rows_problem(self, shard: Dict, count: int) -> Optional[Tuple[str, Any, str]]:
+    def rows_problem(self, shard: dict, count: int) -> tuple[str, Any, str] | None:
         rows = shard.get("labels")  # optional for masks; ints when present
         if rows is None or (isinstance(rows, list) and len(rows) == count and all(is_int(v) for v in rows)):
             return None

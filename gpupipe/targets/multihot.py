@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -23,29 +24,29 @@ class MultiHot(Target):
     manifest_fields = ("label_lists",)
     sources = "a multi-label source: a FileList with several labels per line, or a pack of one"
 
-    def read(self, source: "Source", index: int) -> List[int]:
+    def read(self, source: Source, index: int) -> list[int]:
         return source.label_sets([index])[0].tolist()
 
-    def check(self, source: "Source", what: str) -> None:
+    def check(self, source: Source, what: str) -> None:
         check_label_rows(source.label_sets(range(len(source))), len(source.classes), what, source.names)
 
-    def batch(self, source: "Source", indices: Indices) -> torch.Tensor:
+    def batch(self, source: Source, indices: Indices) -> torch.Tensor:
         out = torch.zeros(len(indices), len(source.classes), dtype=torch.float32)
         for row, labels in enumerate(source.label_sets(np.asarray(indices, np.int64))):
             out[row, torch.from_numpy(np.asarray(labels, np.int64))] = 1.0
         return out
 
-    def bytes_per_sample(self, source: "Source") -> int:
+    def bytes_per_sample(self, source: Source) -> int:
         return 4 * len(source.classes)
 
-    def pack(self, value: Any, before, after, settings) -> Tuple[bytes, List[int]]:
+    def pack(self, value: Any, before, after, settings) -> tuple[bytes, list[int]]:
         labels = [int(v) for v in value]
         return json.dumps({"labels": labels}).encode(), labels
 
     def describe(self, value: Any) -> str:
         return ",".join(map(str, value))
 
-    def rows_problem(self, shard: Dict, count: int) -> Optional[Tuple[str, Any, str]]:
+    def rows_problem(self, shard: dict, count: int) -> tuple[str, Any, str] | None:
         rows = shard.get("label_lists")
         if (
             isinstance(rows, list)
@@ -55,8 +56,8 @@ class MultiHot(Target):
             return None
         return "label_lists", rows, f"{count} lists of ints"
 
-    def member_problem(self, read: Callable[[], bytes], shard: Dict, number: int) -> str:
+    def member_problem(self, read: Callable[[], bytes], shard: dict, number: int) -> str:
         return json_member_problem(read(), {"labels": shard["label_lists"][number]})
 
-    def unpack(self, shard: Dict, count: int) -> Dict[str, list]:
+    def unpack(self, shard: dict, count: int) -> dict[str, list]:
         return {"label_lists": [np.asarray(r, np.int64) for r in shard["label_lists"]]}

@@ -8,8 +8,6 @@ kind has one).
 
 from __future__ import annotations
 
-from typing import Dict, FrozenSet
-
 from .base import Target
 from .boxes import Boxes
 from .kinds import TargetKind
@@ -17,11 +15,11 @@ from .labels import Labels
 from .masks import Masks
 from .multihot import MultiHot
 
-HANDLERS: Dict[TargetKind, Target] = {handler.kind: handler for handler in (Labels(), MultiHot(), Masks(), Boxes())}
+HANDLERS: dict[TargetKind, Target] = {handler.kind: handler for handler in (Labels(), MultiHot(), Masks(), Boxes())}
 
-ALL_TARGETS: FrozenSet[TargetKind] = frozenset(TargetKind)
+ALL_TARGETS: frozenset[TargetKind] = frozenset(TargetKind)
 #: Targets that do not move with the pixels (one value per image).
-IMAGE_LEVEL: FrozenSet[TargetKind] = frozenset(k for k, h in HANDLERS.items() if not h.moves_with_pixels)
+IMAGE_LEVEL: frozenset[TargetKind] = frozenset(k for k, h in HANDLERS.items() if not h.moves_with_pixels)
 
 
 def handler(kind: TargetKind) -> Target:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import warnings
-from typing import Any, Dict, Tuple
+from typing import Any
 
 from ... import ops as O
 from ...ops.pixel import AUTO_AUGMENT_OPS
@@ -45,8 +45,8 @@ def _auto_augment(g: Graph, j: int, op) -> None:
     from nvidia.dali.auto_aug import augmentations, rand_augment, trivial_augment
     from nvidia.dali.auto_aug.core import select, signed_bin
 
-    names: Tuple[str, ...] = O.AUGMENT_OPS
-    options: Dict[str, Any] = {"fill_value": 0}
+    names: tuple[str, ...] = O.AUGMENT_OPS
+    options: dict[str, Any] = {"fill_value": 0}
     if isinstance(op, O.RandAugment):
         suite, bins = rand_augment.get_rand_augment_suite(use_shape=True), [op.magnitude] * op.num_ops
     elif isinstance(op, O.TrivialAugment):
@@ -112,4 +112,4 @@ def quiet_auto_aug():
                 warnings.showwarning = _QUIET["shown"]
 
 
-_QUIET: Dict = {"lock": threading.Lock(), "depth": 0, "shown": None, "show": None}
+_QUIET: dict = {"lock": threading.Lock(), "depth": 0, "shown": None, "show": None}

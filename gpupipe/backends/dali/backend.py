@@ -16,8 +16,9 @@ import dataclasses
 import functools
 import logging
 import os
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Iterator, List, Optional
+from typing import Any
 
 import numpy as np
 import torch
@@ -94,8 +95,8 @@ class DaliBackend:
             planner=Planner(spec, config.seed),
             sizes=source.sizes(),
         )
-        self._run: Optional[Run] = None
-        self._next: Optional[Future] = None
+        self._run: Run | None = None
+        self._next: Future | None = None
         self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpupipe-dali")
         # GPUPIPE_NO_KEEPALIVE=1 is a diagnostic switch for the GPU proof's stream-safety check only.
         self._keep = cuda_keep_alive(device) if gpu and os.environ.get("GPUPIPE_NO_KEEPALIVE") != "1" else None
@@ -103,12 +104,12 @@ class DaliBackend:
 
     # -- building runs ------------------------------------------------------------
 
-    def _refs(self, read: EpochRead, start: int, reads: Optional[Callable[[int], EpochRead]]) -> List[BatchRef]:
+    def _refs(self, read: EpochRead, start: int, reads: Callable[[int], EpochRead] | None) -> list[BatchRef]:
         """The batches of ``read`` from ``start``, then whole following epochs up to ``RUN_SAMPLES``;
         a source whose tars must fit a cache (remote) ends the run before it spans more than its
         ``shards_per_run`` tars, even within an epoch."""
         bs = self.config.batch_size
-        refs: List[BatchRef] = []
+        refs: list[BatchRef] = []
         budget = self.source.shards_per_run
         tars: set = set()
         while True:
@@ -128,14 +129,14 @@ class DaliBackend:
 
     # -- reading epochs -------------------------------------------------------------
 
-    def prepare(self, read: EpochRead, upcoming: Optional[Callable[[int], EpochRead]] = None) -> None:
+    def prepare(self, read: EpochRead, upcoming: Callable[[int], EpochRead] | None = None) -> None:
         """Starts building the run of ``read`` in the background (the pass a new loader is likely to read
         first), so that a large file list's pipeline build overlaps the training script's own set-up."""
         if self._next is None and read.batches:
             self._next = self._builder.submit(self.pipelines.run, self._refs(read, 0, _reads_after(read, upcoming)))
 
     def iter_epoch(
-        self, read: EpochRead, start: int = 0, upcoming: Optional[Callable[[int], EpochRead]] = None
+        self, read: EpochRead, start: int = 0, upcoming: Callable[[int], EpochRead] | None = None
     ) -> Iterator[Batch]:
         """Yields batches ``start ..`` of ``read``; ``upcoming(epoch)`` gives later epochs to read ahead."""
         batches = self._batches(read, start, upcoming)
@@ -195,7 +196,7 @@ class DaliBackend:
         run.shares_checked[read.epoch] = read.share
         return True
 
-    def _replace(self, run: Optional[Run]) -> None:
+    def _replace(self, run: Run | None) -> None:
         if self._run is not None and self._run is not run:
             self._retire(self._run)
         self._run = run
@@ -294,7 +295,7 @@ class DaliBackend:
         self.pipelines.close()
 
 
-def _reads_after(read: EpochRead, upcoming: Optional[Callable[[int], EpochRead]]):
+def _reads_after(read: EpochRead, upcoming: Callable[[int], EpochRead] | None):
     """``epoch -> EpochRead`` for the epochs after ``read`` (``None`` when the loader gives none)."""
     if upcoming is None:
         return None

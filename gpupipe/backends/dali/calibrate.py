@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable, Dict, Hashable, Tuple
+from collections.abc import Callable, Hashable
 
 logger = logging.getLogger(__name__)
 
@@ -26,13 +26,13 @@ REFINE = 0.15
 DEFAULT_LOAD = 0.65
 
 
-def choose_hw_decoder_load(rate: Callable[[float], float]) -> Tuple[float, Dict[float, float]]:
+def choose_hw_decoder_load(rate: Callable[[float], float]) -> tuple[float, dict[float, float]]:
     """The share with the highest ``rate(share)`` (images/s), and every figure measured.
 
     Args:
         rate: reads a few batches with the given ``hw_decoder_load`` and returns images per second.
     """
-    figures: Dict[float, float] = {}
+    figures: dict[float, float] = {}
     for load in COARSE:
         figures[load] = rate(load)
     best = max(figures, key=lambda k: figures[k])
@@ -48,11 +48,11 @@ def choose_hw_decoder_load(rate: Callable[[float], float]) -> Tuple[float, Dict[
     return best, figures
 
 
-_CHOSEN: Dict[Hashable, Tuple[float, Dict[float, float]]] = {}
+_CHOSEN: dict[Hashable, tuple[float, dict[float, float]]] = {}
 _CHOSEN_LOCK = threading.Lock()
 
 
-def remembered_hw_decoder_load(key: Hashable, rate: Callable[[float], float]) -> Tuple[float, Dict[float, float]]:
+def remembered_hw_decoder_load(key: Hashable, rate: Callable[[float], float]) -> tuple[float, dict[float, float]]:
     """``choose_hw_decoder_load``, measured once per process for each ``key`` (device, data, pipeline)."""
     with _CHOSEN_LOCK:
         if key not in _CHOSEN:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
 
 import numpy as np
 from nvidia.dali import types
@@ -23,7 +22,7 @@ class DecoderSettings:
         width_hint, height_hint: sizes the decoders preallocate for (0: grown at run time).
     """
 
-    hw_decoder_load: Union[float, str] = "auto"
+    hw_decoder_load: float | str = "auto"
     width_hint: int = 0
     height_hint: int = 0
 

@@ -17,8 +17,8 @@ import logging
 import threading
 import time
 import warnings
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -84,7 +84,7 @@ class Pipelines:
         self.fed = 0 if self.reader.reads_target else self.target.dali_feeds
         self.layout = self._used_params()
         load = self.decoder.hw_decoder_load
-        self.hw_decoder_load: Optional[float] = None if load == "auto" else float(load)
+        self.hw_decoder_load: float | None = None if load == "auto" else float(load)
         self._calibrating = threading.Lock()
         self._planner_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpupipe-plan")
 
@@ -92,7 +92,7 @@ class Pipelines:
         """Stops the thread that plans parameters ahead."""
         self._planner_thread.shutdown(wait=False, cancel_futures=True)
 
-    def run(self, refs: List[BatchRef], hw_decoder_load: Optional[float] = None) -> Run:
+    def run(self, refs: list[BatchRef], hw_decoder_load: float | None = None) -> Run:
         """A built pipeline reading ``refs`` in order (on the GPU with ``hw_decoder_load``, by default
         the loader's, measured on the first of these batches when it is ``"auto"``)."""
         if self.gpu and hw_decoder_load is None:
@@ -141,7 +141,7 @@ class Pipelines:
             pipe, refs, check=functools.partial(self._check_order, expected=captured["expected"]), on_close=close
         )
 
-    def _resolved_hw_decoder_load(self, refs: List[BatchRef]) -> float:
+    def _resolved_hw_decoder_load(self, refs: list[BatchRef]) -> float:
         """The loader's ``hw_decoder_load``; ``"auto"`` is measured once, on the first batches read."""
         with self._calibrating:
             if self.hw_decoder_load is None:
@@ -169,7 +169,7 @@ class Pipelines:
                         self.hw_decoder_load = DEFAULT_LOAD
             return self.hw_decoder_load
 
-    def _rate(self, refs: List[BatchRef], hw_decoder_load: float) -> float:
+    def _rate(self, refs: list[BatchRef], hw_decoder_load: float) -> float:
         """Images per second of ``refs`` read with ``hw_decoder_load``, after two warm-up batches."""
         run = self.run(refs, hw_decoder_load)
         try:
@@ -221,7 +221,7 @@ class Pipelines:
         """The layout of the planned parameters the lowering reads (traced once in a graph never built)."""
         dummy = self.planner.plan(0, np.zeros(1, np.int64), np.array([[64, 64]]), [np.zeros((0, 4), np.float32)])
         every = ParamLayout(dummy.steps, [(j, name) for j, step in enumerate(dummy.steps) for name in sorted(step)])
-        recorded: List = []
+        recorded: list = []
 
         @pipeline_def(enable_conditionals=uses_conditionals(self.spec))
         def trace():
@@ -239,7 +239,7 @@ class Pipelines:
         used = set(recorded[0].used)
         return ParamLayout(dummy.steps, [key for key in every.keys if key in used])
 
-    def _external(self, source: Callable, layout: Optional[ParamLayout] = None, fed: Optional[int] = None):
+    def _external(self, source: Callable, layout: ParamLayout | None = None, fed: int | None = None):
         """One ``external_source`` giving the packed parameters of ``layout`` (the run's by default),
         then ``fed`` target inputs (by default what the run feeds)."""
         layout = layout or self.layout
@@ -249,7 +249,7 @@ class Pipelines:
         nodes = fn.external_source(source=source, batch=True, batch_info=True, num_outputs=outputs)
         return list(nodes) if isinstance(nodes, (list, tuple)) else [nodes]
 
-    def _lower(self, encoded, inputs: List, targets: List, hw_decoder_load: Optional[float] = None) -> List:
+    def _lower(self, encoded, inputs: list, targets: list, hw_decoder_load: float | None = None) -> list:
         """The lowered graph on ``encoded`` images with the parameter ``inputs`` and the target's
         ``targets`` inputs; on the GPU with ``hw_decoder_load``, else the share resolved so far
         (``"auto"`` before measuring: DALI's default)."""
@@ -269,7 +269,7 @@ class Pipelines:
         g.encoded = encoded
         return lower(g)
 
-    def _plan(self, refs: Sequence[BatchRef]) -> List[np.ndarray]:
+    def _plan(self, refs: Sequence[BatchRef]) -> list[np.ndarray]:
         """The packed parameters of every sample of ``refs`` (``batch_size`` rows per ref, in order),
         drawn at once (the refs may span epochs); each ref gets its content sizes (``ref.content_sizes``)."""
         bs = refs[0].indices.shape[0]
@@ -284,12 +284,12 @@ class Pipelines:
             ref.content_sizes = content[m * bs : (m + 1) * bs]
         return self.layout.pack(plan.steps, len(indices))
 
-    def _feed(self, ref: BatchRef) -> List:
+    def _feed(self, ref: BatchRef) -> list:
         """What the external source gives for the target of batch ``ref``'s samples (nothing when the
         reader reads it, or it does not move with the pixels)."""
         return self.target.dali_feed(self.source, ref.indices) if self.fed else []
 
-    def device_id(self) -> Optional[int]:
+    def device_id(self) -> int | None:
         if not self.gpu:
             return None
         index = self.placement.device.index
@@ -300,7 +300,7 @@ class Pipelines:
         bs = self.config.batch_size
         want = expected(consumed * bs, bs)
         if isinstance(self.source, FileSource):  # every slot: one array comparison
-            got: Union[np.ndarray, List[str]] = np.asarray(identity.as_array()).ravel()
+            got: np.ndarray | list[str] = np.asarray(identity.as_array()).ravel()
             if np.array_equal(got, want):
                 return
         else:  # every sample's tar, offset and name (targets come from the plan: each slot must be right)

@@ -20,11 +20,12 @@ from __future__ import annotations
 import os
 import weakref
 from collections import deque
-from typing import Any, Callable, Deque, List, Tuple
+from collections.abc import Callable
+from typing import Any
 
 #: Every pipeline gpupipe built that is still alive.
-_PIPELINES: "weakref.WeakSet" = weakref.WeakSet()
-_KEPT_IN_CHILD: List[Any] = []
+_PIPELINES: weakref.WeakSet = weakref.WeakSet()
+_KEPT_IN_CHILD: list[Any] = []
 
 
 def track(pipe) -> Any:
@@ -53,10 +54,10 @@ class KeepAlive:
 
     def __init__(self, record_event: Callable[[], Any]) -> None:
         self.record_event = record_event
-        self._current: List[Any] = []
-        self._pending: Deque[Tuple[Any, List[Any]]] = deque()
+        self._current: list[Any] = []
+        self._pending: deque[tuple[Any, list[Any]]] = deque()
 
-    def handed_out(self, buffers: List[Any]) -> None:
+    def handed_out(self, buffers: list[Any]) -> None:
         """The batch made of ``buffers`` goes to the consumer."""
         self._current = list(buffers)
 

@@ -19,7 +19,8 @@ so the image and its target get one window, one coin, one angle:
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Tuple
+from collections.abc import Callable
+from typing import Any
 
 from nvidia.dali import fn, types
 from nvidia.dali import math as dmath
@@ -100,7 +101,7 @@ def _decode(g: Graph, j: int, op: O.Decode) -> None:
     g.images = fn.decoders.image(g.encoded, **g.decoder)
 
 
-def roi_decoder(decoder: Dict) -> Dict:
+def roi_decoder(decoder: dict) -> dict:
     """The decoder arguments of a ROI decode. On the GPU without fancy upsampling: nvImageCodec's CUDA
     JPEG decoder refuses a ROI with fancy upsampling on chroma-subsampled JPEGs (nvJPEG < 13.2), logs
     a warning for every such image and hands it to a slower decoder; plain upsampling is what DALI's
@@ -207,12 +208,12 @@ def _erase(g: Graph, j: int, op: O.RandomErasing) -> None:
 
 
 #: Pairs of neighbours that become one DALI operator: ``Decode`` and the random crop after it (ROI decoding).
-FUSIONS: Dict[Tuple[type, type], Callable[[Graph, int, Any], None]] = {
+FUSIONS: dict[tuple[type, type], Callable[[Graph, int, Any], None]] = {
     (O.Decode, O.RandomResizedCrop): _decode_resized_crop
 }
 
 
-def lower(g: Graph) -> List:
+def lower(g: Graph) -> list:
     """Builds the graph of ``g.spec`` on ``g.encoded`` (and the target's state).
 
     Returns:

@@ -16,16 +16,16 @@ on a CPU), so the parameters travel in one.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from math import prod
-from typing import Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
 from nvidia.dali import fn, types
 from nvidia.dali.tensors import TensorListCPU
 
-Key = Tuple[int, str]  # (op index, parameter name)
+Key = tuple[int, str]  # (op index, parameter name)
 
 #: Samples planned at once: whole batches, at most ``PLAN_BATCHES`` of them, at least one.
 PLAN_CHUNK = 4_096
@@ -40,7 +40,7 @@ class Slot:
 
     integer: bool
     offset: int
-    shape: Tuple[int, ...]
+    shape: tuple[int, ...]
 
     @property
     def size(self) -> int:
@@ -56,9 +56,9 @@ class ParamLayout:
         keys: the parameters to pack, as ``(op index, name)``.
     """
 
-    def __init__(self, steps: Sequence[Dict[str, np.ndarray]], keys: Sequence[Key]) -> None:
+    def __init__(self, steps: Sequence[dict[str, np.ndarray]], keys: Sequence[Key]) -> None:
         self.keys = list(keys)
-        self.slots: Dict[Key, Slot] = {}
+        self.slots: dict[Key, Slot] = {}
         width = {False: 0, True: 0}
         offset = 0
         for j, name in self.keys:
@@ -76,7 +76,7 @@ class ParamLayout:
         """How many arrays a batch's parameters travel in (0 or 1)."""
         return int(self.width > 0)
 
-    def pack(self, steps: Sequence[Dict[str, np.ndarray]], count: int) -> List[np.ndarray]:
+    def pack(self, steps: Sequence[dict[str, np.ndarray]], count: int) -> list[np.ndarray]:
         """``count`` samples' parameters as ``[(count, W) int32]`` (float slots hold float32 bits; empty: ``[]``)."""
         if not self.width:
             return []
@@ -87,7 +87,7 @@ class ParamLayout:
             into[:, slot.offset : slot.offset + slot.size] = np.asarray(steps[j][name]).reshape(count, -1)
         return [row]
 
-    def nodes(self, packed: Sequence) -> "ParamNodes":
+    def nodes(self, packed: Sequence) -> ParamNodes:
         """The graph's parameter nodes cut from the packed input nodes."""
         return ParamNodes(self, packed)
 
@@ -99,8 +99,8 @@ class ParamNodes:
         self.layout = layout
         self._row = packed[0] if layout.width else None
         self._floats = None  # the row read as float32, made once where a float is used
-        self._made: Dict[Key, object] = {}
-        self.used: List[Key] = []
+        self._made: dict[Key, object] = {}
+        self.used: list[Key] = []
 
     def __getitem__(self, key: Key):
         if key not in self._made:
@@ -135,28 +135,28 @@ class RunParams:
         executor: where chunks are planned ahead.
     """
 
-    def __init__(self, refs: Sequence, plan: Callable[[Sequence], List[np.ndarray]], executor: Executor) -> None:
+    def __init__(self, refs: Sequence, plan: Callable[[Sequence], list[np.ndarray]], executor: Executor) -> None:
         self.refs, self.plan, self.executor = refs, plan, executor
         self.batch_size = refs[0].indices.shape[0]
         self.per_chunk = max(1, min(PLAN_BATCHES, PLAN_CHUNK // self.batch_size))
-        self._chunks: Dict[int, Future] = {}
+        self._chunks: dict[int, Future] = {}
         self._lock = threading.Lock()
         done: Future = Future()
         done.set_result(self._plan_chunk(0))
         self._chunks[0] = done
 
-    def batch(self, k: int) -> List[np.ndarray]:
+    def batch(self, k: int) -> list[np.ndarray]:
         """Batch ``k``'s packed rows: ``[(batch_size, W) int32]``."""
         rows, _ = self._chunk_of(k)
         start = (k % self.per_chunk) * self.batch_size
         return [r[start : start + self.batch_size] for r in rows]
 
-    def feed(self, k: int) -> List:
+    def feed(self, k: int) -> list:
         """Batch ``k``'s packed rows as DALI ``TensorListCPU`` objects (what ``external_source`` is given)."""
         _, lists = self._chunk_of(k)
         return lists[k % self.per_chunk]
 
-    def _chunk_of(self, k: int) -> Tuple[List[np.ndarray], List[List]]:
+    def _chunk_of(self, k: int) -> tuple[list[np.ndarray], list[list]]:
         chunk = k // self.per_chunk
         self._ahead(chunk + 1)
         with self._lock:
@@ -174,7 +174,7 @@ class RunParams:
             if chunk not in self._chunks:
                 self._chunks[chunk] = self.executor.submit(self._plan_chunk, chunk)
 
-    def _plan_chunk(self, chunk: int) -> Tuple[List[np.ndarray], List[List]]:
+    def _plan_chunk(self, chunk: int) -> tuple[list[np.ndarray], list[list]]:
         """The chunk's rows, and per batch its rows wrapped for DALI (sharing their memory, never written again)."""
         refs = self.refs[chunk * self.per_chunk : (chunk + 1) * self.per_chunk]
         rows = self.plan(refs)

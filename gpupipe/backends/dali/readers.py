@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any
 
 import numpy as np
 from nvidia.dali import fn
@@ -37,7 +38,7 @@ class ReaderNodes:
 
     encoded: object
     identity: object
-    target: Optional[object]
+    target: object | None
     expected: Callable[[int, int], object]
 
 
@@ -118,9 +119,9 @@ class ShardReader:
 
     def __call__(self, indices: Sequence[int], files: ReaderFiles) -> ReaderNodes:
         source = self.source
-        paths: List[str] = []
-        index_paths: List[str] = []
-        identities: List[str] = []
+        paths: list[str] = []
+        index_paths: list[str] = []
+        identities: list[str] = []
         for k, (tar, entries) in enumerate(source.members(indices)):
             index = files.path(f"run{k}.idx")
             picked = [{ext: e[ext] for ext in self.exts} for e in entries]
@@ -141,11 +142,11 @@ class ShardReader:
         return ReaderNodes(encoded, info, target, lambda start, count: identities[start : start + count])
 
 
-Reader = Union[FileReader, ShardReader]
+Reader = FileReader | ShardReader
 
 #: source type -> reader class; the most specific base class of a source picks its reader (each reader takes
 #: the sources of its key's type, which a dict's type cannot say: ``Any``).
-READERS: Dict[type, Callable[[Any], Reader]] = {
+READERS: dict[type, Callable[[Any], Reader]] = {
     FileSource: FileReader,
     ShardSource: ShardReader,
 }

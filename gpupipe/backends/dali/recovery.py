@@ -12,14 +12,14 @@ rebuilt after each error.
 from __future__ import annotations
 
 import logging
-from typing import Callable, Dict, List, Tuple
+from collections.abc import Callable
 
 from ...fileio import UnreadableFile
 
 logger = logging.getLogger(__name__)
 
 #: A suspect: ``(sample index, epoch, slot position)``.
-Suspect = Tuple[int, int, int]
+Suspect = tuple[int, int, int]
 
 
 def dali_reason(err: Exception) -> str:
@@ -53,9 +53,9 @@ class Prober:
         self.prepare = prepare
         self.current = None
 
-    def probe(self, suspects: List[Suspect]) -> Dict[int, str]:
+    def probe(self, suspects: list[Suspect]) -> dict[int, str]:
         """``{index: reason}`` of the suspects that fail (each distinct sample is run once)."""
-        bad: Dict[int, str] = {}
+        bad: dict[int, str] = {}
         seen = set()
         pipe = None
         for suspect in suspects:
@@ -80,9 +80,9 @@ class Prober:
         return bad
 
 
-def suspects_of(refs) -> List[Suspect]:
+def suspects_of(refs) -> list[Suspect]:
     """The real samples of the batches in flight, with their epochs and slots."""
-    out: List[Suspect] = []
+    out: list[Suspect] = []
     for ref in refs:
         out.extend((int(i), ref.epoch, int(p)) for i, p in zip(ref.indices[: ref.count], ref.positions[: ref.count]))
     return out

@@ -11,8 +11,8 @@ and thrown away at the end.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -39,10 +39,10 @@ class BatchRef:
     indices: np.ndarray
     positions: np.ndarray
     count: int
-    content_sizes: Optional[np.ndarray] = None
+    content_sizes: np.ndarray | None = None
 
     @property
-    def key(self) -> Tuple[int, int]:
+    def key(self) -> tuple[int, int]:
         return self.epoch, self.batch
 
 
@@ -62,7 +62,7 @@ class RunFailed(Error):
         error: DALI's error.
     """
 
-    def __init__(self, at: int, in_flight: List[BatchRef], error: Exception) -> None:
+    def __init__(self, at: int, in_flight: list[BatchRef], error: Exception) -> None:
         super().__init__(str(error))
         self.at = at
         self.in_flight = in_flight
@@ -80,19 +80,19 @@ class Run:
         on_close: frees what the run's reader needed (index files, links).
     """
 
-    def __init__(self, pipe, refs: List[BatchRef], *, check: Callable, on_close: Callable[[], None]) -> None:
+    def __init__(self, pipe, refs: list[BatchRef], *, check: Callable, on_close: Callable[[], None]) -> None:
         self.pipe = pipe
         self.refs = refs
         self.check = check
         self.on_close = on_close
         self.consumed = 0
         self.scheduled = 0
-        self.targets: Optional[torch.Tensor] = None  # every ref's image-level targets on the device, made on first use
-        self.holds_targets: Optional[bool] = None  # whether those are small enough to make at once (asked once)
-        self.shares_checked: Dict[int, object] = {}  # epoch -> the rank share its refs were checked against
+        self.targets: torch.Tensor | None = None  # every ref's image-level targets on the device, made on first use
+        self.holds_targets: bool | None = None  # whether those are small enough to make at once (asked once)
+        self.shares_checked: dict[int, object] = {}  # epoch -> the rank share its refs were checked against
 
     @property
-    def next_key(self) -> Optional[Tuple[int, int]]:
+    def next_key(self) -> tuple[int, int] | None:
         return self.refs[self.consumed].key if self.consumed < len(self.refs) else None
 
     @property
@@ -109,7 +109,7 @@ class Run:
             self.pipe.schedule_run()
             self.scheduled = min(len(self.refs), self.pipe.prefetch_queue_depth)
 
-    def next_batch(self, stream=None) -> Tuple[BatchRef, Sequence]:
+    def next_batch(self, stream=None) -> tuple[BatchRef, Sequence]:
         """The next batch's ref and the pipeline's outputs (DALI TensorLists).
 
         Args:
@@ -139,7 +139,7 @@ class Run:
         self.on_close()
 
 
-def to_torch(tensor_list, device: Optional[torch.device]) -> torch.Tensor:
+def to_torch(tensor_list, device: torch.device | None) -> torch.Tensor:
     """A DALI TensorList as a torch tensor sharing its memory (DLPack, no copy)."""
     dense = tensor_list.as_tensor()
     if device is not None and device.type == "cuda":

@@ -4,7 +4,7 @@ lowering, registered with ``@lowering(OpType)`` next to each function in ``lower
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Protocol
+from typing import Any, Protocol
 
 from ... import ops as O
 from ...ops.registry import LoweringTable, lowering_table
@@ -34,8 +34,8 @@ class Graph:
         params,
         *,
         gpu: bool,
-        decoder: Dict,
-        target: Optional[Target] = None,
+        decoder: dict,
+        target: Target | None = None,
         state: Any = None,
     ) -> None:
         self.spec = spec

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections import deque
-from typing import Callable, Iterator, List, Optional
+from collections.abc import Callable, Iterator
 
 import numpy as np
 from torch.utils.data import DataLoader, Sampler
@@ -38,7 +38,7 @@ class _BatchKeys(Sampler):
     """The current pass's batches of keys; replaced before each pass."""
 
     def __init__(self) -> None:
-        self.make: Callable[[], Iterator[List]] = lambda: iter(())
+        self.make: Callable[[], Iterator[list]] = lambda: iter(())
 
     def __iter__(self):
         return self.make()
@@ -95,7 +95,7 @@ class TorchvisionBackend:
         )
         return indices, positions, plan, [(int(i), plan.sample(k)) for k, i in enumerate(indices)]
 
-    def iter_epoch(self, read: EpochRead, start: int = 0, upcoming: Optional[Callable] = None) -> Iterator[Batch]:
+    def iter_epoch(self, read: EpochRead, start: int = 0, upcoming: Callable | None = None) -> Iterator[Batch]:
         """Yields batches ``start ..`` of ``read``, in order."""
         pending: deque = deque()
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from typing import Callable, List, Tuple
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -31,7 +31,7 @@ def _torchvision_jpeg(data: torch.Tensor) -> torch.Tensor:
         return torchvision.io.decode_jpeg(data, mode=ImageReadMode.RGB, apply_exif_orientation=True)
 
 
-def jpeg_decoder() -> Tuple[Callable[[torch.Tensor], torch.Tensor], str]:
+def jpeg_decoder() -> tuple[Callable[[torch.Tensor], torch.Tensor], str]:
     """``(decode, name)``: TorchCodec's JPEG decoder where it is installed (the ``torchvision``
     extra), else ``torchvision.io``'s. Both are libjpeg-turbo, apply the EXIF orientation and give
     the same pixels; see the backends page for their measured speed."""
@@ -163,7 +163,7 @@ class DecodedSamples(Dataset):
         return Item(image=image, target=self.target, state=self.target.load(self.source, index, size, path))
 
 
-def collate(results: List[tuple], spec: PipelineSpec, target: Target, finish: bool):
+def collate(results: list[tuple], spec: PipelineSpec, target: Target, finish: bool):
     """Stacks samples into a batch; failed samples get an empty slot and are listed.
 
     Returns:

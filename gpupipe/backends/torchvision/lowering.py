@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -29,7 +29,7 @@ from ...plan.spec import PipelineSpec
 from ...targets import IMAGE_LEVEL, Target
 from ...targets.base import Kernel
 
-Params = Dict[str, np.ndarray]
+Params = dict[str, np.ndarray]
 
 
 @dataclass
@@ -37,7 +37,7 @@ class Item:
     """One sample on its way through the ops: the image and its target's state."""
 
     image: torch.Tensor
-    target: Optional[Target] = None
+    target: Target | None = None
     state: Any = None
 
     @property
