@@ -19,7 +19,7 @@ PACKAGE = ROOT / "gpupipe"
 #: layer with a pattern that matches its name.
 LAYERS: List[Tuple[str, str, List[str]]] = [
     ("foundation", "errors, argument checks, file reading, digests, locks, image headers, environment, progress",
-     ["gpupipe._version", "gpupipe.errors", "gpupipe.checks", "gpupipe.fileio", "gpupipe.filelock",
+     ["gpupipe._version", "gpupipe.errors", "gpupipe.checks", "gpupipe.fileio",
       "gpupipe.images", "gpupipe.progress", "gpupipe.env", "gpupipe.cli", "gpupipe.plan.seeding"]),
     ("targets", "what each target kind is: reading, checking and packing it",
      ["gpupipe.targets", "gpupipe.targets.*"]),

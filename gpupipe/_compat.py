@@ -38,6 +38,7 @@ MOVED_MODULES = {
     "gpupipe.seeding": "gpupipe.plan.seeding",
     "gpupipe.scan": "gpupipe.sources.scan",
     "gpupipe.shardfmt": "gpupipe.shards.format",
+    "gpupipe.filelock": "gpupipe.fileio",
     "gpupipe.sources.tarindex": "gpupipe.shards.tarindex",
 }
 

@@ -24,7 +24,6 @@ probed: it gets float32, unrecorded, until a quiet run decides.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import logging
 import os
@@ -37,7 +36,7 @@ from pathlib import Path
 import torch
 
 from . import env
-from .fileio import read_json_object
+from .fileio import read_json_object, sha256_hex
 
 logger = logging.getLogger(__name__)
 
@@ -206,7 +205,7 @@ def machine_description(device: torch.device, flags: dict[str, bool] | None = No
 
 def record_path(description: dict) -> Path:
     """The file that holds the choice for ``description`` in gpupipe's cache folder."""
-    key = hashlib.sha256(json.dumps(description, sort_keys=True).encode()).hexdigest()[:16]
+    key = sha256_hex(json.dumps(description, sort_keys=True), 16)
     return env.cache_dir("precision", f"{key}.json")
 
 

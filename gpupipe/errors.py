@@ -20,7 +20,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-logger = logging.getLogger("gpupipe.scan")
+logger = logging.getLogger("gpupipe.skipped")  # every sample left out, wherever it was found
 
 
 class OnError(str, enum.Enum):
@@ -129,7 +129,7 @@ def plural(count: int, noun: str, plural_form: str = "") -> str:
 
 
 class SkipLog:
-    """Every sample left out, each logged once (by default logger ``gpupipe.sources.scan``, WARNING).
+    """Every sample left out, each logged once (by default logger ``gpupipe.skipped``, WARNING).
 
     Args:
         log: the logger (the packer's, ``gpupipe.pack``, logs at INFO: its manifest lists them all).

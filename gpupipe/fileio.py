@@ -7,6 +7,7 @@ manifest goes through here.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -144,3 +145,58 @@ def sha256_of(path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+# File locks: the one lock of gpupipe.
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+def open_lock(path) -> int:
+    """A descriptor of ``path`` (created if needed, never truncated), for ``lock`` / ``try_lock``.
+
+    File locks (``flock``) are shared by every process that sees the file, whatever its PID namespace
+    (the remote cache's per-file locks and partial downloads, the packer's lock on its output folder).
+    A lock belongs to an open descriptor and goes with it: closing the descriptor (or the process
+    dying) releases it, so a lock never outlives its owner and never needs a process id."""
+    return os.open(path, os.O_RDWR | os.O_CREAT | _CLOEXEC, 0o644)
+
+
+def lock(fd: int, *, shared: bool = False) -> None:
+    """Takes the lock of ``fd`` (shared or exclusive), waiting while another descriptor holds it."""
+    fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+
+
+def try_lock(fd: int, *, shared: bool = False) -> bool:
+    """Takes the lock of ``fd`` without waiting; ``False`` when another descriptor holds it."""
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def unlock(fd: int) -> None:
+    """Releases the lock of ``fd`` (the descriptor stays open)."""
+    fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def close_lock(fd: int) -> None:
+    """Closes ``fd`` (releasing its lock), ignoring a descriptor already closed."""
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def is_held(path) -> bool:
+    """Whether some descriptor (of any process on this machine) holds a lock on the file ``path``;
+    ``False`` for a missing file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        return not try_lock(fd, shared=False)
+    finally:
+        os.close(fd)

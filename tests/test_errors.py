@@ -114,3 +114,17 @@ def test_a_sample_error_survives_pickling_and_copying():
     decode = pickle.loads(pickle.dumps(DecodeError("c.jpg", "bad Huffman code")))
     assert str(decode) == "cannot decode c.jpg: bad Huffman code" and decode.skipped == Skipped("c.jpg", "bad Huffman code")
 
+
+
+def test_a_skipped_file_is_logged_once_on_the_skipped_logger(tmp_path, caplog):
+    """Every sample left out is logged by ``gpupipe.skipped`` (not by the scan's logger), once, naming it."""
+    root = tmp_path / "data"
+    make_image_folder(root, {"a": 3, "b": 3})
+    broken = root / "a" / "broken.jpg"
+    broken.write_bytes(b"\xff\xd8 not a jpeg")
+    with caplog.at_level("WARNING", logger="gpupipe.skipped"):
+        loader = gpupipe.loader(root, [gpupipe.Decode(), gpupipe.Resize((8, 8))], batch_size=2,
+                                backend="torchvision", num_threads=0, on_error="skip")
+    lines = [r for r in caplog.records if r.name == "gpupipe.skipped"]
+    assert len(lines) == 1 and "broken.jpg" in lines[0].getMessage()
+    assert [s.path for s in loader.skipped] == [str(broken)]

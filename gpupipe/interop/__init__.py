@@ -6,10 +6,11 @@
 * ``DataLoader``: ``torch.utils.data.DataLoader``'s signature, building a gpupipe loader.
 """
 
+from .compile import UnsupportedTransform, from_torchvision, supported_names
 from .dataloader import DataLoader
 from .datasets import as_dataset_source, is_dataset
 from .fallback import TransformBackend
-from .transforms import UnsupportedTransform, from_torchvision, is_transform, supported_names
+from .transforms import is_transform
 
 __all__ = [
     "from_torchvision",

@@ -6,9 +6,10 @@ import logging
 from typing import Any
 
 from ..ops import Decode, PadTo
+from .compile import UnsupportedTransform, from_torchvision
 from .datasets import ACCEPTED, UnsupportedDataset, as_dataset_source, is_dataset
 from .fallback import FALLBACKS, fall_back
-from .transforms import UnsupportedTransform, from_torchvision, is_transform
+from .transforms import is_transform
 
 logger = logging.getLogger("gpupipe.loader")
 

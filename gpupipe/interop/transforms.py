@@ -1,4 +1,6 @@
-"""``torchvision.transforms`` (v1 and v2) and timm transforms compiled to gpupipe ops.
+"""The machinery that compiles ``torchvision.transforms`` (v1 and v2) and timm transforms to gpupipe ops:
+the rule registry (``rule``), the compile state (``State``) and the walk; ``gpupipe.interop.compile``
+holds the entry point, ``from_torchvision``.
 
 ``from_torchvision`` walks a transform (a ``Compose``, nested ``Compose`` /
 ``RandomApply``, or one transform) in order, keeping track of what the image
@@ -17,27 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import Error
-from ..ops import Decode, Normalize, Op, Output
-
-
-class UnsupportedTransform(Error, ValueError):
-    """A transform gpupipe cannot compile without changing its meaning.
-
-    Attributes:
-        problems: ``(position, transform name, reason)`` of every transform refused, e.g.
-            ``("Compose[3]", "Lambda", "a user function ...")``.
-    """
-
-    def __init__(self, problems: list[tuple[str, str, str]]) -> None:
-        self.problems = problems
-        lines = [f"  {where} {name}: {why}" for where, name, why in problems]
-        super().__init__(
-            f"cannot compile {len(problems)} transform{'s' if len(problems) != 1 else ''} to gpupipe ops "
-            "(each would give another result than torchvision's):\n"
-            + "\n".join(lines)
-            + "\nsupported: "
-            + ", ".join(supported_names())
-        )
+from ..ops import Decode, Normalize, Op
 
 
 class Refuse(Error):
@@ -115,19 +97,6 @@ def is_transform(obj: Any) -> bool:
     return family(obj) is not None
 
 
-def supported_names() -> list[str]:
-    """The transforms that compile, ``timm.<Name>`` for timm's own."""
-    _load_rules()
-    names = {name.split(".", 1)[1] if name.startswith("torchvision.") else name for name in RULES}
-    return sorted(names | {"Compose"})
-
-
-def _load_rules() -> None:
-    from . import rules, timm  # noqa: F401 -- the rules register themselves
-
-    del rules, timm
-
-
 def _containers(transform: Any) -> list[Any] | None:
     """The transforms inside a ``Compose`` (v1, v2 or timm's), else ``None``."""
     if type(transform).__name__ == "Compose" and family(transform):
@@ -176,43 +145,4 @@ REASONS: dict[str, str] = {
 }
 
 
-def from_torchvision(transform: Any) -> list[Op]:
-    """The gpupipe ops with the meaning of a torchvision (v1 or v2) or timm transform.
-
-    Args:
-        transform: a ``Compose`` (nested ``Compose`` and ``RandomApply`` included) or one
-            transform, applied as a ``torchvision.datasets.ImageFolder`` applies it: to the PIL
-            image of each file.
-
-    Returns:
-        ``[Decode(), ...]``: the pipeline, ending with ``Output("uint8")`` when the transform
-        ends with a uint8 tensor (``PILToTensor``, ``ToImage``) and with ``Output(dtype)`` for
-        ``ToDtype`` to float16 / bfloat16; a float transform without ``Normalize`` gives
-        ``[0, 1]`` floats, as ``ToTensor`` does.
-
-    Raises:
-        UnsupportedTransform: naming every transform that cannot be compiled, its position
-            (``Compose[3]``) and why, and listing what is supported.
-    """
-    _load_rules()
-    state = State()
-    walk(transform, state, "")
-    _finish(state)
-    if state.problems:
-        raise UnsupportedTransform(state.problems)
-    ops: list[Op] = list(state.ops)
-    if state.normalize is not None:
-        ops.append(state.normalize)
-    if state.dtype is not None:
-        ops.append(Output(state.dtype))
-    return ops
-
-
-def _finish(state: State) -> None:
-    """Sets the output dtype: uint8 for a transform ending with a uint8 tensor. One ending with a PIL
-    image (which a ``DataLoader`` could not batch; one transform alone) gives what ``ToTensor`` would."""
-    if state.form == "uint8":
-        state.dtype = state.dtype or "uint8"
-
-
-__all__ = ["from_torchvision", "UnsupportedTransform", "is_transform", "supported_names", "RULES", "rule"]
+__all__ = ["Refuse", "State", "RULES", "REASONS", "rule", "walk", "is_transform", "family"]

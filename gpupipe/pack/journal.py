@@ -14,7 +14,7 @@ import logging
 import os
 from pathlib import Path
 
-from .. import filelock
+from .. import fileio
 from ..errors import Error
 from ..fileio import sha256_hex
 
@@ -37,8 +37,8 @@ class DstLock:
         self._fd: int | None = None
 
     def __enter__(self) -> DstLock:
-        fd = filelock.open_lock(self.path)
-        if not filelock.try_lock(fd):
+        fd = fileio.open_lock(self.path)
+        if not fileio.try_lock(fd):
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
             os.close(fd)
             raise PackError(
@@ -52,7 +52,7 @@ class DstLock:
 
     def __exit__(self, *exc) -> None:
         if self._fd is not None:
-            filelock.unlock(self._fd)
+            fileio.unlock(self._fd)
             os.close(self._fd)
             self._fd = None
 

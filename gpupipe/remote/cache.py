@@ -26,7 +26,6 @@ exclusive lock while readers hold it, because a reader may itself be waiting
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -39,8 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, overload
 
-from .. import env, filelock
-from ..fileio import read_json_object
+from .. import env, fileio
+from ..fileio import read_json_object, sha256_hex
 from .fetch import UNSIZED_CAP, CacheError, Retry, download, remote_info
 
 logger = logging.getLogger("gpupipe.remote")
@@ -101,7 +100,7 @@ class ShardCache:
 
     def path(self, url: str) -> str:
         """Where ``url`` is (or will be) cached."""
-        digest = hashlib.sha256(url.encode()).hexdigest()[:24]
+        digest = sha256_hex(url, 24)
         name = url.split("?", 1)[0].split("#", 1)[0].rsplit("/", 1)[-1]  # no query (it may hold a token)
         tail = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)[-80:]
         return str(self.folder / f"{digest}-{tail}")
@@ -156,19 +155,19 @@ class ShardCache:
             version = remote_info(url, self.retry, self.storage_options, need_size=False)["version"]
         wait = 0.01
         while True:
-            fd = filelock.open_lock(path + ".lock")
+            fd = fileio.open_lock(path + ".lock")
             try:
-                filelock.lock(fd, shared=True)  # waits only while another process downloads the file
+                fileio.lock(fd, shared=True)  # waits only while another process downloads the file
                 if not self._valid(path, size, sha256, version):
                     # a download needs the lock alone; never wait for readers (they may be waiting too)
-                    if not filelock.try_lock(fd):
+                    if not fileio.try_lock(fd):
                         os.close(fd)
                         time.sleep(wait * random.uniform(0.5, 1.5))  # out of step with the other waiters
                         wait = min(1.0, wait * 2)
                         continue
                     if not self._valid(path, size, sha256, version):
                         self._fetch(url, path, size, sha256, version, max_bytes)
-                    filelock.lock(fd, shared=True)  # not atomic: an eviction may slip in between
+                    fileio.lock(fd, shared=True)  # not atomic: an eviction may slip in between
                 os.utime(path + ".lock")  # last use, for eviction
                 if os.path.exists(path):
                     if not pin:
@@ -177,7 +176,7 @@ class ShardCache:
                     return Pin(fd, path)
                 os.close(fd)
             except BaseException:
-                filelock.close(fd)
+                fileio.close_lock(fd)
                 raise
 
     def _fetch(self, url: str, path: str, size: int | None, sha256: str | None, version: str | None, cap: int) -> None:
@@ -196,7 +195,7 @@ class ShardCache:
             Path(part).unlink(missing_ok=True)
             raise
         finally:
-            filelock.close(part_fd)  # drops the partial file's lock
+            fileio.close_lock(part_fd)  # drops the partial file's lock
         with self._lock:
             self.downloads += 1
 
@@ -300,9 +299,9 @@ class ShardCache:
         Raises:
             CacheError: the partial file cannot be made.
         """
-        fd = filelock.open_lock(str(self.folder / ".evict.lock"))
+        fd = fileio.open_lock(str(self.folder / ".evict.lock"))
         try:
-            filelock.lock(fd)
+            fileio.lock(fd)
             present = _without_dead_parts(self._entries(with_parts=True))
             total = sum(size for _, size, _ in present) + incoming
             for _, size, path in sorted(e for e in present if ".part-" not in e[2]):
@@ -323,7 +322,7 @@ class ShardCache:
                 part_fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
             except OSError as err:
                 raise CacheError(f"cannot write in the cache {self.folder}: {err.strerror or err}") from None
-            filelock.lock(part_fd)
+            fileio.lock(part_fd)
             return part, part_fd
         finally:
             os.close(fd)
@@ -331,8 +330,8 @@ class ShardCache:
     @staticmethod
     def _evict(path: str) -> bool:
         """Removes a cached file unless a reader holds it (or is downloading it)."""
-        fd = filelock.open_lock(path + ".lock")
-        if not filelock.try_lock(fd):
+        fd = fileio.open_lock(path + ".lock")
+        if not fileio.try_lock(fd):
             os.close(fd)
             return False
         try:
@@ -351,7 +350,7 @@ def _without_dead_parts(entries):
     alive = []
     for entry in entries:
         path = entry[2]
-        if ".part-" in path and not filelock.is_held(path):
+        if ".part-" in path and not fileio.is_held(path):
             Path(path).unlink(missing_ok=True)
             continue
         alive.append(entry)

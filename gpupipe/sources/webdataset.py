@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -14,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import Skipped
-from ..fileio import DEFAULT_MAX_FILE_SIZE, byte_size, read_json_object
+from ..fileio import DEFAULT_MAX_FILE_SIZE, byte_size, read_json_object, sha256_hex
 from ..progress import Progress
 from ..remote import CachedStore, LocalStore, Retry, ShardCache, default_cache_dir, expand_braces, is_url
 from ..remote.fetch import remote_info
@@ -162,7 +161,7 @@ class _Indexer:
             "location": location,
             "max_file_size": self.max_file_size,
         }
-        key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:32]
+        key = sha256_hex(json.dumps(settings, sort_keys=True), 32)
         path = self.folder / f"{key}.json"
         kept = read_json_object(path)
         if kept is not None and kept.get("meta", {}).get("stamp") == meta["stamp"]:
