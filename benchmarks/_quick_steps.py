@@ -61,7 +61,7 @@ def photo_folder(root: Path, images: int, seconds: float, classes: int = 10) -> 
     """``images`` demo photos in ``classes`` folders under ``root``: as many generated as ``seconds`` allow on
     every core (whole chunks, classes in turn), the rest hard links to them. Returns what was made."""
     from gpupipe import env
-    from gpupipe.bench import demo
+    from gpupipe.demo import photos as demo
 
     done = root / "quick.json"
     if done.is_file():

@@ -30,7 +30,8 @@ import torch  # noqa: E402
 
 import gpupipe  # noqa: E402
 from gpupipe.env import default_threads  # noqa: E402
-from gpupipe.bench import demo, measure, report, runner  # noqa: E402
+from gpupipe.bench import measure, report, runner  # noqa: E402
+from gpupipe.demo import photos as demo  # noqa: E402
 from gpupipe.bench.args import MODES  # noqa: E402
 from gpupipe.env import cache_dir  # noqa: E402
 

@@ -34,7 +34,7 @@ import torch  # noqa: E402
 
 import gpupipe  # noqa: E402
 from gpupipe.env import default_threads  # noqa: E402
-from gpupipe.bench import demo  # noqa: E402
+from gpupipe.demo import photos as demo  # noqa: E402
 from gpupipe.bench.measure import Stream, time_loader, warm_up  # noqa: E402
 from gpupipe.env import cache_dir  # noqa: E402
 

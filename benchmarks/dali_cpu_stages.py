@@ -15,7 +15,7 @@ from pathlib import Path
 from nvidia.dali import fn, pipeline, types
 
 import gpupipe
-from gpupipe.bench.demo import DemoSpec, ensure_demo
+from gpupipe.demo.photos import DemoSpec, ensure_demo
 from gpupipe.env import cache_dir
 
 STAGES = ("read", "decode (full image)", "decode (ROI)", "+ resize 224 (antialias)", "+ resize 224 (no antialias)",

@@ -120,7 +120,7 @@ class Proof:
             raise RuntimeError(f"cuda tests failed (exit {exit_code}): {tail}")
 
     def data(self) -> None:
-        from gpupipe.bench import demo
+        from gpupipe.demo import photos as demo
         from gpupipe.pack import ConvertSettings, PackSettings, pack
 
         images = 40 if self.rehearse else 50 * 256

@@ -20,7 +20,7 @@ import gpupipe
 from gpupipe.backends import available
 from gpupipe.env import default_threads
 from gpupipe.bench import measure
-from gpupipe.bench.demo import DemoSpec, ensure_demo
+from gpupipe.demo.photos import DemoSpec, ensure_demo
 from gpupipe.env import cache_dir
 from gpupipe.pack import ConvertSettings, PackSettings, pack
 

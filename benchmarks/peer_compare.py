@@ -44,7 +44,8 @@ import torch  # noqa: E402
 
 import gpupipe  # noqa: E402
 from gpupipe.amp import choose_amp  # noqa: E402
-from gpupipe.bench import demo, report, runner  # noqa: E402
+from gpupipe.bench import report, runner  # noqa: E402
+from gpupipe.demo import photos as demo  # noqa: E402
 from gpupipe.bench.measure import Stream, repeat_batch  # noqa: E402
 from gpupipe.env import cache_dir, default_threads  # noqa: E402
 

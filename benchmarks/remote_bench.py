@@ -32,7 +32,7 @@ import gpupipe  # noqa: E402
 from gpupipe import env  # noqa: E402
 from gpupipe.backends import available  # noqa: E402
 from gpupipe.env import default_threads  # noqa: E402
-from gpupipe.bench.demo import DemoSpec, ensure_demo  # noqa: E402
+from gpupipe.demo.photos import DemoSpec, ensure_demo  # noqa: E402
 from gpupipe.pack import ConvertSettings, PackSettings, pack  # noqa: E402
 from servers import FolderServer, S3Server  # noqa: E402
 

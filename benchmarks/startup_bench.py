@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import gpupipe  # noqa: E402
-from gpupipe.bench import demo  # noqa: E402
+from gpupipe.demo import photos as demo  # noqa: E402
 
 CLASSES = 1000
 

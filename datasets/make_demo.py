@@ -4,7 +4,7 @@
     python datasets/make_demo.py OUT --task segmentation      (OUT/images, OUT/masks: gpupipe.SegmentationFolder)
     python datasets/make_demo.py OUT --task detection         (OUT/images, OUT/annotations.json: gpupipe.CocoDetection)
 
-The images are "dead leaves" scenes over 1/f noise (see gpupipe/bench/demo.py;
+The images are "dead leaves" scenes over 1/f noise (see gpupipe/demo/photos.py;
 classification: sides 300-700 px, about 90 KiB each). Segmentation masks
 hold class ids (0 = background) of 21 classes; detection has 5 categories.
 Prints the folder's statistics and the example command that trains on it.
@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from gpupipe.bench import demo, demo_tasks
+from gpupipe.demo import photos as demo
+from gpupipe.demo import tasks as demo_tasks
 
 TASKS = ("classification", "segmentation", "detection")
 

@@ -15,7 +15,7 @@ import tarfile
 import urllib.request
 from pathlib import Path
 
-from gpupipe.bench.demo import folder_stats
+from gpupipe.demo.photos import folder_stats
 
 URL = "https://s3.amazonaws.com/fast-ai-imageclas/imagenette2{suffix}.tgz"
 SUFFIXES = {"full": "", "320": "-320", "160": "-160"}

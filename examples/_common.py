@@ -14,14 +14,14 @@ from typing import Iterator, Optional
 
 import torch
 
-from gpupipe.amp import AMP_CHOICES, AmpChoice, choose_amp
+import gpupipe
 from gpupipe.cli import ArgumentParser, fail, run
-from gpupipe.remote import is_url
-from gpupipe.loading.stats import rate_text
-from gpupipe.sources.files import split_folders_message
 
 __all__ = ["AMP_CHOICES", "ArgumentParser", "amp", "device", "epoch_line", "existing_file", "existing_folder",
            "existing_path", "fail", "image_folder", "parser", "positive_int", "progress", "run", "torchrun_rank"]
+
+#: ``--amp``: what ``gpupipe.choose_amp`` takes as ``requested``.
+AMP_CHOICES = ("auto", "bf16", "fp16", "off")
 
 #: Seconds between two progress lines.
 PROGRESS_EVERY_S = 10.0
@@ -44,7 +44,7 @@ def existing_folder(text: str) -> str:
 
 def existing_path(text: str) -> str:
     """An argument that must name an existing file or folder, or a URL (a pack behind it)."""
-    if not is_url(text) and not Path(text).expanduser().exists():
+    if not gpupipe.remote.is_url(text) and not Path(text).expanduser().exists():
         raise argparse.ArgumentTypeError(f"{text} does not exist")
     return text
 
@@ -60,11 +60,15 @@ def existing_file(text: str) -> str:
 
 
 def image_folder(text: str) -> str:
-    """An argument that must name an image folder ``root/<class>/<image>``, not a folder of splits."""
+    """An argument that must name an image folder ``root/<class>/<image>`` (not a folder of splits) or a
+    packed one."""
     existing_folder(text)
-    problem = split_folders_message(text)
-    if problem:
-        raise argparse.ArgumentTypeError(problem)
+    if gpupipe.pack.is_packed(text):  # a folder written by python -m gpupipe.pack
+        return text
+    try:
+        gpupipe.ImageFolder(text)  # says so when text holds split folders (train/, val/) rather than classes
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("ImageFolder: ")) from None
     return text
 
 
@@ -84,9 +88,10 @@ def device() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
 
 
-def amp(on: torch.device, requested: str = "auto") -> AmpChoice:
-    """The autocast precision for ``on`` (bf16 only where the machine runs it well, else float32)."""
-    return choose_amp(on, requested)
+def amp(on: torch.device, requested: str = "auto"):
+    """The autocast precision for ``on`` (bf16 only where the machine runs it well, else float32): the
+    machine's one recorded choice, as the bench's and ``gpupipe.choose_amp()``'s."""
+    return gpupipe.choose_amp(on, requested)
 
 
 def epoch_line(epoch: int, loss: float, loader=None, extra: str = "") -> str:
@@ -141,6 +146,11 @@ class progress:  # noqa: N801 -- used as a function: ``for batch in progress(loa
         left = (self.total - self.done) * elapsed / max(self.done, 1)
         return (f"step {self.done}/{self.total}: {rate_text(self.images / max(elapsed, 1e-9))} images/s, "
                 f"about {duration(left)} left")
+
+
+def rate_text(value: float) -> str:
+    """A rate that never reads 0 for a slow loop: ``123``, ``4.5``, ``0.41``."""
+    return f"{value:.0f}" if value >= 100 else f"{value:.1f}" if value >= 1 else f"{value:.2g}"
 
 
 def duration(seconds: float) -> str:

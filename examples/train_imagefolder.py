@@ -17,7 +17,6 @@ from torch import nn
 from torchvision import transforms
 
 import gpupipe
-from gpupipe.shards.format import is_packed
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
@@ -43,7 +42,7 @@ def gpupipe_version(root: str, size: int, batch_size: int, backend: str = "auto"
     # After: gpupipe's DataLoader, same arguments; the Compose is compiled to gpupipe ops, run by
     # DALI (GPU or CPU) or torchvision. A folder packed by `python -m gpupipe.pack` is read with the
     # same Compose (torchvision's ImageFolder cannot read it).
-    if is_packed(root):
+    if gpupipe.pack.is_packed(root):
         return gpupipe.DataLoader(root, batch_size=batch_size, shuffle=True, backend=backend, pipeline=recipe(size))
     return gpupipe.DataLoader(dataset(root, size), batch_size=batch_size, shuffle=True, num_workers=2,
                               backend=backend)

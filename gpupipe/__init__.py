@@ -10,7 +10,7 @@ documented API (the API reference pages); the ops are also ``gpupipe.ops.<Op>``:
 come from the op registry (``gpupipe.ops.OP_NAMES``), their imports are spelled out for type checkers.
 """
 
-from . import ops, pack, presets, remote
+from . import cli, ops, pack, presets, remote
 from ._compat import moved_attribute as __getattr__  # noqa: F401 -- old names and module paths, with a warning
 from ._version import __version__
 from .amp import autocast_dtype, choose_amp
@@ -81,7 +81,7 @@ __all__ = [
     # packing and remote data
     "pack",
     "remote",
-    # errors
+    # errors, and command lines that report them in one line
     "Error",
     "SampleError",
     "UnsupportedTransform",
@@ -89,5 +89,6 @@ __all__ = [
     "RemoteError",
     "OnError",
     "Skipped",
+    "cli",
     "__version__",
 ]

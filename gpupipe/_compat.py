@@ -39,6 +39,8 @@ MOVED_MODULES = {
     "gpupipe.scan": "gpupipe.sources.scan",
     "gpupipe.shardfmt": "gpupipe.shards.format",
     "gpupipe.filelock": "gpupipe.fileio",
+    "gpupipe.bench.demo": "gpupipe.demo.photos",
+    "gpupipe.bench.demo_tasks": "gpupipe.demo.tasks",
     "gpupipe.sources.tarindex": "gpupipe.shards.tarindex",
 }
 

@@ -3,7 +3,8 @@
 A bad argument, or a user mistake found later (a missing folder, a file
 where a folder belongs, a truncated shard, a pack that cannot be reached),
 ends a command with one line on stderr, ``error: ...``, and exit status 2,
-never a traceback. ``python -m gpupipe.pack`` and the examples use this.
+never a traceback. ``python -m gpupipe.pack`` and the examples use this; so can
+your own training script (``gpupipe.cli.run(main)``, ``gpupipe.cli.ArgumentParser``).
 """
 
 from __future__ import annotations
@@ -60,3 +61,6 @@ def run(main: Callable[[], int | None]) -> NoReturn:
     except user_errors() as err:
         fail(message(err))
     raise SystemExit(status or 0)
+
+
+__all__ = ["EXIT_ERROR", "ArgumentParser", "fail", "run", "user_errors"]

@@ -45,9 +45,6 @@ def image_folder(tmp_path: Path) -> Path:
 #: next session to fix (each named in the closing note of 2026-11-26); not strict, so a fix shows as XPASS.
 KNOWN_FAILING = {
     "tests/test_errors.py::test_every_gpupipe_exception_derives_from_gpupipe_error",
-    "tests/test_pack_distributed.py::test_two_ranks_pack_to_s3_and_the_pack_reads_back",
-    "tests/test_webdataset_hardening.py::test_packed_and_webdataset_samples_honour_the_loaders_max_file_size[dali-cpu]",
-    "tests/test_webdataset_hardening.py::test_packed_and_webdataset_samples_honour_the_loaders_max_file_size[torchvision]",
 }
 
 

@@ -1,5 +1,6 @@
 """Real servers on 127.0.0.1 for the remote-data tests: Python's HTTP server over a folder (with a
-request log and switchable faults) and moto's S3 server."""
+request log and switchable faults) and moto's S3 server, with the fixtures and the small pack the
+remote tests share (import them: ``from servers import s3``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from collections import Counter
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Optional, Set
+
+import pytest
 
 
 class FolderServer:
@@ -120,3 +123,23 @@ def _forget_s3_file_systems() -> None:
     import s3fs
 
     s3fs.S3FileSystem.clear_instance_cache()
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """moto's S3 server for a test module (skipped without ``s3fs`` and ``moto``)."""
+    pytest.importorskip("s3fs")
+    pytest.importorskip("moto")
+    server = S3Server()
+    yield server
+    server.stop()
+
+
+def small_pack(root: Path, images: int, shard_size: int, size=(24, 32)) -> Path:
+    """A packed folder ``root/packed`` of ``images`` flat PNGs in 3 classes (``helpers.flat_folder``)."""
+    from gpupipe.pack import PackSettings, pack
+    from helpers import flat_folder
+
+    pack(flat_folder(root / "images", images, classes=3, size=size), root / "packed",
+         PackSettings(shard_size=shard_size), workers=1, progress=False)
+    return root / "packed"

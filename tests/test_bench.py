@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from helpers import env_without, make_image_folder
-from gpupipe.bench import demo, estimate, measure, report, runner
+from gpupipe.bench import estimate, measure, report, runner
+from gpupipe.demo import photos as demo
 from gpupipe.bench.__main__ import BenchError, main, parse_args
 
 

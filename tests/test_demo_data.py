@@ -11,7 +11,8 @@ import pytest
 from PIL import Image
 
 import gpupipe
-from gpupipe.bench import demo, demo_tasks
+from gpupipe.demo import photos as demo
+from gpupipe.demo import tasks as demo_tasks
 
 MAKE_DEMO = Path(__file__).parents[1] / "datasets" / "make_demo.py"
 

@@ -66,7 +66,10 @@ def reference_eval(*, crop_size=224, resize_size=256, backend="pil", use_v2=Fals
     return T.Compose(transforms)
 
 
-POLICY_OPS = {None: [], "ra": [O.RandAugment(2, 9)], "ta_wide": [O.TrivialAugment()]}
+#: The presets pass interpolation=BILINEAR to every policy: the ops keep it (and the default fill, black).
+POLICY_OPS = {None: [], "ra": [O.RandAugment(2, 9, interpolation="bilinear")],
+              "ta_wide": [O.TrivialAugment(interpolation="bilinear")],
+              "imagenet": [O.AutoAugment("imagenet", interpolation="bilinear")]}
 CONFIGS = [(v2, be, aa, re) for v2 in (False, True) for be in ("pil", "tensor")
            for aa in (None, "ra", "ta_wide", "imagenet") for re in (0.0, 0.1)]
 
@@ -75,7 +78,7 @@ CONFIGS = [(v2, be, aa, re) for v2 in (False, True) for be in ("pil", "tensor")
 def test_every_reference_train_preset_compiles_with_its_parameters(use_v2, backend, policy, erase):
     recipe = reference_train(auto_augment_policy=policy, random_erase_prob=erase, backend=backend, use_v2=use_v2)
     ops = from_torchvision(recipe)
-    policy_ops = [O.AutoAugment("imagenet", interpolation="bilinear")] if policy == "imagenet" else POLICY_OPS[policy]
+    policy_ops = POLICY_OPS[policy]
     erasing = [O.RandomErasing(erase)] if erase else []
     assert ops == [O.Decode(), O.RandomResizedCrop(176), O.HorizontalFlip(0.5), *policy_ops, *erasing,
                    O.Normalize(MEAN, STD)]

@@ -161,15 +161,15 @@ def test_the_torchvision_affine_is_v2_functional_affine(folder):
 @pytest.mark.parametrize("backend, device", BACKEND_DEVICES)
 def test_auto_augment_applies_the_same_sub_policies_on_every_backend(folder, backend, device):
     """The plan picks each sample's ops: a sample left alone is left alone everywhere, and the others
-    differ only by the ops' implementations (DALI's auto_aug follows timm's tables; ~10 levels on average,
-    as RandAugment)."""
+    differ only by the ops' implementations (torchvision's magnitudes on both; DALI's equalize follows
+    OpenCV's formula: measured 1.8 levels on average on dali-cpu, 2-core CPU VM; CUDA: not yet measured)."""
     op = ops.AutoAugment()
     ours, theirs = batch(folder, [op], backend, device), batch(folder, [op], "torchvision")
     plain = batch(folder, [], "torchvision")
     untouched = torch.tensor((plan([op])[0]["ops"] == 0).all(axis=1))
     assert untouched.any() and not untouched.all()
     assert torch.equal(ours[untouched], plain[untouched]) and torch.equal(theirs[untouched], plain[untouched])
-    tolerance = 16.0 if device == "cpu" else 20.0
+    tolerance = 4.0 if device == "cpu" else 20.0
     assert (ours - theirs).abs().mean() < tolerance
 
 

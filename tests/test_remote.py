@@ -11,10 +11,9 @@ import pytest
 import torch
 
 import gpupipe
-from gpupipe.pack import PackSettings, pack
 from gpupipe.remote import RemoteError, Retry
-from helpers import CPU_BACKENDS, flat_folder, two_ranks
-from servers import FolderServer, S3Server
+from helpers import CPU_BACKENDS, two_ranks
+from servers import FolderServer, s3, small_pack  # noqa: F401, F811 -- s3: a fixture
 
 pytest.importorskip("aiohttp")
 PIPELINE = [gpupipe.Decode(), gpupipe.Resize((16, 16)), gpupipe.Output("uint8")]
@@ -23,10 +22,7 @@ QUICK = Retry(attempts=2, backoff=0.05, timeout=5)
 
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory):
-    root = tmp_path_factory.mktemp("remote")
-    pack(flat_folder(root / "images", 120, classes=3, size=(24, 32)), root / "packed",
-         PackSettings(shard_size=64 * 1024), workers=1, progress=False)
-    return root / "packed"
+    return small_pack(tmp_path_factory.mktemp("remote"), 120, shard_size=64 * 1024)
 
 
 @pytest.fixture
@@ -61,20 +57,24 @@ def test_a_pack_over_http_gives_the_local_samples(packed, server, tmp_path, back
     assert len(server.tar_gets()) == tars and set(server.tar_gets().values()) == {1}, "fetched once, then cached"
 
 
-@pytest.fixture(scope="module")
-def s3():
-    pytest.importorskip("s3fs")
-    pytest.importorskip("moto")
-    server = S3Server()
-    yield server
-    server.stop()
-
-
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
-def test_a_pack_on_s3_gives_the_local_samples(packed, s3, tmp_path, backend, monkeypatch):
+def test_a_pack_on_s3_gives_the_local_samples(packed, s3, tmp_path, backend, monkeypatch):  # noqa: F811
     url = s3.upload(packed, "bucket", f"data/packed-{backend}")
     monkeypatch.setenv("GPUPIPE_CACHE", str(tmp_path / "cache"))
     assert same(epochs(url, backend, n=1), epochs(packed, backend, n=1)), "gpupipe.loader('s3://...')"
+
+
+def test_upload_puts_a_pack_on_s3_once_and_it_reads_back(packed, s3, tmp_path):  # noqa: F811
+    from gpupipe.pack.upload import upload
+
+    (tmp_path / "none").mkdir()
+    url = s3.upload(tmp_path / "none", "uploads", "p")  # the bucket
+    names = sorted(p.name for p in packed.iterdir() if p.is_file())
+    sizes = {p.name: p.stat().st_size for p in packed.iterdir() if p.is_file()}
+    assert upload(packed, url, names, QUICK) == sum(sizes.values())
+    assert upload(packed, url, names, QUICK) == sizes["manifest.json"], "a rerun sends only the manifest"
+    remote = gpupipe.Shards(url, cache_dir=tmp_path / "cache", retry=QUICK)
+    assert remote.labels.tolist() == gpupipe.Shards(packed).labels.tolist()
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)

@@ -15,13 +15,12 @@ import pytest
 
 import gpupipe
 from gpupipe.shards import format as shardfmt
-from gpupipe.pack import PackSettings, pack
 from gpupipe.remote import RemoteError, RemoteMissing, Retry, ShardCache, download, read_small
 from gpupipe.remote import urls
 from gpupipe.remote.urls import join
-from helpers import flat_folder, rewrite_manifest
+from helpers import rewrite_manifest
 from hostile_servers import HostileServer
-from servers import FolderServer
+from servers import FolderServer, small_pack
 
 pytest.importorskip("aiohttp")
 QUICK = Retry(attempts=2, backoff=0.05, timeout=5, deadline=30)
@@ -30,10 +29,7 @@ SECRET = "hunter2"
 
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory):
-    root = tmp_path_factory.mktemp("hardening")
-    pack(flat_folder(root / "images", 24, classes=3, size=(24, 32)), root / "packed",
-         PackSettings(shard_size=16 * 1024), workers=1, progress=False)
-    return root / "packed"
+    return small_pack(tmp_path_factory.mktemp("hardening"), 24, shard_size=16 * 1024)
 
 
 @pytest.fixture

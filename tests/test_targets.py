@@ -14,6 +14,7 @@ import torch
 
 import gpupipe
 from gpupipe.plan.spec import build_spec
+from gpupipe.backends.torchvision.targets import TARGETS as TORCHVISION_TARGETS
 from gpupipe.targets import HANDLERS, TargetKind, handler
 from gpupipe.targets.base import check_label_rows
 from gpupipe.targets.boxes import BOX_PADDING, PADDING_LABEL, compact, pad, unpad
@@ -73,7 +74,7 @@ def test_padding_puts_real_boxes_first_and_unpads_exactly():
 
 
 def test_boxes_move_by_the_ops_map_and_an_iou_crop_drops_them_by_their_centre():
-    target = handler(TargetKind.BOXES)
+    target = TORCHVISION_TARGETS.of(handler(TargetKind.BOXES))
     spec = build_spec([gpupipe.Decode(), gpupipe.Resize((8, 8))])
     boxes = np.array([[0.0, 0.0, 4.0, 4.0], [6.0, 6.0, 10.0, 10.0]], np.float32)
     state = (boxes.copy(), boxes.copy(), np.array([0, 1]))
@@ -88,7 +89,7 @@ def test_boxes_move_by_the_ops_map_and_an_iou_crop_drops_them_by_their_centre():
 
 
 def test_masks_follow_the_kernel_with_nearest_sampling_and_ignore_fill():
-    target = handler(TargetKind.MASK)
+    target = TORCHVISION_TARGETS.of(handler(TargetKind.MASK))
     spec = build_spec([gpupipe.Decode(), gpupipe.Resize((4, 4))], ignore_index=200)
     asked = []
 

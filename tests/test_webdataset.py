@@ -3,34 +3,20 @@ brace patterns, problems reported by ``on_error``, indexes kept until a tar chan
 
 from __future__ import annotations
 
-import io
 import json
 import tarfile
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 import gpupipe
 from gpupipe.remote import expand_braces
 from helpers import CPU_BACKENDS
 from servers import FolderServer
+from wds_helpers import add, png
 
 PIPELINE = [gpupipe.Decode(), gpupipe.Resize((8, 8)), gpupipe.Output("uint8")]
-
-
-def add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
-    info = tarfile.TarInfo(name)
-    info.size = len(data)
-    tar.addfile(info, io.BytesIO(data))
-
-
-def png(value: int, size=(12, 16)) -> bytes:
-    out = io.BytesIO()
-    Image.fromarray(np.full((*size, 3), value, np.uint8)).save(out, "PNG")
-    return out.getvalue()
 
 
 def write_tars(folder: Path, tars: int = 3, per_tar: int = 10) -> dict:

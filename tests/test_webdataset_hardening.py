@@ -5,39 +5,22 @@ packed and WebDataset samples exactly as to a folder's files."""
 
 from __future__ import annotations
 
-import io
 import os
 import tarfile
 import tracemalloc
 from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
 
 import gpupipe
 from gpupipe.pack import PackSettings, pack
-from gpupipe.remote import Retry
+from gpupipe.remote import RemoteError, Retry
 from helpers import CPU_BACKENDS
-from servers import FolderServer, S3Server
+from servers import FolderServer, s3  # noqa: F401, F811 -- s3: a fixture
+from wds_helpers import add, png
 
 PIPELINE = [gpupipe.Decode(), gpupipe.Resize((8, 8)), gpupipe.Output("uint8")]
 QUICK = Retry(attempts=2, backoff=0.05, timeout=5)
-
-
-def png(value: int, size=(12, 16), noise: bool = False) -> bytes:
-    rng = np.random.default_rng(value)
-    pixels = rng.integers(0, 255, (*size, 3), dtype=np.uint8) if noise else np.full((*size, 3), value, np.uint8)
-    out = io.BytesIO()
-    Image.fromarray(pixels).save(out, "PNG")
-    return out.getvalue()
-
-
-def add(tar: tarfile.TarFile, name: str, data: bytes, **pax) -> None:
-    info = tarfile.TarInfo(name)
-    info.size = len(data)
-    info.pax_headers = pax
-    tar.addfile(info, io.BytesIO(data))
 
 
 def write_tar(path: Path, labels, fmt=tarfile.USTAR_FORMAT) -> Path:
@@ -72,16 +55,7 @@ def test_a_remote_tar_changed_with_the_same_size_gives_the_new_labels_over_http(
         server.stop()
 
 
-@pytest.fixture(scope="module")
-def s3():
-    pytest.importorskip("s3fs")
-    pytest.importorskip("moto")
-    server = S3Server()
-    yield server
-    server.stop()
-
-
-def test_a_remote_tar_changed_with_the_same_size_gives_the_new_labels_on_s3(tmp_path, s3):
+def test_a_remote_tar_changed_with_the_same_size_gives_the_new_labels_on_s3(tmp_path, s3):  # noqa: F811
     tar = write_tar(tmp_path / "up" / "data.tar", [0, 1, 2, 3])
     url = s3.upload(tmp_path / "up", "wds", "same-size") + "/data.tar"
     assert gpupipe.WebDataset(url, cache_dir=tmp_path / "cache", retry=QUICK).labels.tolist() == [0, 1, 2, 3]
@@ -89,6 +63,33 @@ def test_a_remote_tar_changed_with_the_same_size_gives_the_new_labels_on_s3(tmp_
     s3.upload(tmp_path / "up", "wds", "same-size")
     again = gpupipe.WebDataset(url, cache_dir=tmp_path / "cache", retry=QUICK)
     assert again.labels.tolist() == [1, 1, 1, 1]
+
+
+def test_a_remote_tar_replaced_mid_epoch_is_refused_not_read_with_the_old_index(tmp_path):
+    """A tar changed on the server after it was indexed, fetched again mid-epoch (its cached copy gone:
+    evicted, or removed by another process on the node): the download is refused by the sha256 the
+    index was built from; the old labels never come with the new bytes. (A tar still open keeps
+    giving the bytes it was indexed from: the dataset is what was indexed.)"""
+    served = tmp_path / "served"
+    for t in range(4):
+        write_tar(served / f"data-{t}.tar", [t] * 4)
+    server = FolderServer(served)
+    try:
+        cache = tmp_path / "cache"
+        size = (served / "data-1.tar").stat().st_size  # a cache of 1.5 tars: no tar kept past the next two
+        source = gpupipe.WebDataset(server.url + "/data-{0..3}.tar", cache_dir=cache, cache_limit=size * 3 // 2,
+                                    retry=QUICK)
+        loader = gpupipe.loader(source, PIPELINE, batch_size=4, backend="torchvision", num_threads=1, shuffle=False)
+        assert [int(v) for _, y in loader for v in y] == [t for t in range(4) for _ in range(4)]
+        write_tar(served / "data-0.tar", [1] * 4)  # same size, other labels; data-0 is closed by now
+        assert (served / "data-0.tar").stat().st_size == size
+        for path in cache.glob("*-data-0.tar*"):
+            if not path.name.endswith(".lock"):
+                path.unlink()
+        with pytest.raises(RemoteError, match="data-0.tar .*sha256 differs"):
+            [int(v) for _, y in loader for v in y]
+    finally:
+        server.stop()
 
 
 # -- 8. sizes from the tar header before any read -------------------------------------------------
@@ -161,10 +162,17 @@ def test_packed_and_webdataset_samples_honour_the_loaders_max_file_size(mixed, t
     root, limit = mixed
     folder, folder_loader = kept(root / "images", limit, backend)
     assert folder == list(range(0, 16, 2)) and len(folder_loader.skipped) == 8
+    # A pack shuffles, re-encodes and renames its members (00000000.jpg ...): the members it skips
+    # are those whose packed size is over the limit; the WebDataset tar keeps the folder's names.
+    with tarfile.open(root / "packed" / "shard-000000.tar") as tar:
+        too_large = sorted(Path(m.name).stem for m in tar.getmembers() if m.isfile() and m.size > limit)
+    assert len(too_large) == 8
+    expected = {"Shards": too_large, "WebDataset": [f"{i:04d}" for i in range(1, 16, 2)]}
     for source in (gpupipe.Shards(root / "packed"), gpupipe.WebDataset(root / "wds.tar", cache_dir=tmp_path)):
         seen, loader = kept(source, limit, backend)
         assert set(seen) == set(folder), type(source).__name__
-        assert sorted(Path(s.path.split("#")[-1]).stem for s in loader.skipped) == [f"{i:04d}" for i in range(1, 16, 2)]
+        names = sorted(Path(s.path.split("#")[-1]).stem for s in loader.skipped)
+        assert names == expected[type(source).__name__]
         assert all("too large" in s.reason for s in loader.skipped)
         with pytest.raises(gpupipe.SampleError, match="8 of 16 files cannot be used"):
             kept(source, limit, backend, on_error="raise")

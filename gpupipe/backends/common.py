@@ -1,15 +1,21 @@
-"""What every backend shares: the slots of a batch, and replacing bad samples (a lowering-table entry,
-``Lowering``, lives with the op registry)."""
+"""What every backend shares: the slots of a batch, replacing bad samples, and the table of a backend's
+target lowerings by kind (an op's lowering-table entry, ``Lowering``, lives with the op registry)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable
+from typing import TypeVar
 
 import numpy as np
 
 from ..errors import Error, ErrorPolicy, Skipped
 from ..loading.sampling import RankShare
+from ..ops.registry import RegistryError, _where
 from ..sources import Source
+from ..targets import Target
+
+T = TypeVar("T")
+C = TypeVar("C", bound=type)
 
 
 def batch_slots(share: RankShare, batch: int, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -76,3 +82,65 @@ class BadSamples:
                     f"({len(self.known)} bad samples; see loader.skipped)"
                 )
         return out
+
+
+class NoTargetLowering(Error, ValueError):
+    """A kind of target that moves with the pixels has no lowering on a backend (both named)."""
+
+
+class TargetLowerings(dict[Hashable, T]):
+    """One backend's target lowerings: target kind -> how the backend moves and batches that kind.
+
+    Only kinds that move with the pixels (``Target.moves_with_pixels``) need one; an image-level kind
+    gets ``image_level`` (its batches are looked up on the host: ``Target.batch``).
+
+    Args:
+        backend: the backend's name in messages.
+        image_level: the lowering of every image-level kind.
+    """
+
+    def __init__(self, backend: str, image_level: T) -> None:
+        super().__init__()
+        self.backend = backend
+        self.image_level = image_level
+
+    def add(self, kind: Hashable, lowering: T) -> None:
+        """Registers ``lowering`` for ``kind``.
+
+        Raises:
+            RegistryError: ``kind`` has one already on this backend, naming both.
+        """
+        old = self.get(kind)
+        if old is not None and type(old) is not type(lowering):
+            raise RegistryError(
+                f"target kind {getattr(kind, 'value', kind)!r}: {self.backend} target lowering registered twice: "
+                f"{_where(type(old))} and {_where(type(lowering))}"
+            )
+        self[kind] = lowering
+
+    def register(self, kind: Hashable) -> Callable[[C], C]:
+        """Class decorator: registers an instance of the class as ``kind``'s lowering (see ``add``)."""
+
+        def register_class(cls: C) -> C:
+            self.add(kind, cls())
+            return cls
+
+        return register_class
+
+    def of(self, target: Target, backend: str | None = None) -> T:
+        """The lowering of ``target``'s kind (``target``: the kind's handler; ``backend``: the name
+        in the message, by default the table's).
+
+        Raises:
+            NoTargetLowering: ``target`` moves with the pixels and this backend has no lowering for it.
+        """
+        if not target.moves_with_pixels:
+            return self.image_level
+        lowering = self.get(target.kind)
+        if lowering is None:
+            has = sorted(str(getattr(k, "value", k)) for k in self)
+            raise NoTargetLowering(
+                f"{target.title} have no target lowering on backend {backend or self.backend!r} "
+                f"(it lowers: {', '.join(has) or 'image-level targets only'})"
+            )
+        return lowering

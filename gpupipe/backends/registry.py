@@ -15,9 +15,10 @@ import torch
 
 from ..errors import ErrorPolicy
 from ..loading.config import LoaderConfig
-from ..ops.registry import LOWERINGS
+from ..ops.registry import LOWERINGS, RegistryError
 from ..plan.spec import PipelineSpec
 from ..sources import Source
+from ..targets import handler
 from .base import Backend, Placement
 
 logger = logging.getLogger(__name__)
@@ -42,6 +43,8 @@ class BackendInfo:
         lowerings: the module whose ``LOWERINGS`` table maps each op type to its lowering (importing it
             registers the built-in lowerings; see ``gpupipe.ops.registry``).
         options: keyword arguments for the factory.
+        targets: the module whose ``TARGETS`` table (``common.TargetLowerings``) maps each target kind
+            that moves with the pixels to its lowering; ``""``: the backend checks targets itself.
     """
 
     name: str
@@ -51,6 +54,7 @@ class BackendInfo:
     factory: str
     lowerings: str
     options: tuple[tuple[str, object], ...] = ()
+    targets: str = ""
 
     @property
     def pip(self) -> str:
@@ -69,6 +73,7 @@ REGISTRY: dict[str, BackendInfo] = {
             factory="gpupipe.backends.dali.backend:DaliBackend",
             lowerings="gpupipe.backends.dali.lowering",
             options=(("gpu", True),),
+            targets="gpupipe.backends.dali.targets",
         ),
         BackendInfo(
             "dali-cpu",
@@ -78,6 +83,7 @@ REGISTRY: dict[str, BackendInfo] = {
             factory="gpupipe.backends.dali.backend:DaliBackend",
             lowerings="gpupipe.backends.dali.lowering",
             options=(("gpu", False),),
+            targets="gpupipe.backends.dali.targets",
         ),
         BackendInfo(
             "torchvision",
@@ -86,10 +92,32 @@ REGISTRY: dict[str, BackendInfo] = {
             main_process=True,
             factory="gpupipe.backends.torchvision.backend:TorchvisionBackend",
             lowerings="gpupipe.backends.torchvision.lowering",
+            targets="gpupipe.backends.torchvision.targets",
         ),
     )
 }
+#: The built-in backends' names (``REGISTRY`` also holds the ones registered later).
 BACKENDS = tuple(REGISTRY)
+
+
+def register(info: BackendInfo) -> BackendInfo:
+    """Adds a backend of one's own, from its own file: ``gpupipe.loader(backend=info.name)`` builds it
+    (see the development page).
+
+    Raises:
+        RegistryError: another backend holds the name.
+    """
+    old = REGISTRY.get(info.name)
+    if old is not None and old != info:
+        raise RegistryError(f"backend {info.name!r} registered twice: {old.factory} and {info.factory}")
+    REGISTRY[info.name] = info
+    return info
+
+
+def unregister(name: str) -> None:
+    """Removes a backend added by ``register`` (for tests that add toy backends); built-in ones stay."""
+    if name not in BACKENDS:
+        REGISTRY.pop(name, None)
 
 
 def require(backend: str) -> None:
@@ -133,7 +161,7 @@ def resolve(backend: str, device: torch.device | None) -> tuple[str, str]:
     """
     if backend != "auto":
         if backend not in REGISTRY:
-            raise ValueError(f"unknown backend {backend!r}; choose 'auto' or one of {list(BACKENDS)}")
+            raise ValueError(f"unknown backend {backend!r}; choose 'auto' or one of {list(REGISTRY)}")
         return backend, "asked for"
     wants_gpu = device.type == "cuda" if device is not None else torch.cuda.is_available()
     if wants_gpu and available("dali"):
@@ -172,8 +200,12 @@ def check_lowerings(backend: str, spec: PipelineSpec) -> None:
 
     Raises:
         ValueError: naming the op, the backend and (where it applies) the target.
+        NoTargetLowering: the backend has no lowering for the kind of target (a ``ValueError``).
     """
-    table = importlib.import_module(REGISTRY[backend].lowerings).LOWERINGS
+    info = REGISTRY[backend]
+    if info.targets:
+        importlib.import_module(info.targets).TARGETS.of(handler(spec.target), backend)
+    table = importlib.import_module(info.lowerings).LOWERINGS
     for op in spec.ops:
         lowering = table.get(type(op))
         if lowering is None:
@@ -194,4 +226,6 @@ __all__: list[str] = [
     "require",
     "check_lowerings",
     "dali_package",
+    "register",
+    "unregister",
 ]

@@ -23,9 +23,10 @@ import torch
 from .. import env
 from ..amp import AmpChoice, choose_amp, cpu_info, probe_seconds, torch_build
 from ..cli import user_errors
+from ..demo import photos as demo
 from ..shards import format as shardfmt
 from ..sources import as_source
-from . import demo, report
+from . import report
 from .advice import conclude
 from .args import BenchError, choose_backends, parse_args
 from .estimate import duration, estimate, revised, time_demo_image

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import demo
+from ..demo import photos as demo
 from .runner import BenchConfig
 
 #: Seconds to make one demo image on the machine the rates below were measured on (2-core Xeon VM).

@@ -185,7 +185,7 @@ def _random_affine(t: Any, state: State) -> None:
             tuple(float(v) for v in t.degrees),
             **kwargs,
             interpolation=_policy_interpolation(t),
-            fill=fill_arg(t.fill),
+            fill=image_fill(t, state),
             center=center,
         ),
     )
@@ -206,30 +206,38 @@ def fill_arg(fill: Any) -> float | tuple[float, ...]:
 
 
 def _policy_interpolation(t: Any) -> str:
+    """The interpolation of a transform that resamples nearest or bilinear on every backend (no other)."""
     mode = interpolation(t.interpolation)
     if mode not in ("nearest", "bilinear"):
-        raise Refuse(f"interpolation={mode.upper()}: gpupipe resamples nearest or bilinear")
+        raise Refuse(f"interpolation={mode.upper()}: gpupipe resamples nearest or bilinear on every backend")
     return mode
 
 
-def _auto_augment_checks(t: Any) -> None:
-    mode = interpolation(t.interpolation)
-    if mode not in ("nearest", "bilinear"):
-        raise Refuse(f"interpolation={mode.upper()}: gpupipe's policies resample nearest or bilinear")
-    if not zero_fill(t.fill):
-        raise Refuse(f"fill={t.fill!r}: gpupipe's policies fill with black")
+def image_fill(t: Any, state: State) -> float | tuple[float, ...]:
+    """``t.fill`` in gpupipe's units (``[0, 255]``); on a float image torchvision fills in ``[0, 1]`` units,
+    which gpupipe (resampling uint8 images) keeps only for black."""
+    fill = fill_arg(t.fill)
+    if state.form == "float" and not zero_fill(fill):
+        raise Refuse(f"fill={t.fill!r} on a float image: gpupipe fills uint8 images; put it before ToTensor()")
+    return fill
+
+
+def _policy_options(t: Any, state: State) -> dict[str, Any]:
+    """A policy's (RandAugment, TrivialAugmentWide, AutoAugment) ``interpolation`` and ``fill``, kept exactly."""
+    return {"interpolation": _policy_interpolation(t), "fill": image_fill(t, state)}
 
 
 @rule("torchvision.RandAugment")
 def _rand_augment(t: Any, state: State) -> None:
-    _auto_augment_checks(t)
-    add(state, O.RandAugment(t.num_ops, t.magnitude, num_magnitude_bins=t.num_magnitude_bins))
+    add(
+        state,
+        O.RandAugment(t.num_ops, t.magnitude, num_magnitude_bins=t.num_magnitude_bins, **_policy_options(t, state)),
+    )
 
 
 @rule("torchvision.TrivialAugmentWide")
 def _trivial_augment(t: Any, state: State) -> None:
-    _auto_augment_checks(t)
-    add(state, O.TrivialAugment(num_magnitude_bins=t.num_magnitude_bins))
+    add(state, O.TrivialAugment(num_magnitude_bins=t.num_magnitude_bins, **_policy_options(t, state)))
 
 
 @rule("torchvision.AutoAugment")
@@ -238,7 +246,7 @@ def _auto_augment(t: Any, state: State) -> None:
     if policy != "imagenet":
         raise Refuse(f"policy={policy.upper()}: gpupipe has the ImageNet policy only")
     op = new_op("AutoAugment")
-    add(state, op(policy, interpolation=_policy_interpolation(t), fill=fill_arg(t.fill)))
+    add(state, op(policy, **_policy_options(t, state)))
 
 
 @rule("torchvision.RandomErasing")

@@ -335,7 +335,8 @@ class RandomAffine(Op):
         shear: ``s`` means x-shear in ``(-s, s)``; ``(a, b)``: x-shear in ``(a, b)``;
             ``(a, b, c, d)``: x-shear in ``(a, b)`` and y-shear in ``(c, d)``; degrees.
         interpolation: ``"nearest"`` (torchvision's default) or ``"bilinear"``.
-        fill: the colour where no pixel maps (masks: ``ignore_index``).
+        fill: the colour where no pixel maps (masks: ``ignore_index``); the DALI backends take one
+            value (a colour per channel is refused when the loader is built).
         center: the ``(x, y)`` pixel the map turns about; ``None``: the image's centre.
     """
 

@@ -102,16 +102,24 @@ AUGMENT_OPS = (
 class AutoAugmentOp(Op, abstract=True):
     """RandAugment and TrivialAugment: policies of the 14 ops of ``AUGMENT_OPS`` on fixed-size images.
 
-    Their shears, translations and rotations would have to move masks and
-    boxes too; no backend does that today, and each backend's lowering table
-    refuses those targets by name (see ``gpupipe.backends.check_lowerings``).
+    Their shears, translations and rotations resample with ``interpolation``
+    (``"nearest"``, torchvision's default, or ``"bilinear"``) and give
+    ``fill`` (one number or three, in ``[0, 255]``; the DALI backends take
+    one value and refuse three that differ) where no pixel maps, on every
+    backend. They would have to move masks and boxes too; no backend
+    does that today, and each backend's lowering table refuses those targets
+    by name (see ``gpupipe.backends.check_lowerings``).
     """
 
     num_magnitude_bins: int
+    interpolation: str
+    fill: tuple[float, float, float]
     needs_fixed_size: ClassVar = True
 
     def __post_init__(self) -> None:
         positive_int(f"{self.name}: num_magnitude_bins", self.num_magnitude_bins, 2)
+        object.__setattr__(self, "interpolation", interpolation_mode(self.name, self.interpolation))
+        object.__setattr__(self, "fill", fill_value(self.name, self.fill))
 
 
 @dataclass(frozen=True)
@@ -120,13 +128,16 @@ class RandAugment(AutoAugmentOp):
 
     The op choices and signs are drawn once and applied by every backend
     (DALI: the ``nvidia.dali.auto_aug`` suite; torchvision: ``transforms.v2``
-    kernels), so each sample gets the same ops everywhere.
+    kernels), so each sample gets the same ops everywhere. ``interpolation`` and ``fill`` are
+    torchvision's (``"nearest"`` and black by default), on every backend.
     """
 
     num_ops: int = 2
     magnitude: int = 9
     _: KW_ONLY
     num_magnitude_bins: int = 31
+    interpolation: str = "nearest"
+    fill: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -143,11 +154,14 @@ class RandAugment(AutoAugmentOp):
 class TrivialAugment(AutoAugmentOp):
     """TrivialAugment Wide: one op per image at a random magnitude.
 
-    DALI: ``nvidia.dali.auto_aug`` suite; torchvision: ``transforms.v2`` kernels.
+    DALI: ``nvidia.dali.auto_aug`` suite; torchvision: ``transforms.v2`` kernels. ``interpolation`` and
+    ``fill`` as RandAugment's.
     """
 
     _: KW_ONLY
     num_magnitude_bins: int = 31
+    interpolation: str = "nearest"
+    fill: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
 
 #: AutoAugment's ops: those of ``AUGMENT_OPS`` and ``Invert`` (``Identity``: a sub-policy step not applied).

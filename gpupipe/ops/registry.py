@@ -112,7 +112,7 @@ class LoweringTable(dict[type, Lowering[F]]):
             )
         if targets != ALL_TARGETS and not why:
             raise RegistryError(f"{op.__name__}: a {self.backend} lowering that refuses targets must say why")
-        self[op] = Lowering(apply, frozenset(targets), why)
+        self[op] = Lowering(apply, targets if isinstance(targets, frozenset) else frozenset(targets), why)
 
     def register(self, *ops: type, targets: frozenset[TargetKind] = ALL_TARGETS, why: str = "") -> Callable[[F], F]:
         """Decorator: registers the function as the lowering of each of ``ops``."""

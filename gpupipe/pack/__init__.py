@@ -13,9 +13,20 @@ packs its own contiguous part of the inputs into its own shards, and rank
 checks a packed folder; ``upload`` sends one to object storage.
 """
 
+from ..shards.format import is_packed
 from .check import verify
 from .convert import ConvertSettings
 from .journal import PackError
 from .packer import PackSettings, PackSummary, pack, packable, parse_size
 
-__all__ = ["pack", "verify", "PackSettings", "ConvertSettings", "PackSummary", "PackError", "parse_size", "packable"]
+__all__ = [
+    "pack",
+    "verify",
+    "PackSettings",
+    "ConvertSettings",
+    "PackSummary",
+    "PackError",
+    "parse_size",
+    "packable",
+    "is_packed",
+]

@@ -4,11 +4,10 @@ never sees a manifest naming a shard that is not there yet. A rerun skips what i
 
 from __future__ import annotations
 
-import functools
 import logging
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..remote import RemoteError, Retry, download, filesystem, join, read_small
@@ -35,7 +34,7 @@ def upload(staging: Path, dst: str, names: Sequence[str], retry: Retry, storage_
         path = f"{base.rstrip('/')}/{name}"
         if _remote_size(fs, path) == size and name != shardfmt.MANIFEST:
             continue
-        with_retries(url, retry, "uploading to", functools.partial(fs.put_file, str(local), path))
+        with_retries(url, retry, "uploading to", _put(fs, str(local), path))
         stored = _remote_size(fs, path)
         if stored != size:
             raise RemoteError(f"uploading to {url}: the server holds {stored} bytes, expected {size}")
@@ -47,6 +46,15 @@ def upload(staging: Path, dst: str, names: Sequence[str], retry: Retry, storage_
 def upload_manifest(staging: Path, dst: str, retry: Retry, storage_options: dict | None = None) -> None:
     """Uploads ``sources.tsv``, then the manifest (last: it makes the pack readable)."""
     upload(staging, dst, [SOURCES, shardfmt.MANIFEST], retry, storage_options)
+
+
+def _put(fs, src: str, dst: str) -> Callable[[float], object]:
+    """The upload as ``with_retries`` calls it: given the seconds left (a put has no deadline of its own)."""
+
+    def put(seconds_left: float) -> object:
+        return fs.put_file(src, dst)
+
+    return put
 
 
 def _remote_size(fs, path: str) -> int | None:

@@ -50,6 +50,20 @@ def default_cache_dir() -> Path:
     return env.cache_dir("remote")
 
 
+def make_folder(folder) -> Path:
+    """The cache folder ``folder`` (``cache_dir``), made if missing, as an absolute path.
+
+    Raises:
+        CacheError: it cannot be made (a file is in its place, no permission, ...).
+    """
+    path = Path(folder).expanduser().absolute()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise CacheError(f"cache_dir {path}: cannot make the cache folder: {err.strerror or err}") from None
+    return path
+
+
 class Pin:
     """A shared lock on a cached file: while it is held the file is not evicted."""
 
@@ -91,8 +105,7 @@ class ShardCache:
     """
 
     def __init__(self, folder, limit: int, retry: Retry | None = None, storage_options: dict | None = None) -> None:
-        self.folder = Path(folder).expanduser().absolute()
-        self.folder.mkdir(parents=True, exist_ok=True)
+        self.folder = make_folder(folder)
         self.limit, self.retry, self.storage_options = int(limit), retry or Retry(), storage_options
         self.downloads = 0  # made by this process (tests and the bench read it)
         self._over_limit_warned = False
@@ -357,4 +370,4 @@ def _without_dead_parts(entries):
     return alive
 
 
-__all__ = ["ShardCache", "Pin", "default_cache_dir"]
+__all__ = ["ShardCache", "Pin", "default_cache_dir", "make_folder"]

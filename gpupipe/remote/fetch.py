@@ -60,8 +60,8 @@ class RemoteDenied(RemoteError):
 
 
 class CacheError(RemoteError):
-    """A download could not be written on this machine (disk full, a file size limit, permissions):
-    the local disk's fault, not the server's; not retried."""
+    """A download could not be written on this machine (disk full, a file size limit, permissions), or
+    the cache folder cannot be made: the local disk's fault, not the server's; not retried."""
 
 
 class CorruptDownload(Error):
@@ -303,7 +303,8 @@ def download(
             raise CorruptDownload(f"got {got:,} bytes, expected {size:,}")
         if sha256 and digest.hexdigest() != sha256:
             raise CorruptDownload(
-                "its sha256 differs from the manifest's (corrupted in transfer or changed on the server)"
+                "its sha256 differs from the manifest's (for a WebDataset tar: the one it was indexed from); "
+                "corrupted in transfer or changed on the server"
             )
         return digest.hexdigest()
 

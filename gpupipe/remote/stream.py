@@ -7,18 +7,20 @@ import asyncio
 import time
 from collections.abc import Callable
 
+from ..errors import Error
 from .urls import filesystem
 
 #: Bytes read from the server at a time.
 CHUNK = 1 << 20
 
 
-class TooLarge(Exception):
-    """The file holds more than its cap (``args[0]``)."""
+class TooLarge(Error):
+    """The file holds more than its cap (``args[0]``); the callers in ``fetch`` turn it into a
+    ``RemoteError`` naming the URL."""
 
 
-class Overdue(Exception):
-    """The time limit passed during a read."""
+class Overdue(Error):
+    """The time limit passed during a read; ``fetch.with_retries`` turns it into a ``RemoteError``."""
 
 
 def stream(url: str, timeout: float, storage_options, sink: Callable[[bytes], None], cap: int, seconds: float) -> int:
@@ -63,8 +65,10 @@ async def _copy_async(fs, path: str, take: Callable[[bytes], None], stop: float)
 
     async def copy() -> None:
         try:
-            kwargs = {"size": -1} if "http" in fs.protocol else {}  # no HEAD first
-            fh = await fs.open_async(path, "rb", **kwargs)
+            http = "http" in fs.protocol
+            fh = await fs.open_async(path, "rb", **({"size": -1} if http else {}))  # no HEAD first
+            if http:  # fsspec's streamed HTTP file forgets the request options (headers, auth): give them back
+                fh.kwargs = {**getattr(fs, "kwargs", {}), **fh.kwargs}
         except NotImplementedError:
             start = 0
             while chunk := await fs._cat_file(path, start=start, end=start + 8 * CHUNK):

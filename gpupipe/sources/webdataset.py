@@ -16,6 +16,7 @@ from ..errors import Skipped
 from ..fileio import DEFAULT_MAX_FILE_SIZE, byte_size, read_json_object, sha256_hex
 from ..progress import Progress
 from ..remote import CachedStore, LocalStore, Retry, ShardCache, default_cache_dir, expand_braces, is_url
+from ..remote.cache import make_folder
 from ..remote.fetch import remote_info
 from ..remote.urls import redact
 from ..shards import format as shardfmt
@@ -149,7 +150,7 @@ class _Indexer:
     ) -> None:
         self.folder, self.cache, self.image_exts, self.label = folder, cache, image_exts, label
         self.max_file_size = max_file_size
-        folder.mkdir(parents=True, exist_ok=True)
+        make_folder(folder)
 
     def index(self, location: str):
         """``(meta, TarIndex)`` of one tar: from the kept index when the tar is unchanged."""
@@ -182,8 +183,12 @@ class _Indexer:
         else:
             index = index_tar(location, self.image_exts, self.label, max_file_size=self.max_file_size)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps({"meta": meta, "index": _to_json(index)}))
-        os.replace(tmp, path)
+        try:
+            tmp.write_text(json.dumps({"meta": meta, "index": _to_json(index)}))
+            os.replace(tmp, path)
+        except OSError as err:  # a full disk: the index is only kept to save time, the tar is read all the same
+            tmp.unlink(missing_ok=True)
+            logger.warning("could not keep the WebDataset index %s: %s; the tar is indexed again next time", path, err)
         logger.info(
             "WebDataset: indexed %s: %d samples, %d problems", redact(location), len(index.samples), len(index.problems)
         )

@@ -1,27 +1,26 @@
 """What every kind of target does: the ``Target`` handler each kind implements in its own file.
 
-A handler owns its kind's whole journey, so backends, sources and the
-packer never branch on the kind:
+A handler owns what its kind is, so backends, sources and the packer never
+branch on the kind:
 
 * **read**: one sample's target, from the source's public interface
   (``labels``, ``label_sets()``, ``read_mask()``, ``boxes_of()``);
-* **moved**: by each geometric op, on each backend. A backend hands the
-  handler the op's pixel *kernel* (``kernel(x, fill=..., nearest=...)``,
-  the same crop, resize, flip or rotation the image gets) and the op's
-  planned parameters (its ``affine`` map and output ``size``); a mask
-  samples the kernel with nearest-neighbour, a box moves by the map;
+* **checked**: against the source's classes;
 * **packed**: its tar member and manifest rows, written and read back;
 * **batched**: stacked or padded into the batch contract.
 
-Image-level kinds (a class per image) do not move with the pixels: they are
-looked up on the host for a whole batch (``Target.batch``).
+How a kind is moved by each geometric op is not here: each backend owns its
+target lowering, keyed by kind (``gpupipe/backends/<name>/targets.py``), so this
+package imports no backend library. Image-level kinds (a class per image) do not
+move with the pixels: they are looked up on the host for a whole batch
+(``Target.batch``).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -30,29 +29,46 @@ from .kinds import TargetKind
 if TYPE_CHECKING:
     import torch
 
-    from ..plan.spec import PipelineSpec
-    from ..sources import Source
-
 #: Sample indices: a sequence of ints or an int array.
 Indices = Any
-#: A geometric op's pixel work on an image-shaped tensor (``(C, H, W)``) or DALI node:
+#: A geometric op's pixel work on an image-shaped tensor (``(C, H, W)``) or a backend's graph node:
 #: ``kernel(x, fill=..., nearest=...)``; ``nearest`` samples without interpolation (class ids).
 Kernel = Callable[..., Any]
 #: One op's planned parameters for one sample (torchvision) or as graph nodes (DALI): ``params[name]``.
 Params = Any
 
 
+class SampleSource(Protocol):
+    """What a handler reads of a source (a ``gpupipe.Source`` has it all;
+    a kind reads only its own part: ``labels``, ``label_sets()``, ``read_mask()``, ``boxes_of()``).
+    Declared here so that ``targets`` sits below ``sources`` and imports none of it."""
+
+    classes: list[str]
+    names: list[str]
+    labels: np.ndarray
+    ignore_index: int
+    mask_names: list[str]
+
+    def __len__(self) -> int: ...
+
+    def label_sets(self, indices: Indices) -> list[np.ndarray]: ...
+
+    def read_mask(self, index: int) -> np.ndarray: ...
+
+    def boxes_of(self, index: int) -> tuple[np.ndarray, np.ndarray]: ...
+
+
 class Target:
     """The handler of one kind of target (one subclass per kind, one file each).
 
     Attributes:
-        kind: the kind it handles.
+        kind: the kind it handles (a new kind's class gives a string; ``registry.register`` makes it a
+            ``TargetKind``).
         moves_with_pixels: geometric ops move it (masks, boxes); ``False``: one value per image.
         member: the packed sample's tar member that holds it (``cls``, ``json``, ``png``).
         manifest_fields: the manifest's per-sample rows that hold it (none for masks: the member does).
         read_from_tar: the packed member is pixel data that DALI's reader reads with the image (masks);
             otherwise the target comes from the manifest.
-        dali_feeds: outputs of ``dali_feed`` (DALI's ``external_source`` gives them per batch).
         sources: the sources that give the kind (for messages).
     """
 
@@ -61,7 +77,6 @@ class Target:
     member: ClassVar[str]
     manifest_fields: ClassVar[tuple[str, ...]] = ()
     read_from_tar: ClassVar[bool] = False
-    dali_feeds: ClassVar[int] = 0
     sources: ClassVar[str]
 
     @property
@@ -70,92 +85,34 @@ class Target:
 
     # -- reading ------------------------------------------------------------------------------
 
-    def read(self, source: Source, index: int) -> Any:
+    def read(self, source: SampleSource, index: int) -> Any:
         """One sample's target, as the packer records it."""
         raise NotImplementedError
 
-    def check(self, source: Source, what: str) -> None:
+    def check(self, source: SampleSource, what: str) -> None:
         """Checks every sample's target against the source's classes.
 
         Raises:
             ValueError: naming ``what`` and the first sample whose target is out of range.
         """
 
-    def planning_boxes(self, source: Source, indices: Indices) -> list[np.ndarray] | None:
+    def planning_boxes(self, source: SampleSource, indices: Indices) -> list[np.ndarray] | None:
         """Per sample ``(N, 4)`` boxes the planner needs (an IoU crop draws around them), else ``None``."""
         return None
 
     # -- batches of image-level targets (built on the host) ---------------------------------------
 
-    def batch(self, source: Source, indices: Indices) -> torch.Tensor:
+    def batch(self, source: SampleSource, indices: Indices) -> torch.Tensor:
         """The targets of ``indices`` as one batch tensor (image-level kinds)."""
         raise NotImplementedError(f"{self.title} move with the pixels: the backend makes them")
 
-    def bytes_per_sample(self, source: Source) -> int:
+    def bytes_per_sample(self, source: SampleSource) -> int:
         """Bytes one sample's batch row takes (a backend may keep a run's rows on the device)."""
         return 0
 
-    # -- one sample on the torchvision backend --------------------------------------------------
-
-    def load(self, source: Source, index: int, size: tuple[int, int], path: str) -> Any:
-        """The sample's target, ready to move with its decoded ``(h, w)`` image; ``None``: image-level.
-
-        Raises:
-            gpupipe.errors.DecodeError: naming ``path`` (a mask that does not fit its image).
-        """
-        return None
-
-    def move(self, state: Any, kernel: Kernel, params: Params, op: Any, spec: PipelineSpec) -> Any:
-        """``state`` after geometric op ``op`` (its pixel ``kernel`` and planned ``params``)."""
-        return state
-
-    def finish(self, state: Any, spec: PipelineSpec) -> Any:
-        """The moved sample's target as ``stack`` takes it."""
-        return None
-
-    def stack(self, parts: Sequence[Any], spec: PipelineSpec) -> Any:
-        """The batch's part made in the workers (``None`` in ``parts``: a failed sample, replaced later)."""
-        return None
-
-    def replace(self, part: Any, row: int, value: Any) -> Any:
-        """``part`` with row ``row`` made from one sample's ``finish`` (a replaced sample)."""
-        return part
-
-    def complete(self, part: Any, source: Source, indices: Indices, content_sizes: np.ndarray) -> Any:
-        """The batch's targets from the workers' ``part`` (image-level kinds: from the source).
-
-        ``content_sizes``: ``(B, 2)`` each output image's ``(h, w)`` without padding.
-        """
-        return self.batch(source, indices)
-
-    # -- the DALI graph --------------------------------------------------------------------------
-
-    def dali_feed(self, source: Source, indices: Indices, *, strict: bool = False) -> list[list[np.ndarray]]:
-        """Per ``dali_feeds`` output, per sample, the arrays DALI's ``external_source`` gives.
-
-        ``strict``: an unreadable file raises (the probe names it) instead of feeding nothing.
-        """
-        return []
-
-    def dali_start(self, inputs: list[Any], *, gpu: bool) -> Any:
-        """The graph's state of the target from its inputs (fed, or read by the reader)."""
-        return None
-
-    def dali_move(self, state: Any, kernel: Kernel, params: Params, op: Any, spec: PipelineSpec) -> Any:
-        """``state`` after op ``op``; ``params[name]`` are the op's planned parameters as nodes."""
-        return state
-
-    def dali_outputs(self, state: Any, spec: PipelineSpec) -> list[Any]:
-        """The graph outputs that carry the target (after the images)."""
-        return []
-
-    def from_dali(self, outputs: list[torch.Tensor], count: int, content_sizes: np.ndarray) -> Any:
-        """The batch's targets from the outputs of ``dali_outputs`` (``count`` real samples)."""
-        raise NotImplementedError
-
     # -- packing --------------------------------------------------------------------------------
 
-    def pack_input(self, source: Source, index: int) -> Any:
+    def pack_input(self, source: SampleSource, index: int) -> Any:
         """What a packer's worker needs to pack the sample's target."""
         return self.read(source, index)
 
@@ -176,7 +133,7 @@ class Target:
         """A shard's manifest rows from its samples' manifest values."""
         return {field: list(values) for field in self.manifest_fields}
 
-    def manifest_extra(self, source: Source) -> dict[str, Any]:
+    def manifest_extra(self, source: SampleSource) -> dict[str, Any]:
         """Manifest fields of the whole pack (masks: ``ignore_index``)."""
         return {}
 

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
-from .base import Indices, Target, check_labels, is_int
+from .base import Indices, SampleSource, Target, check_labels, is_int
 from .kinds import TargetKind
-
-if TYPE_CHECKING:
-    from ..sources import Source
 
 #: Width of the zero-padded ASCII class index in a packed sample's ``.cls`` member.
 CLASS_DIGITS = 8
@@ -31,16 +28,16 @@ class Labels(Target):
     manifest_fields = ("labels",)
     sources = "a classification source: ImageFolder, FileList, WebDataset, or a pack of one"
 
-    def read(self, source: Source, index: int) -> int:
+    def read(self, source: SampleSource, index: int) -> int:
         return int(source.labels[index])
 
-    def check(self, source: Source, what: str) -> None:
+    def check(self, source: SampleSource, what: str) -> None:
         check_labels(source.labels, len(source.classes), what, source.names.__getitem__)
 
-    def batch(self, source: Source, indices: Indices) -> torch.Tensor:
+    def batch(self, source: SampleSource, indices: Indices) -> torch.Tensor:
         return torch.from_numpy(source.labels[np.asarray(indices, np.int64)])
 
-    def bytes_per_sample(self, source: Source) -> int:
+    def bytes_per_sample(self, source: SampleSource) -> int:
         return 8
 
     def pack(self, value: Any, before, after, settings) -> tuple[bytes, int]:

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
-from .base import Indices, Target, check_label_rows, is_int, json_member_problem
+from .base import Indices, SampleSource, Target, check_label_rows, is_int, json_member_problem
 from .kinds import TargetKind
-
-if TYPE_CHECKING:
-    from ..sources import Source
 
 
 class MultiHot(Target):
@@ -24,19 +21,19 @@ class MultiHot(Target):
     manifest_fields = ("label_lists",)
     sources = "a multi-label source: a FileList with several labels per line, or a pack of one"
 
-    def read(self, source: Source, index: int) -> list[int]:
+    def read(self, source: SampleSource, index: int) -> list[int]:
         return source.label_sets([index])[0].tolist()
 
-    def check(self, source: Source, what: str) -> None:
+    def check(self, source: SampleSource, what: str) -> None:
         check_label_rows(source.label_sets(range(len(source))), len(source.classes), what, source.names)
 
-    def batch(self, source: Source, indices: Indices) -> torch.Tensor:
+    def batch(self, source: SampleSource, indices: Indices) -> torch.Tensor:
         out = torch.zeros(len(indices), len(source.classes), dtype=torch.float32)
         for row, labels in enumerate(source.label_sets(np.asarray(indices, np.int64))):
             out[row, torch.from_numpy(np.asarray(labels, np.int64))] = 1.0
         return out
 
-    def bytes_per_sample(self, source: Source) -> int:
+    def bytes_per_sample(self, source: SampleSource) -> int:
         return 4 * len(source.classes)
 
     def pack(self, value: Any, before, after, settings) -> tuple[bytes, list[int]]:

@@ -256,7 +256,7 @@ class DaliBackend:
         targets: Any
         if self.target.moves_with_pixels:
             assert ref.content_sizes is not None  # planned with the run
-            targets = self.target.from_dali([to_torch(o, device) for o in outputs[1:]], n, ref.content_sizes)
+            targets = self.pipelines.target.collect([to_torch(o, device) for o in outputs[1:]], n, ref.content_sizes)
         elif not self.finish_on_gpu and self._holds_run_targets(run):
             start = (run.consumed - 1) * self.config.batch_size
             targets = self._run_targets(run)[start : start + n]

@@ -3,8 +3,8 @@
 The reader reads the run's samples; one ``external_source`` gives, per
 iteration, the planned parameters the lowering reads (found once by
 tracing the graph; drawn a few batches ahead on a background thread and
-packed, see ``params``), then what the target's handler feeds
-(``dali_feed``: the masks of a folder
+packed, see ``params``), then what the target's lowering feeds
+(``targets``, ``feed``: the masks of a folder
 source, the boxes of a detection source). A packed mask is read by the
 reader with its image instead.
 """
@@ -39,6 +39,7 @@ from .params import ParamLayout, RunParams
 from .readers import ReaderFiles, reader_for
 from .recovery import Prober
 from .run import BatchRef, Run, RunFailed
+from .targets import TARGETS
 
 logger = logging.getLogger(__name__)
 
@@ -79,9 +80,9 @@ class Pipelines:
         self.planner, self.sizes = planner, sizes
         self.decoder = decoder_settings(config, sizes)
         self.reader = reader_for(source)
-        self.target = source.target
+        self.target = TARGETS.of(source.target)  # the target's DALI lowering (refuses a kind it lacks)
         # what the external source feeds besides the parameters: the target, unless the reader reads it
-        self.fed = 0 if self.reader.reads_target else self.target.dali_feeds
+        self.fed = 0 if self.reader.reads_target else self.target.feeds
         self.layout = self._used_params()
         load = self.decoder.hw_decoder_load
         self.hw_decoder_load: float | None = None if load == "auto" else float(load)
@@ -187,7 +188,7 @@ class Pipelines:
         probe reads each suspect's image (and its target, where that is read) itself."""
 
         def read(index: int):
-            return self.source.read_bytes(index), self.target.dali_feed(self.source, [index], strict=True)
+            return self.source.read_bytes(index), self.target.feed(self.source, [index], strict=True)
 
         def prepare(suspect, data):
             (index, epoch, position), (image, feed) = suspect, data
@@ -200,7 +201,7 @@ class Pipelines:
         @pipeline_def(enable_conditionals=uses_conditionals(self.spec))
         def graph():
             encoded = fn.external_source(source=lambda info: prober.current[0], batch=True, batch_info=True)
-            inputs = self._external(lambda info: prober.current[1], fed=self.target.dali_feeds)  # no reader here
+            inputs = self._external(lambda info: prober.current[1], fed=self.target.feeds)  # no reader here
             return tuple(self._lower(encoded, inputs, inputs[self.layout.outputs :]))
 
         with quiet_auto_aug():
@@ -225,10 +226,10 @@ class Pipelines:
 
         @pipeline_def(enable_conditionals=uses_conditionals(self.spec))
         def trace():
-            inputs = self._external(lambda info: None, every, fed=self.target.dali_feeds)
+            inputs = self._external(lambda info: None, every, fed=self.target.feeds)
             params = every.nodes(inputs[: every.outputs])
             recorded.append(params)
-            state = self.target.dali_start(inputs[every.outputs :], gpu=False)
+            state = self.target.start(inputs[every.outputs :], gpu=False)
             g = Graph(self.graph_spec, params, gpu=False, decoder={}, target=self.target, state=state)
             g.encoded = fn.external_source(name="encoded")
             return tuple(lower(g))
@@ -257,7 +258,7 @@ class Pipelines:
         if hw_decoder_load is None:
             hw_decoder_load = DEFAULT_LOAD if self.hw_decoder_load is None else self.hw_decoder_load
         settings = dataclasses.replace(self.decoder, hw_decoder_load=hw_decoder_load)
-        state = self.target.dali_start(targets, gpu=self.gpu)
+        state = self.target.start(targets, gpu=self.gpu)
         g = Graph(
             self.graph_spec,
             self.layout.nodes(inputs[:n]),
@@ -277,7 +278,7 @@ class Pipelines:
         positions = np.concatenate([r.positions for r in refs])
         epochs = np.repeat(np.array([r.epoch for r in refs], np.int64), bs)
         plan = self.planner.plan(
-            epochs, positions, self.sizes[indices], self.target.planning_boxes(self.source, indices)
+            epochs, positions, self.sizes[indices], self.source.target.planning_boxes(self.source, indices)
         )
         content = self.planner.content_sizes(plan)
         for m, ref in enumerate(refs):
@@ -287,7 +288,7 @@ class Pipelines:
     def _feed(self, ref: BatchRef) -> list:
         """What the external source gives for the target of batch ``ref``'s samples (nothing when the
         reader reads it, or it does not move with the pixels)."""
-        return self.target.dali_feed(self.source, ref.indices) if self.fed else []
+        return self.target.feed(self.source, ref.indices) if self.fed else []
 
     def device_id(self) -> int | None:
         if not self.gpu:

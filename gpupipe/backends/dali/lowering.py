@@ -10,8 +10,8 @@ so the image and its target get one window, one coin, one angle:
   every later image op then runs on the GPU.
 * A geometric op is a pixel *kernel* (``kernel(node, fill=..., nearest=...)``:
   a slice, resize, flip or rotation) applied to the images, then handed with
-  the op's parameters to the target's handler, which moves its own state
-  (``dali_move``: masks sample the kernel
+  the op's parameters to the target's DALI lowering, which moves its own state
+  (``targets``, ``move``: masks sample the kernel
   nearest-neighbour, boxes move by the op's affine map).
 * A trailing ``HorizontalFlip``, ``Normalize`` and the output dtype / layout
   become one ``crop_mirror_normalize``.
@@ -27,7 +27,7 @@ from nvidia.dali import math as dmath
 
 from ... import ops as O
 from ...targets.base import Kernel
-from .augment import quiet_auto_aug  # importing it registers the auto-augment lowerings
+from .augment import one_fill, quiet_auto_aug  # importing it registers the auto-augment lowerings
 from .table import LOWERINGS, Graph, lowering
 
 #: DALI dtype that ``crop_mirror_normalize`` emits for each output dtype;
@@ -145,11 +145,10 @@ def _affine(g: Graph, j: int, op: O.RandomAffine) -> None:
     matrix = g.p(j, "affine")
 
     def kernel(x, *, fill, nearest: bool = False):
-        fill = fill[0] if isinstance(fill, tuple) and len(set(fill)) == 1 else fill
         interp = types.INTERP_NN if nearest or op.interpolation == "nearest" else types.INTERP_LINEAR
         return fn.warp_affine(x, matrix=matrix, fill_value=fill, interp_type=interp, inverse_map=False)
 
-    g.geometric(j, op, kernel, op.fill)
+    g.geometric(j, op, kernel, one_fill(op))
 
 
 @lowering(O.RandomRotation)
@@ -218,7 +217,7 @@ def lower(g: Graph) -> list:
 
     Returns:
         ``[images]`` (``(B, C, H, W)``, or ``(B, H, W, C)`` for channels_last),
-        then the outputs that carry the target (``dali_outputs``).
+        then the outputs that carry the target (its lowering's ``outputs``).
     """
     spec = g.spec
     moving = g.target is not None and g.state is not None
@@ -251,7 +250,7 @@ def lower(g: Graph) -> list:
     if not moving:
         return [images]
     assert g.target is not None  # moving
-    return [images, *g.target.dali_outputs(g.state, spec)]
+    return [images, *g.target.outputs(g.state, spec)]
 
 
 __all__ = ["LOWERINGS", "FUSIONS", "Graph", "lower", "quiet_auto_aug", "roi_decoder", "DALI_DTYPE"]

@@ -4,13 +4,15 @@ lowering, registered with ``@lowering(OpType)`` next to each function in ``lower
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ... import ops as O
 from ...ops.registry import LoweringTable, lowering_table
 from ...plan.spec import PipelineSpec
-from ...targets import Target
 from ...targets.base import Kernel
+
+if TYPE_CHECKING:
+    from .targets import DaliTarget
 
 
 class Graph:
@@ -24,8 +26,8 @@ class Graph:
         params: the planned parameters as nodes.
         gpu: the image ops run on the GPU.
         decoder: the image decoder's keyword arguments.
-        target: the handler of the source's targets, with their state in the graph (``None``:
-            nothing moves with the pixels).
+        target: the DALI lowering of the source's targets (``targets``), with their state in the graph
+            (``None``: nothing moves with the pixels).
     """
 
     def __init__(
@@ -35,7 +37,7 @@ class Graph:
         *,
         gpu: bool,
         decoder: dict,
-        target: Target | None = None,
+        target: DaliTarget | None = None,
         state: Any = None,
     ) -> None:
         self.spec = spec
@@ -65,7 +67,7 @@ class Graph:
         if image:
             self.images = kernel(self.images, fill=fill, nearest=False)
         if self.target is not None and self.state is not None:
-            self.state = self.target.dali_move(self.state, kernel, _OpParams(self, j), op, self.spec)
+            self.state = self.target.move(self.state, kernel, _OpParams(self, j), op, self.spec)
 
 
 class DaliLowering(Protocol):

@@ -79,7 +79,7 @@ class TorchvisionBackend:
             self.dataset,
             batch_sampler=self._keys,
             num_workers=workers,
-            collate_fn=functools.partial(collate, spec=spec, target=self.target, finish=not self.on_cuda),
+            collate_fn=functools.partial(collate, spec=spec, target=self.dataset.target, finish=not self.on_cuda),
             pin_memory=self.on_cuda,
             persistent_workers=workers > 0,
             prefetch_factor=config.prefetch if workers > 0 else None,
@@ -117,7 +117,7 @@ class TorchvisionBackend:
             content = self.planner.content_sizes(plan)
             if failures:
                 indices, part = self._refill(images, part, content, failures, indices, positions, read, b)
-            yield images, self.target.complete(part, self.source, indices, content)
+            yield images, self.dataset.target.complete(part, self.source, indices, content)
 
     def _refill(self, images, part, content, failures, indices, positions, read: EpochRead, batch: int):
         """Replaces the samples that failed in a worker, decoding their replacements here (``content``,
@@ -141,7 +141,7 @@ class TorchvisionBackend:
             indices[k] = replacement
             content[k] = self.planner.content_sizes(plan)[0]
             images[k] = finish_one(image, self.spec, not self.on_cuda)
-            part = self.target.replace(part, k, target)
+            part = self.dataset.target.replace(part, k, target)
         return indices, part
 
     def close(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from typing import cast
 
 import numpy as np
 import torch
@@ -18,8 +19,8 @@ from ...loading.transfer import empty_like_output, normalize_uint8
 from ...ops import RandomResizedCrop
 from ...plan.spec import PipelineSpec
 from ...sources import Source
-from ...targets import Target
 from .lowering import Item, apply_ops
+from .targets import TARGETS, TorchvisionTarget
 
 #: The start of torchvision 0.29's deprecation notice for its image decoders (silenced around our call only).
 _TORCHVISION_DEPRECATION = "The image decoding and encoding capabilities of TorchVision"
@@ -39,7 +40,7 @@ def jpeg_decoder() -> tuple[Callable[[torch.Tensor], torch.Tensor], str]:
         from torchcodec.decoders import decode_jpeg
     except (ImportError, OSError, RuntimeError):  # absent, or its native library does not load here
         return _torchvision_jpeg, "torchvision.io"
-    return (lambda data: decode_jpeg(data, mode="RGB")), "torchcodec"
+    return (lambda data: cast(torch.Tensor, decode_jpeg(data, mode="RGB"))), "torchcodec"  # one image in, one out
 
 
 _JPEG, JPEG_DECODER = jpeg_decoder()
@@ -118,7 +119,7 @@ class DecodedSamples(Dataset):
     """Reads, decodes and transforms one sample; a key is ``(index, planned parameters per op)``.
 
     Returns ``(image, target, failure)``: the ``(3, H, W)`` uint8 image, the
-    sample's moved target as its handler finishes it (``None`` for image-level
+    sample's moved target as its lowering (``targets``) finishes it (``None`` for image-level
     targets, which the main process looks up), and ``None``; or, for a sample
     that cannot be read or decoded, ``(None, None, reason)``.
     """
@@ -126,13 +127,13 @@ class DecodedSamples(Dataset):
     def __init__(self, source: Source, spec: PipelineSpec, reduced_decode: bool = True) -> None:
         self.source = source
         self.spec = spec
-        self.target: Target = source.target
+        self.target: TorchvisionTarget = TARGETS.of(source.target)  # refuses a kind it has no lowering for
         # Scaled JPEG decoding applies to a RandomResizedCrop right after Decode, with class targets only.
         self.reduced_decode = (
             reduced_decode
             and len(spec.ops) > 1
             and isinstance(spec.ops[1], RandomResizedCrop)
-            and not self.target.moves_with_pixels
+            and not source.target.moves_with_pixels
         )
 
     def __len__(self) -> int:
@@ -163,7 +164,7 @@ class DecodedSamples(Dataset):
         return Item(image=image, target=self.target, state=self.target.load(self.source, index, size, path))
 
 
-def collate(results: list[tuple], spec: PipelineSpec, target: Target, finish: bool):
+def collate(results: list[tuple], spec: PipelineSpec, target: TorchvisionTarget, finish: bool):
     """Stacks samples into a batch; failed samples get an empty slot and are listed.
 
     Returns:

@@ -4,8 +4,8 @@ A sample travels as an ``Item``: the image (``(3, H, W)`` uint8) and
 its target's state (``None`` for image-level targets). A geometric op is a
 pixel *kernel* (``kernel(x, fill=..., nearest=...)`` on a plain ``(C, H, W)``
 tensor: a window, resize, flip or rotation) applied to the image, then
-handed with the op's parameters to the target's handler
-(``move``): a mask samples the same kernel
+handed with the op's parameters to the target's lowering
+(``targets``, ``move``): a mask samples the same kernel
 nearest-neighbour, boxes move by the op's affine map. So the target gets the
 image's exact window, coin and angle.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
@@ -26,8 +26,11 @@ from ... import ops as O
 from ...ops.pixel import AUTO_AUGMENT_OPS
 from ...ops.registry import LoweringTable, lowering_table
 from ...plan.spec import PipelineSpec
-from ...targets import IMAGE_LEVEL, Target
+from ...targets import IMAGE_LEVEL
 from ...targets.base import Kernel
+
+if TYPE_CHECKING:
+    from .targets import TorchvisionTarget
 
 Params = dict[str, np.ndarray]
 
@@ -37,7 +40,7 @@ class Item:
     """One sample on its way through the ops: the image and its target's state."""
 
     image: torch.Tensor
-    target: Target | None = None
+    target: TorchvisionTarget | None = None
     state: Any = None
 
     @property
@@ -210,15 +213,13 @@ def _erase(item: Item, p: Params, op: O.RandomErasing, spec: PipelineSpec) -> No
 
 
 _IMAGE_ONLY = "it shears, translates and rotates the image without its targets"
-_POLICIES = {O.RandAugment: v2.RandAugment(), O.TrivialAugment: v2.TrivialAugmentWide()}
+_POLICIES = {O.RandAugment: v2.RandAugment, O.TrivialAugment: v2.TrivialAugmentWide, O.AutoAugment: v2.AutoAugment}
 
 
 @functools.lru_cache(maxsize=16)
 def _policy(op: Any) -> Any:
-    """The torchvision transform whose ops and magnitudes ``op`` applies (AutoAugment: with its fill)."""
-    if isinstance(op, O.AutoAugment):
-        return v2.AutoAugment(fill=[int(round(v)) for v in op.fill])
-    return _POLICIES[type(op)]
+    """The torchvision transform whose ops and magnitudes ``op`` applies, with its interpolation and fill."""
+    return _POLICIES[type(op)](interpolation=InterpolationMode(op.interpolation), fill=list(_fill(op)))
 
 
 @lowering(O.RandAugment, O.TrivialAugment, O.AutoAugment, targets=IMAGE_LEVEL, why=_IMAGE_ONLY)
@@ -226,7 +227,6 @@ def _auto_augment(item: Item, p: Params, op: Any, spec: PipelineSpec) -> None:
     """The planned ops of RandAugment / TrivialAugment Wide / AutoAugment, with torchvision's magnitudes."""
     policy = _policy(op)
     names = AUTO_AUGMENT_OPS if isinstance(op, O.AutoAugment) else O.AUGMENT_OPS
-    mode = InterpolationMode(getattr(op, "interpolation", "nearest"))
     height, width = item.size
     img = item.image
     levels = np.broadcast_to(p["bins"], p["ops"].shape) if "bins" in p else np.full(p["ops"].shape, op.magnitude)
@@ -242,7 +242,9 @@ def _auto_augment(item: Item, p: Params, op: Any, spec: PipelineSpec) -> None:
                 magnitude = -magnitude
         else:
             magnitude = 0.0
-        img = policy._apply_image_or_video_transform(img, name, magnitude, interpolation=mode, fill=policy._fill)
+        img = policy._apply_image_or_video_transform(
+            img, name, magnitude, interpolation=policy.interpolation, fill=policy._fill
+        )
     item.image = img
 
 

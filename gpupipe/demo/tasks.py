@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .demo import Progress, background, chunks, finish, leaves, palette, photo_size, pink_noise, run_parallel
+from .photos import Progress, background, chunks, finish, leaves, palette, photo_size, pink_noise, run_parallel
 
 #: Objects smaller than this many visible pixels get no box.
 MIN_OBJECT_PIXELS = 64
