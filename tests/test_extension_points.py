@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import CPU_BACKENDS, HAS_DALI, TOY_OP
 from PIL import Image
 
 import gpupipe
@@ -23,45 +24,8 @@ from gpupipe.backends.common import NoTargetLowering
 from gpupipe.backends.torchvision.targets import TARGETS as TORCHVISION_TARGETS
 from gpupipe.ops import registry as op_registry
 from gpupipe.targets import TargetKind
-from helpers import CPU_BACKENDS, HAS_DALI
 
 PACKAGE = Path(gpupipe.__file__).resolve().parent
-
-TOY_OP = '''
-"""An op of one's own: the class, its planner and a lowering per backend, in one file."""
-from dataclasses import dataclass
-
-import numpy as np
-
-from gpupipe.ops import Op, register
-
-
-@dataclass(frozen=True)
-class ToyNegative(Op):
-    """Each pixel becomes 255 - pixel with probability ``p``."""
-
-    p: float = 1.0
-
-
-def plan(op, step):
-    return {"negate": step.coin(op.p).astype(np.int32)}
-
-
-def on_torchvision(item, params, op, spec):
-    if int(params["negate"]):
-        item.image = 255 - item.image
-
-
-def on_dali(g, j, op):
-    from nvidia.dali import fn, types
-
-    flag = g.on_device(fn.cast(g.p(j, "negate"), dtype=types.FLOAT))
-    x = fn.cast(g.images, dtype=types.FLOAT)
-    g.images = fn.cast(x + flag * (255.0 - 2.0 * x), dtype=types.UINT8)
-
-
-register(ToyNegative, planner=plan, lowerings={"torchvision": on_torchvision, "dali": on_dali})
-'''
 
 TOY_SOURCE = '''
 """A source of one's own: a CSV file of ``image,class`` rows, in one file (a ``FileSource``: every
@@ -254,7 +218,8 @@ def toys(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(folder))
     modules = {name: importlib.import_module(name) for name in TOYS}
     yield modules
-    op_registry.unregister(modules["toy_op"].ToyNegative)
+    op_registry.unregister(modules["toy_op"].ToyInvert)
+    op_registry.unregister(modules["toy_op"].ToyTorchvisionOnly)
     kind = modules["toy_kind"]
     for k in (kind.WEIGHT, kind.POINTS):
         TORCHVISION_TARGETS.pop(k, None)
@@ -295,7 +260,7 @@ def test_each_toy_is_one_file_outside_gpupipe(toys):
 def test_a_toy_op_and_a_toy_source_run_end_to_end(toys, images, backend):
     source = toys["toy_source"].CsvImages(images / "list.csv")
     assert source.classes == ["even", "odd"] and len(source) == 8
-    pipeline = [ops.Decode(), ops.CenterCrop(32), toys["toy_op"].ToyNegative()]
+    pipeline = [ops.Decode(), ops.CenterCrop(32), toys["toy_op"].ToyInvert()]
     _, got, labels = read_all(source, pipeline, backend)
     grey = torch.tensor([20 + 25 * i for i in range(8)], dtype=torch.uint8)
     assert got.shape == (8, 3, 32, 32)
@@ -338,8 +303,8 @@ def test_a_toy_backend_reads_what_torchvision_reads(toys, images):
     _, want, want_labels = read_all(source, pipeline, "torchvision", batch_size=3)
     assert loader.backend == "toy-pil" and len(labels) == 3
     assert torch.equal(got, want) and torch.equal(torch.cat(labels), torch.cat(want_labels))
-    with pytest.raises(ValueError, match=r"ToyNegative has no lowering on backend 'toy-pil'"):
-        gpupipe.loader(source, pipeline + [toys["toy_op"].ToyNegative()], batch_size=2, backend="toy-pil",
+    with pytest.raises(ValueError, match=r"ToyInvert has no lowering on backend 'toy-pil'"):
+        gpupipe.loader(source, pipeline + [toys["toy_op"].ToyInvert()], batch_size=2, backend="toy-pil",
                        device="cpu")
 
 

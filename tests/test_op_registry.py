@@ -14,63 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import CPU_BACKENDS, HAS_DALI, TOY_OP, make_image_folder
 
 import gpupipe
 from gpupipe import ops
 from gpupipe.ops import Op, registry
 from gpupipe.ops.registry import RegistryError
-from helpers import CPU_BACKENDS, HAS_DALI, make_image_folder
 
 ROOT = Path(__file__).resolve().parents[1]
-
-TOY_OP = '''
-"""A user's op, in one file: the class, its planner and its lowering on each backend."""
-from dataclasses import dataclass
-
-import numpy as np
-
-from gpupipe.ops import Op, register
-
-
-@dataclass(frozen=True)
-class ToyInvert(Op):
-    """Inverts the image (255 - x) with probability ``p``."""
-
-    p: float = 0.5
-
-
-def plan(op, step):
-    return {"invert": step.coin(op.p).astype(np.int32)}
-
-
-def on_torchvision(item, params, op, spec):
-    if int(params["invert"]):
-        item.image = 255 - item.image
-
-
-def on_dali(g, j, op):
-    from nvidia.dali import fn, types
-
-    flag = g.on_device(fn.cast(g.p(j, "invert"), dtype=types.FLOAT))
-    x = fn.cast(g.images, dtype=types.FLOAT)
-    g.images = fn.cast(x + flag * (255.0 - 2.0 * x), dtype=types.UINT8)
-
-
-register(ToyInvert, planner=plan, lowerings={"torchvision": on_torchvision, "dali": on_dali})
-
-
-@dataclass(frozen=True)
-class ToyTorchvisionOnly(Op):
-    """An op with a torchvision lowering only."""
-
-
-def leave_alone(item, params, op, spec):
-    pass
-
-
-register(ToyTorchvisionOnly, lowerings={"torchvision": leave_alone})
-'''
-
 
 @pytest.fixture
 def toy(tmp_path):

@@ -164,11 +164,6 @@ def json_member_problem(payload: bytes, want: dict) -> str:
     return "" if got == want else "target differs from the manifest's"
 
 
-def is_int(value: Any) -> bool:
-    """A JSON integer (not a bool)."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def check_label_rows(rows: Sequence[np.ndarray], num_classes: int, what: str, names: Sequence[str]) -> None:
     """Every label of every sample's row (a label set, a box's labels) must index a class.
 

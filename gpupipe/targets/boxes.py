@@ -22,8 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..checks import is_int
 from . import boxmath as bx
-from .base import Indices, Params, SampleSource, Target, check_label_rows, is_int, json_member_problem
+from .base import Indices, Params, SampleSource, Target, check_label_rows, json_member_problem
 from .kinds import TargetKind
 
 #: The box value of padding rows in a detection batch.

@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .base import Indices, SampleSource, Target, check_labels, is_int
+from ..checks import is_int
+from .base import Indices, SampleSource, Target, check_labels
 from .kinds import TargetKind
 
 #: Width of the zero-padded ASCII class index in a packed sample's ``.cls`` member.

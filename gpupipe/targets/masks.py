@@ -13,9 +13,10 @@ from typing import Any
 
 import numpy as np
 
+from ..checks import is_int
 from ..fileio import UnreadableFile, read_file
 from ..images import ImageRefused
-from .base import SampleSource, Target, is_int
+from .base import SampleSource, Target
 from .kinds import TargetKind
 from .maskfiles import decode_mask, gray_png
 

@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .base import Indices, SampleSource, Target, check_label_rows, is_int, json_member_problem
+from ..checks import is_int
+from .base import Indices, SampleSource, Target, check_label_rows, json_member_problem
 from .kinds import TargetKind
 
 
