@@ -143,7 +143,7 @@ def test_load_state_dict_checks_the_state(image_folder):
         loader.load_state_dict({"epoch": 0, "batches_done": 1, "seed": 2})
     with pytest.raises(ValueError, match="world_size 4"):
         loader.load_state_dict({"epoch": 0, "batches_done": 1, "seed": 1, "world_size": 4})
-    with pytest.raises(ValueError, match="outside 0..5"):
+    with pytest.raises(ValueError, match="outside 0..5"), pytest.warns(UserWarning, match="format 1"):
         loader.load_state_dict({"epoch": 0, "batches_done": 9, "seed": 1})
     with pytest.raises(ValueError, match="not a gpupipe loader state"):
         loader.load_state_dict({"epoch": 0})

@@ -45,6 +45,7 @@ class BackendInfo:
         options: keyword arguments for the factory.
         targets: the module whose ``TARGETS`` table (``common.TargetLowerings``) maps each target kind
             that moves with the pixels to its lowering; ``""``: the backend checks targets itself.
+        internal: chosen by gpupipe itself (``fallback="torchvision"``), not offered among the choices.
     """
 
     name: str
@@ -55,6 +56,7 @@ class BackendInfo:
     lowerings: str
     options: tuple[tuple[str, object], ...] = ()
     targets: str = ""
+    internal: bool = False
 
     @property
     def pip(self) -> str:
@@ -161,7 +163,8 @@ def resolve(backend: str, device: torch.device | None) -> tuple[str, str]:
     """
     if backend != "auto":
         if backend not in REGISTRY:
-            raise ValueError(f"unknown backend {backend!r}; choose 'auto' or one of {list(REGISTRY)}")
+            offered = [name for name, info in REGISTRY.items() if not info.internal]
+            raise ValueError(f"unknown backend {backend!r}; choose 'auto' or one of {offered}")
         return backend, "asked for"
     wants_gpu = device.type == "cuda" if device is not None else torch.cuda.is_available()
     if wants_gpu and available("dali"):

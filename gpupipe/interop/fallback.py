@@ -38,6 +38,7 @@ REGISTRY.setdefault(
         main_process=True,
         factory="gpupipe.interop.fallback:TransformBackend",
         lowerings="gpupipe.backends.torchvision.lowering",  # the spec holds Decode only
+        internal=True,
     ),
 )
 
