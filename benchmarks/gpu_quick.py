@@ -16,12 +16,12 @@ after every step, so a run cut short still returns what it measured. Time budget
 | data | 12,800 photo-sized JPEGs (~450 px): generated on every core for at most 40 s, the rest hard links | 60 | 50 |
 | dali | ``dali_check.py``: one small ``dali`` pipeline feeding torch; a failure stops the run (exit 3) | 60 | 25 |
 | peer | gpupipe ``dali`` vs the same graph by hand: loader alone, ResNet-18 bf16 channels_last, batch 256 | 120 | 90 |
-| host | one gpupipe epoch's ``next()`` under cProfile (top 25), warning lines of a gpupipe-only process | 45 | 20 |
-| tests | ``pytest -n 4 -m cuda`` (serial without pytest-xdist) | 200 | 90 |
+| host | one gpupipe epoch's ``next()`` profiled (top 25), warning lines of a gpupipe-only process | 45 | 20 |
+| tests | ``pytest -n 4 -m cuda`` (serial without pytest-xdist), each test's outcome and the slowest 30 | 200 | 330 |
 | hw_decoder_load | ``"auto"`` against 0, 0.35, 0.65 and 1.0, loader alone, 2 rounds | 60 | 40 |
-| resnet50 | ResNet-50 end to end against its model-only ceiling | 50 | 30 |
-| op_costs | heavy against standard preset, ms per batch each op adds | 70 | 45 |
-| total | | 420 | ~400 |
+| resnet50 | ResNet-50 end to end against its model-only ceiling: gpupipe, gpupipe prefetching 4, hand-written | 80 | 60 |
+| op_costs | heavy against standard preset, ms per batch each op adds, and DALI's own form of the ops (``--peer``) | 90 | 60 |
+| total | | 420 | ~560 (the H200 run: 465 s) |
 
 Data: generating one demo photo takes 0.10 s of one core (measured on the 2-core CPU VM), so 12,800
 would take ~80 s on 16 such cores; the step generates what 40 s allow (~6,400) and fills the folder up
@@ -62,11 +62,13 @@ logger = logging.getLogger("gpu_quick")
 
 STEPS = ("machine", "data", "dali", "peer", "host", "tests", "hw_decoder_load", "resnet50", "op_costs")
 CAPS = {"machine": 30, "data": 60, "dali": 60, "peer": 120, "host": 45, "tests": 200, "hw_decoder_load": 60,
-        "resnet50": 50, "op_costs": 70}
+        "resnet50": 80, "op_costs": 90}
 #: Steps that read the photo folder (the others run without it).
 NEEDS_DATA = ("peer", "host", "hw_decoder_load", "resnet50", "op_costs")
 BUDGET_S = 420
 MIN_STEP_S = 15
+#: Seconds between the SIGINT that asks a step to stop (pytest writes its summary) and the kill.
+INTERRUPT_GRACE_S = 12
 #: A rehearsal's caps and default budget are this many times longer: it checks the steps, not the timings,
 #: on CPUs that other work may share.
 REHEARSAL_SLACK = 5
@@ -74,6 +76,8 @@ REHEARSAL_SLACK = 5
 IMAGES, GENERATE_S = 50 * 256, 40
 #: A stderr line that is a warning (DALI's, nvImageCodec's, or anyone's): what the targets count.
 WARNING = re.compile(r"warn|fancy upsampling", re.IGNORECASE)
+#: pytest's last line: ``==== 3 passed, 1 skipped in 2.0s ====`` (also after an interrupt).
+PYTEST_SUMMARY = re.compile(r"^=+ .*\b(passed|failed|error|errors|skipped|deselected|no tests ran)\b.* in [\d.]+s")
 
 
 class Quick:
@@ -100,9 +104,7 @@ class Quick:
         steps: Dict[str, Callable[[float], None]] = {
             "machine": self.machine, "data": self.data, "dali": self.dali, "peer": self.peer, "host": self.host,
             "tests": self.tests, "hw_decoder_load": self.sweep, "resnet50": self.resnet50, "op_costs": self.op_costs}
-        for name in STEPS:
-            if name not in wanted:
-                continue
+        for name in wanted:
             cap = min(CAPS[name] * (REHEARSAL_SLACK if self.rehearse else 1), self.left())
             for key in ("failures", "skipped"):
                 self.figures[key].pop(name, None)
@@ -209,10 +211,13 @@ class Quick:
             "PYTEST_DISABLE_PLUGIN_AUTOLOAD") else []
         selection = [str(ROOT / "tests" / "test_gpu_readiness.py"), "-k", "refuses"] if self.rehearse else \
             ["-m", "cuda", str(ROOT / "tests")]
-        code = run_logged([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *xdist, "--junitxml",
-                           str(self.out / "tests.xml"), *selection], self.out / "tests.log", cap)
-        tail = ((self.out / "tests.log").read_text(errors="replace").strip().splitlines() or ["?"])[-1]
-        self.figures["tests"] = {"exit": code, "summary": tail, "parallel": bool(xdist)}
+        # -v: each test's outcome on its own line, so a run stopped at its cap says which ran; stopped, pytest
+        # gets SIGINT first (run_logged) and still writes its summary, the slowest 30 and the JUnit XML
+        code = run_logged([sys.executable, "-m", "pytest", "-v", "-rfE", "--durations=30", "-p", "no:cacheprovider",
+                           *xdist, "--junitxml", str(self.out / "tests.xml"), *selection], self.out / "tests.log", cap)
+        log = (self.out / "tests.log").read_text(errors="replace")
+        self.figures["tests"] = {"exit": code, **pytest_outcome(log), "parallel": bool(xdist)}
+        tail = self.figures["tests"]["summary"]
         if code != 0:
             raise RuntimeError(f"cuda tests exited {code}: {tail}")
 
@@ -224,9 +229,11 @@ class Quick:
     def resnet50(self, cap: float) -> None:
         small = ["--tiny-models", "--batch-size", "8", "--train-steps", "2", "--warmup", "1"]
         full = ["--models", "resnet50", "--batch-size", "256", "--train-steps", "30", "--warmup", "10"]
-        self.script("resnet50", cap, "peer_compare.py", "--data", str(self.folder), "--loaders", "gpupipe",
-                    "--no-loader-alone", "--rounds", "1", "--out", str(self.out / "resnet50.json"),
-                    *(small if self.rehearse else full))
+        # the hand-written pipeline (is the ceiling reachable by any DALI loader on this GPU?) and gpupipe with 4
+        # batches prefetched (does a deeper queue hide the GPU time DALI's kernels share with the model?)
+        self.script("resnet50", cap, "peer_compare.py", "--data", str(self.folder), "--loaders", "gpupipe,hand",
+                    "--deeper-prefetch", "4", "--no-loader-alone", "--rounds", "1",
+                    "--out", str(self.out / "resnet50.json"), *(small if self.rehearse else full))
 
     def op_costs(self, cap: float) -> None:
         sweep = self.figures.get("hw_decoder_load", {})
@@ -234,25 +241,48 @@ class Quick:
         sizes = ["--batch", "8", "--batches", "2", "--rounds", "1", "--size", "64"] if self.rehearse else \
             ["--batch", "256", "--batches", "10", "--rounds", "2"]
         result = self.script("op_costs", cap, "op_costs.py", str(self.folder), "--backend", self.backend,
-                             "--hw-decoder-load", str(load), "--out", str(self.out / "op_costs.json"), *sizes)
+                             "--hw-decoder-load", str(load), "--peer", "--out", str(self.out / "op_costs.json"),
+                             *sizes)
         prefix = {row["op"]: row["prefix_ms_per_batch"] for row in result["rows"]}
         result["heavy_over_standard"] = round(prefix["HorizontalFlip"] / result["rows"][-1]["prefix_ms_per_batch"], 3)
 
 
+def pytest_outcome(log: str) -> Dict:
+    """``summary``: pytest's last line (or the log's, when it wrote none); ``outcomes``: tests per outcome, counted
+    from ``-v`` lines, serial (``tests/x.py::t PASSED``) or under xdist (``[gw0] [ 5%] PASSED tests/x.py::t``)."""
+    summary = [line.strip("= ") for line in log.splitlines() if PYTEST_SUMMARY.match(line)]
+    outcomes = {}
+    for word in ("PASSED", "FAILED", "ERROR", "SKIPPED"):
+        pattern = rf"(?m)^(?:\[gw\d+\] \[ *\d+%\] {word} tests/\S+|tests/\S+ {word}\b)"
+        outcomes[word.lower()] = len(re.findall(pattern, log))
+    return {"summary": summary[-1] if summary else (log.strip().splitlines() or ["?"])[-1], "outcomes": outcomes}
+
+
 def run_logged(cmd: List[str], log: Path, timeout: float) -> int:
     """Runs ``cmd`` in its own process group with its output going straight into ``log``; its exit code, or 124
-    after ``timeout`` seconds (the whole group is stopped: DALI's threads, pytest's workers)."""
+    after ``timeout`` seconds. At ``timeout - grace`` the process gets SIGINT (pytest then stops its workers and
+    writes its summary and JUnit XML; a script stops as on Ctrl-C), at ``timeout`` the whole group is killed
+    (DALI's threads, pytest's workers)."""
+    grace = min(INTERRUPT_GRACE_S, timeout / 4)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "PYTHONUNBUFFERED": "1"}
     with log.open("w") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT, env=env, start_new_session=True)
         try:
-            return proc.wait(timeout=timeout)
+            return proc.wait(timeout=timeout - grace)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            fh.write(f"\n(stopped after {timeout:.0f} s)\n")
-            return 124
+            proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # what is left of the group (or the process itself)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        fh.write(f"\n(stopped after {timeout:.0f} s)\n")
+        return 124
 
 
 def _write(path: Path, data) -> None:
@@ -284,7 +314,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rehearse", action="store_true", help="every step on the CPU, tiny sizes")
     parser.add_argument("--budget", type=float, help=f"seconds for the whole run (default {BUDGET_S})")
     parser.add_argument("--pack", type=Path, help="a .tgz of OUT, rewritten after every step")
-    parser.add_argument("--only", help=f"comma-separated, of: {', '.join(STEPS)} (machine, data and dali come along)")
+    parser.add_argument("--only", help=f"comma-separated, of: {', '.join(STEPS)}, run in the order given (machine, data and dali "
+                        "come first)")
     parser.add_argument("--commit", type=Path, help="a run's .tgz: unpacked into benchmarks/results/<gpu>-<date>/")
     parser.add_argument("--inner", choices=("machine", "data", "sweep"), help=argparse.SUPPRESS)
     parser.add_argument("--images", type=int, default=IMAGES, help=argparse.SUPPRESS)
@@ -305,7 +336,8 @@ def main(argv=None) -> int:
         import _quick_steps as quick_steps
 
         return quick_steps.main(args)
-    wanted = list(STEPS) if args.only is None else ["machine", "data", "dali", *args.only.split(",")]
+    asked = [] if args.only is None else [s for s in args.only.split(",") if s not in ("machine", "data", "dali")]
+    wanted = list(STEPS) if args.only is None else list(dict.fromkeys(["machine", "data", "dali", *asked]))
     unknown = [s for s in wanted if s not in STEPS]
     if unknown:
         parser.error(f"--only: unknown {', '.join(unknown)}; choose from {', '.join(STEPS)}")

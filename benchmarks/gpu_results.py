@@ -79,21 +79,25 @@ def _spread(entry: Dict, key: str = "images_per_s", spec: str = ",.0f") -> str:
 
 
 def peer_rows(peer: Dict) -> Tuple[List[str], List[List[str]]]:
-    """The peer comparison: per loop and loader, images/s (min-max), host ms per batch and its share."""
+    """The peer comparison: per loop and loader, images/s (min-max), host ms per batch and its share of the loop,
+    and the share of the loop's wall time spent inside ``next()`` (waiting included)."""
     rows = []
     for key, entry in sorted(peer.get("results", {}).items(), key=lambda kv: (kv[0].startswith("ceiling"), kv[0])):
         if key.startswith("ceiling "):
-            rows.append([f"ceiling ({key[len('ceiling '):]})", _spread(entry), "-", "-"])
+            rows.append([f"ceiling ({key[len('ceiling '):]})", _spread(entry), "-", "-", "-"])
             continue
-        rows.append([key, _spread(entry), f"{entry['host_ms_per_batch']:.2f}", f"{entry['host_share']:.1%}"])
-    return ["loader, loop", "images/s (min-max)", "host ms per batch in next()", "host share of the loop"], rows
+        wait = f"{entry['wait_share']:.1%}" if "wait_share" in entry else "-"
+        rows.append([key, _spread(entry), f"{entry['host_ms_per_batch']:.2f}", f"{entry['host_share']:.1%}", wait])
+    header = ["loader, loop", "images/s (min-max)", "host ms per batch in next()", "host share of the loop",
+              "wall time in next()"]
+    return header, rows
 
 
 def section(folder: Path, title_level: str = "###") -> str:
     """Every table of one committed quick proof (``folder/quick.json``), with its machine and versions."""
     figures = json.loads((Path(folder) / "quick.json").read_text())
     machine = figures.get("machine", {})
-    versions = ", ".join(f"{k} {v}" for k, v in machine.get("versions", {}).items())
+    versions = ", ".join(f"{k} {v}" for k, v in machine.get("versions", {}).items() if v)
     parts = [f"{title_level} `{Path(folder).name}`" + (" (CPU rehearsal, not a GPU result)"
                                                         if figures.get("rehearsal") else ""),
              f"Machine: {machine.get('gpu') or 'no GPU'}, {machine.get('cpu_cores_usable', '?')} cores "
@@ -113,13 +117,20 @@ def section(folder: Path, title_level: str = "###") -> str:
         chosen = figures["hw_decoder_load"].get("auto_chose")
         parts += [f"`hw_decoder_load`, loader alone (auto chose {chosen}):",
                   _table(["hw_decoder_load", "images/s"], [[k, f"{v:,.0f}"] for k, v in sweep.items()])]
+    resnet50 = figures.get("resnet50", {})
+    if resnet50.get("results"):
+        header, rows = peer_rows(resnet50)
+        parts += ["ResNet-50 end to end (bf16, channels_last, batch 256), one round:", _table(header, rows)]
     costs = figures.get("op_costs", {}).get("rows")
     if costs:
-        parts += ["Heavy setting, milliseconds per batch each op adds (loader alone):",
+        costs = costs + figures["op_costs"].get("peer_rows", [])
+        parts += ["Heavy setting, milliseconds per batch each op adds (loader alone; `hand:` rows, where measured: "
+                  "the same ops in DALI's own form):",
                   _table(["op", "ms per batch", "prefix ms per batch"],
                          [[r["op"], f"{r['op_ms_per_batch']:.2f}", f"{r['prefix_ms_per_batch']:.2f}"] for r in costs])]
     tests = figures.get("tests", {})
-    lines = [f"cuda tests: {tests.get('summary', '-')}",
+    outcomes = ", ".join(f"{v} {k}" for k, v in tests.get("outcomes", {}).items() if v)
+    lines = [f"cuda tests: {tests.get('summary', '-')}" + (f" ({outcomes})" if outcomes else ""),
              f"warning lines of a gpupipe run: {figures.get('host', {}).get('warning_lines', '-')}",
              "seconds per step: " + ", ".join(f"{k} {v}" for k, v in figures.get("seconds", {}).items())]
     lines += [f"failed or cut: {v}" for v in {**figures.get("failures", {}), **figures.get("skipped", {})}.values()]

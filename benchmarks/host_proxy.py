@@ -15,15 +15,15 @@ waiting, and the other processes on a shared machine, do not count). Reports the
 median and range over the rounds of milliseconds per batch and their ratio.
 
 ``--profile FILE``: after the rounds, one gpupipe epoch with the consumer thread's
-``next()`` calls under cProfile; the top 25 functions by cumulative time go to FILE.
+``next()`` calls under the ``profile`` module (this thread only); the top 25 functions by cumulative time go to FILE.
 """
 
 from __future__ import annotations
 
 import argparse
-import cProfile
 import io
 import json
+import profile
 import pstats
 import random
 import statistics
@@ -75,16 +75,15 @@ def makers(backend: str, size: int, device: torch.device) -> Dict[str, Callable]
     return {f"gpupipe-{backend}": ours, f"hand-{backend}": hand}
 
 
-def host_ms(batches: Iterator, steps: int, profile: cProfile.Profile = None) -> float:
+def host_ms(batches: Iterator, steps: int, profiler: profile.Profile | None = None) -> float:
     """Milliseconds of the consumer thread's CPU time per ``next()`` over ``steps`` batches."""
     total = 0.0
     for _ in range(steps):
         started = time.thread_time()
-        if profile is not None:
-            profile.enable()
-        next(batches)
-        if profile is not None:
-            profile.disable()
+        if profiler is None:
+            next(batches)
+        else:
+            profiler.runcall(next, batches)
         total += time.thread_time() - started
     return 1000 * total / steps
 
@@ -102,18 +101,24 @@ def one_round(make: Callable, args) -> float:
 
 
 def profile_epoch(make: Callable, args, path: Path, top: int = 25) -> Dict:
-    """One epoch of ``make``'s loader with each ``next()`` under cProfile (timed by the thread's CPU time); the
-    top ``top`` by cumulative time are written to ``path``."""
+    """One epoch of ``make``'s loader with each ``next()`` profiled (timed by the thread's CPU time); the
+    top ``top`` by cumulative time are written to ``path``.
+
+    The pure-Python ``profile`` module, not ``cProfile``: from Python 3.12 ``cProfile`` hooks
+    ``sys.monitoring``, which reports every thread's calls, so DALI's and the planner's threads' frames
+    were timed by this thread's clock (negative times in the first H200 run); ``profile`` hooks
+    ``sys.setprofile``, this thread only. Its overhead per call is larger, but ``next()`` makes ~230 calls.
+    """
     loader = make(args.data, args.batch_size, args.threads)
     batches = iter(loader)
     next(batches)  # the run's build and first batch are not the per-batch path
-    profile = cProfile.Profile(time.thread_time)  # CPU time of this thread, not waiting
+    profiler = profile.Profile(time.thread_time)  # CPU time of this thread, not waiting
     count = len(loader) - 1
-    ms = host_ms(batches, count, profile)
+    ms = host_ms(batches, count, profiler)
     text = io.StringIO()
-    stats = pstats.Stats(profile, stream=text)
+    stats = pstats.Stats(profiler, stream=text)
     stats.sort_stats("cumulative").print_stats(top)
-    path.write_text(f"# cProfile of the consumer thread's next(), {count} batches of {args.batch_size} "
+    path.write_text(f"# profile of the consumer thread's next(), {count} batches of {args.batch_size} "
                     f"(batches 2..{count + 1} of one epoch), timed by the thread's CPU time; {ms:.3f} ms CPU per batch "
                     "under the profiler\n"
                     + text.getvalue())
@@ -136,7 +141,7 @@ def main(argv: List[str] = None) -> Dict:
     parser.add_argument("--steps", type=int, default=16, help="timed batches per loader and round")
     parser.add_argument("--threads", type=int, default=default_threads())
     parser.add_argument("--only", choices=("gpupipe", "hand"), help="time one of the two only")
-    parser.add_argument("--profile", type=Path, help="cProfile of one gpupipe epoch's next() calls into this file")
+    parser.add_argument("--profile", type=Path, help="profile of one gpupipe epoch's next() calls into this file")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     device = torch.device("cuda", 0) if args.backend == "dali" else torch.device("cpu")

@@ -9,7 +9,11 @@ MixUp/CutMix), whose ops on the GPU are the subject of issue #25.
 
 Usage:
     python benchmarks/op_costs.py FOLDER [--backend dali|dali-cpu] [--batch 256] [--rounds 3] [--batches 20]
-                                  [--hw-decoder-load auto|0.65] [--out benchmarks/results/LABEL/op_costs.json]
+                                  [--hw-decoder-load auto|0.65] [--peer] [--threads N] [--out benchmarks/results/LABEL/op_costs.json]
+
+``--peer``: the same image ops written by hand in DALI (``peer_compare.HandDali``: DALI's own
+``auto_aug.rand_augment`` and ``fn.erase``), timed in the same rounds, prefix by prefix: whether an op
+costs what DALI's own form of it costs, or more.
 
 ``--hw-decoder-load``: the loaders' setting (``auto``, the default, measures it once per prefix;
 a number skips that).
@@ -30,6 +34,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import gpupipe  # noqa: E402
 from gpupipe.bench.runner import HEAVY  # noqa: E402
+from gpupipe.env import default_threads  # noqa: E402
 
 
 def prefixes(ops):
@@ -44,6 +49,22 @@ def prefixes(ops):
         image_ops = [op for op in prefix if op not in batch_ops]
         out.append((name, image_ops + [normalize] + batch_ops))
     return out
+
+
+#: ``op_costs.py --peer``: the hand-written prefixes (name, ``HandDali`` extra ops), named as gpupipe's rows.
+PEER_PREFIXES = (("hand: Decode+RandomResizedCrop+HorizontalFlip", ()), ("hand: RandAugment", ("randaugment",)),
+                 ("hand: RandomErasing", ("randaugment", "erase")))
+
+
+def table(names, times) -> list:
+    """Per prefix (in order): its median ms per batch, what it adds to the one before, and its spread."""
+    rows, before = [], 0.0
+    for name in names:
+        total = statistics.median(times[name])
+        rows.append({"op": name, "prefix_ms_per_batch": round(total, 3), "op_ms_per_batch": round(total - before, 3),
+                     "spread_ms": round(max(times[name]) - min(times[name]), 3)})
+        before = total
+    return rows
 
 
 def time_per_batch(loader, batches: int, device: torch.device) -> float:
@@ -69,6 +90,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--hw-decoder-load", default="auto")
+    parser.add_argument("--peer", action="store_true", help="also the same ops written by hand in DALI")
+    parser.add_argument("--threads", type=int, default=default_threads())
     parser.add_argument("--out")
     args = parser.parse_args()
     load = args.hw_decoder_load if args.hw_decoder_load == "auto" else float(args.hw_decoder_load)
@@ -76,20 +99,26 @@ def main() -> None:
     ops = gpupipe.presets.train(args.size, **HEAVY)
     steps = prefixes(ops)
     loaders = {name: gpupipe.loader(args.folder, prefix, batch_size=args.batch, backend=args.backend,
-                                    device=device, drop_last=True, hw_decoder_load=load) for name, prefix in steps}
-    times = {name: [] for name, _ in steps}
+                                    device=device, drop_last=True, hw_decoder_load=load, num_threads=args.threads)
+               for name, prefix in steps}
+    peers = {}
+    if args.peer:
+        from pathlib import Path
+
+        from peer_compare import HandDali
+
+        for name, extra in PEER_PREFIXES:
+            peers[name] = HandDali(Path(args.folder), args.batch, args.threads, device, args.size, extra)
+    loaders.update(peers)
+    times = {name: [] for name in loaders}
     for r in range(args.rounds):
         order = list(loaders) if r % 2 == 0 else list(reversed(loaders))
         for name in order:
             times[name].append(time_per_batch(loaders[name], args.batches, device))
-    rows, before = [], 0.0
-    for name, _ in steps:
-        total = statistics.median(times[name])
-        rows.append({"op": name, "prefix_ms_per_batch": round(total, 3), "op_ms_per_batch": round(total - before, 3),
-                     "spread_ms": round(max(times[name]) - min(times[name]), 3)})
-        before = total
+    rows = table([name for name, _ in steps], times)
+    peer_rows = table([name for name, _ in PEER_PREFIXES], times) if args.peer else []
     print(f"{'op':28s} {'ms/batch':>9s} {'prefix':>9s} {'spread':>8s}")
-    for row in rows:
+    for row in rows + peer_rows:
         print(f"{row['op']:28s} {row['op_ms_per_batch']:9.2f} {row['prefix_ms_per_batch']:9.2f} {row['spread_ms']:8.2f}")
     if args.out:
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
@@ -98,7 +127,8 @@ def main() -> None:
             json.dump({"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {gpu}",
                        "backend": args.backend, "batch": args.batch, "batches": args.batches, "rounds": args.rounds,
                        "hw_decoder_load": load,
-                       "folder": args.folder, "rows": rows}, f, indent=1)
+                       "folder": args.folder, "rows": rows, **({"peer_rows": peer_rows} if args.peer else {})},
+                      f, indent=1)
 
 
 if __name__ == "__main__":

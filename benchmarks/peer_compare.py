@@ -28,18 +28,20 @@ the loaders only (the ratios need ``gpupipe`` and the one compared).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import random
 import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import gpupipe  # noqa: E402
@@ -54,24 +56,39 @@ SIZE = 224
 
 
 class HandDali:
-    """The train preset written by hand in DALI, as its documentation shows (DALI shuffles on its own)."""
+    """The train preset written by hand in DALI, as its documentation shows (DALI shuffles on its own).
 
-    def __init__(self, data: Path, batch: int, threads: int, device: torch.device, size: int = SIZE) -> None:
+    ``extra``: the heavy setting's per-image ops after the flip, in DALI's own form (``"randaugment"``: DALI's
+    ``auto_aug.rand_augment`` with n=2, m=9; ``"erase"``: ``fn.erase`` of one random rectangle with p=0.5, area
+    0.02-0.33, aspect 0.3-3.3), so ``op_costs.py --peer`` can tell gpupipe's cost of an op from DALI's.
+    """
+
+    def __init__(self, data: Path, batch: int, threads: int, device: torch.device, size: int = SIZE,
+                 extra: Tuple[str, ...] = ()) -> None:
         from nvidia.dali import fn, pipeline_def, types
         from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
         gpu = device.type == "cuda"
 
         @pipeline_def(batch_size=batch, num_threads=threads, device_id=(device.index or 0) if gpu else None,
-                      exec_dynamic=True, prefetch_queue_depth=2)
+                      exec_dynamic=True, prefetch_queue_depth=2, enable_conditionals="randaugment" in extra)
         def graph():
             encoded, labels = fn.readers.file(file_root=str(data), random_shuffle=True, name="r")
             images = fn.decoders.image_random_crop(encoded, device="mixed" if gpu else "cpu", output_type=types.RGB,
                                                    random_area=[0.08, 1.0], random_aspect_ratio=[3 / 4, 4 / 3])
             images = fn.resize(images, resize_x=size, resize_y=size, antialias=True)
+            mirror = fn.random.coin_flip()
+            if extra:
+                images, mirror = fn.flip(images, horizontal=mirror), 0
+            if "randaugment" in extra:
+                from nvidia.dali.auto_aug import rand_augment
+
+                images = rand_augment.rand_augment(images, n=2, m=9, shape=(size, size))
+            if "erase" in extra:
+                images = _erase_one(images, size)
             images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW",
                                               mean=[255 * m for m in MEAN], std=[255 * s for s in STD],
-                                              mirror=fn.random.coin_flip())
+                                              mirror=mirror)
             return images, labels.gpu() if gpu else labels
 
         self.iterator = DALIGenericIterator(graph(), ["images", "labels"], reader_name="r",
@@ -83,6 +100,20 @@ class HandDali:
     def __iter__(self):
         for out in self.iterator:
             yield out[0]["images"], out[0]["labels"].view(-1).long()
+
+
+def _erase_one(images, size: int):
+    """One random rectangle erased (to 0) with probability 0.5, area 2-33 % of the image, aspect 0.3-3.3."""
+    from nvidia.dali import fn, math, types
+
+    area = fn.random.uniform(range=[0.02, 0.33]) * size * size
+    aspect = math.exp(fn.random.uniform(range=[float(np.log(0.3)), float(np.log(3.3))]))
+    height = math.min(math.sqrt(area * aspect), size)
+    width = math.min(math.sqrt(area / aspect), size)
+    on = fn.cast(fn.random.coin_flip(probability=0.5), dtype=types.FLOAT)
+    anchor = fn.stack(fn.random.uniform(range=[0.0, 1.0]) * (size - height),
+                      fn.random.uniform(range=[0.0, 1.0]) * (size - width))
+    return fn.erase(images, anchor=anchor, shape=fn.stack(height * on, width * on), axis_names="HW", fill_value=0)
 
 
 class _Bytes(torch.utils.data.Dataset):
@@ -128,13 +159,14 @@ class TorchvisionCuda:
             yield (batch - self.mean) / self.std, torch.tensor(labels).to(self.device, non_blocking=True)
 
 
-def loaders(device: torch.device) -> Dict[str, Callable]:
-    """name -> ``make(data, batch, threads)``."""
+def loaders(device: torch.device, deeper: Optional[int] = None) -> Dict[str, Callable]:
+    """name -> ``make(data, batch, threads)``; ``deeper``: gpupipe once more, with that many batches prefetched
+    (``gpupipe-<backend>-prefetch<N>``), to tell a loader that falls behind from one that shares the GPU."""
     backend = "dali" if device.type == "cuda" else "dali-cpu"
 
-    def ours(data, batch, threads):
+    def ours(data, batch, threads, prefetch=2):
         return gpupipe.loader(data, "train", batch_size=batch, backend=backend, device=device, num_threads=threads,
-                              drop_last=True)
+                              drop_last=True, prefetch=prefetch)
 
     def theirs(data, batch, threads):
         return HandDali(data, batch, threads, device)
@@ -144,7 +176,10 @@ def loaders(device: torch.device) -> Dict[str, Callable]:
             return TorchvisionCuda(data, batch, threads, device)
     else:
         from cpu_compare import torchvision_io as tv
-    return {f"gpupipe-{backend}": ours, f"hand-{backend}": theirs, "torchvision-io": tv}
+    out = {f"gpupipe-{backend}": ours}
+    if deeper is not None:
+        out[f"gpupipe-{backend}-prefetch{deeper}"] = functools.partial(ours, prefetch=deeper)
+    return {**out, f"hand-{backend}": theirs, "torchvision-io": tv}
 
 
 def timed(stream: Stream, steps: int, step: Callable = None, sync=lambda: None) -> Dict:
@@ -206,6 +241,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=default_threads())
     parser.add_argument("--loaders", default="gpupipe,hand,torchvision-io", help="which of the three to run")
     parser.add_argument("--no-loader-alone", action="store_true", help="the training loops only")
+    parser.add_argument("--deeper-prefetch", type=int, metavar="N",
+                        help="also gpupipe with N batches prefetched (the default is 2)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     args.device = torch.device("cuda", 0) if on_gpu else torch.device("cpu")
@@ -213,7 +250,7 @@ def main() -> None:
     args.data = args.data or demo.ensure_demo(cache_dir(), demo.DemoSpec(per_class=images // 10))
     models = ["shufflenet_v2_x0_5"] if args.tiny_models else [m for m in args.models.split(",") if m]
     wanted = [w for w in args.loaders.split(",") if w]
-    makers = {k: v for k, v in loaders(args.device).items() if any(k.startswith(w) for w in wanted)}
+    makers = {k: v for k, v in loaders(args.device, args.deeper_prefetch).items() if any(k.startswith(w) for w in wanted)}
     sync = (lambda: torch.cuda.synchronize(args.device)) if on_gpu else (lambda: None)
     classes = len(gpupipe.ImageFolder(args.data).classes)
     steps = {}

@@ -20,6 +20,7 @@ import platform
 from dataclasses import dataclass
 from pathlib import Path
 
+from ._version import __version__
 from .checks import positive_int
 
 #: Host names of a rendezvous that cannot span machines.
@@ -217,10 +218,13 @@ def cache_dir(*parts: str) -> Path:
 
 
 def versions() -> dict[str, str | None]:
-    """The versions that decide gpupipe's behaviour: Python, gpupipe, torch, torchvision, DALI (``None``: absent)."""
-    out: dict[str, str | None] = {"python": platform.python_version()}
+    """The versions that decide gpupipe's behaviour: Python, gpupipe, torch, torchvision, DALI (``None``: absent).
+
+    gpupipe's is the running code's own (``gpupipe.__version__``), installed or not (a working tree on
+    ``PYTHONPATH`` has no package metadata).
+    """
+    out: dict[str, str | None] = {"python": platform.python_version(), "gpupipe": __version__}
     for name, dist in (
-        ("gpupipe", "gpupipe"),
         ("torch", "torch"),
         ("torchvision", "torchvision"),
         ("dali", "nvidia-dali-cuda120"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import subprocess
 import sys
@@ -94,3 +95,19 @@ def test_versions_name_what_decides_behaviour():
     found = env.versions()
     assert {"python", "gpupipe", "torch", "torchvision", "dali"} <= set(found)
     assert found["torch"] and found["python"].count(".") == 2
+
+
+def test_gpupipe_version_is_the_running_codes_even_when_not_installed(monkeypatch):
+    """A working tree on PYTHONPATH (the GPU proof's machine) has no installed metadata: the first H200 run
+    recorded ``gpupipe None``; the version is the code's own."""
+    import gpupipe
+
+    real = importlib.metadata.version
+
+    def without_gpupipe(dist):
+        if dist == "gpupipe":
+            raise importlib.metadata.PackageNotFoundError(dist)
+        return real(dist)
+
+    monkeypatch.setattr(env.importlib.metadata, "version", without_gpupipe)
+    assert env.versions()["gpupipe"] == gpupipe.__version__

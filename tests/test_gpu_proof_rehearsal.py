@@ -48,6 +48,41 @@ def test_the_steps_fit_the_budget_on_paper():
         assert f"| {name} |" in gpu_quick.__doc__ and f"| {cap} |" in gpu_quick.__doc__
 
 
+def test_a_step_stopped_at_its_cap_is_interrupted_first_then_killed(tmp_path):
+    """pytest stopped by SIGKILL at its cap (the first H200 run) wrote no summary, no durations and no JUnit XML:
+    a step now gets SIGINT a little before its cap, and is killed at the cap only if it is still there."""
+    polite = "import time\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    print('summary written')\n"
+    stubborn = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(60)\n"
+    for name, code, said in (("polite", polite, "summary written"), ("stubborn", stubborn, "")):
+        log = tmp_path / f"{name}.log"
+        assert gpu_quick.run_logged([sys.executable, "-c", code], log, timeout=3) == 124
+        text = log.read_text()
+        assert said in text and text.rstrip().endswith("(stopped after 3 s)"), text
+
+
+def test_the_tests_step_reads_each_outcome_serial_or_under_xdist():
+    log = ("[gw0] [  1%] PASSED tests/test_a.py::t1\n[gw1] [  2%] FAILED tests/test_a.py::t2[x-1]\n"
+           "[gw1] [  3%] SKIPPED tests/test_a.py::t3\ntests/test_b.py::t PASSED      [100%]\n"
+           "FAILED tests/test_a.py::t2[x-1] - assert 1 == 2\n"
+           "=================== 1 failed, 2 passed, 1 skipped in 12.31s ====================\n")
+    assert gpu_quick.pytest_outcome(log) == {"summary": "1 failed, 2 passed, 1 skipped in 12.31s",
+                                             "outcomes": {"passed": 2, "failed": 1, "error": 0, "skipped": 1}}
+    cut = gpu_quick.pytest_outcome("[gw0] [  1%] PASSED tests/test_a.py::t1\n(stopped after 200 s)\n")
+    assert cut == {"summary": "(stopped after 200 s)", "outcomes": {"passed": 1, "failed": 0, "error": 0,
+                                                                    "skipped": 0}}
+
+
+def test_only_runs_the_steps_in_the_order_given_after_the_machine_data_and_dali(tmp_path, monkeypatch):
+    """The next GPU window runs what this one missed first (``--only resnet50,op_costs,tests``)."""
+    ran = []
+    monkeypatch.setattr(gpu_quick.Quick, "step", lambda self, name, fn, cap: ran.append(name))
+    monkeypatch.setattr(gpu_quick.Quick, "save", lambda self: None)
+    run = gpu_quick.Quick(tmp_path, rehearse=True, budget=900, pack=None, started=gpu_quick.time.monotonic())
+    run.figures["data"] = {"folder": str(tmp_path)}
+    run.run(["machine", "data", "dali", "resnet50", "op_costs", "tests"])
+    assert ran == ["machine", "data", "dali", "resnet50", "op_costs", "tests"]
+
+
 @pytest.mark.slow
 @needs_dali
 def test_the_quick_proof_rehearses_every_step_and_its_results_commit(tmp_path):
@@ -68,12 +103,17 @@ def test_the_quick_proof_rehearses_every_step_and_its_results_commit(tmp_path):
     assert "cumulative" in profile and "_batches" in profile, "gpupipe's per-batch path is in the profile"
     assert figures["host"]["warning_lines"] == 0
     assert figures["tests"]["exit"] == 0 and "1 passed" in figures["tests"]["summary"]
+    assert figures["tests"]["outcomes"] == {"passed": 1, "failed": 0, "error": 0, "skipped": 0}
     sweep = figures["hw_decoder_load"]
     assert set(sweep["images_per_s"]) == {"auto", "0.0", "0.35", "0.65", "1.0"} and "auto_over_best" in sweep
     assert "of_ceiling" in next(iter(figures["resnet50"]["ratios"].values()))
+    assert {key.split(" ")[0] for key in figures["resnet50"]["results"]} == {
+        "gpupipe-dali-cpu", "gpupipe-dali-cpu-prefetch4", "hand-dali-cpu", "ceiling"}
     assert [r["op"] for r in figures["op_costs"]["rows"]] == ["Decode+RandomResizedCrop", "HorizontalFlip",
                                                               "RandAugment", "RandomErasing", "MixUp", "CutMix"]
     assert figures["op_costs"]["heavy_over_standard"] > 0
+    assert [r["op"] for r in figures["op_costs"]["peer_rows"]] == [
+        "hand: Decode+RandomResizedCrop+HorizontalFlip", "hand: RandAugment", "hand: RandomErasing"]
     rows = gpu_results.judge(gpu_results.quick_measured(figures))
     assert all(measured != "-" for _, measured, _ in rows), "every target has its figure"
     summary = (out / "summary.md").read_text()

@@ -26,7 +26,8 @@ FIGURES = {
     "peer": {"settings": {"batch_size": 256}, "rounds_done": 2,
              "results": {"gpupipe-dali loader alone": {"images_per_s": 19500.0,
                                                        "images_per_s_range": [19400.0, 19600.0],
-                                                       "host_ms_per_batch": 1.1, "host_share": 0.08},
+                                                       "host_ms_per_batch": 1.1, "host_share": 0.08,
+                                                       "wait_share": 0.5},
                          "hand-dali loader alone": {"images_per_s": 19800.0, "images_per_s_range": [19700.0, 19900.0],
                                                     "host_ms_per_batch": 0.9, "host_share": 0.07},
                          "gpupipe-dali resnet18": {"images_per_s": 8800.0, "images_per_s_range": [8700.0, 8900.0],
@@ -38,11 +39,14 @@ FIGURES = {
     "host": {"warning_lines": 0},
     "hw_decoder_load": {"images_per_s": {"auto": 19000.0, "0.0": 15000.0, "0.35": 18000.0, "0.65": 19200.0,
                                          "1.0": 19100.0}, "auto_chose": 0.65, "auto_over_best": 0.99},
-    "resnet50": {"ratios": {"resnet50": {"of_ceiling": {"gpupipe-dali": 0.97}}}},
+    "resnet50": {"ratios": {"resnet50": {"of_ceiling": {"gpupipe-dali": 0.97}}},
+                 "results": {"hand-dali resnet50": {"images_per_s": 4600.0, "host_ms_per_batch": 0.8,
+                                                    "host_share": 0.02, "wait_share": 0.03}}},
     "op_costs": {"heavy_over_standard": 0.8, "rows": [
         {"op": "Decode+RandomResizedCrop", "op_ms_per_batch": 12.0, "prefix_ms_per_batch": 12.0},
-        {"op": "HorizontalFlip", "op_ms_per_batch": 0.5, "prefix_ms_per_batch": 12.5}]},
-    "tests": {"summary": "130 passed in 95.1s"},
+        {"op": "HorizontalFlip", "op_ms_per_batch": 0.5, "prefix_ms_per_batch": 12.5}],
+        "peer_rows": [{"op": "hand: RandAugment", "op_ms_per_batch": 6.0, "prefix_ms_per_batch": 18.0}]},
+    "tests": {"summary": "130 passed in 95.1s", "outcomes": {"passed": 130, "failed": 0}},
     "seconds": {"peer": 88.0}, "failures": {}, "skipped": {"op_costs": "op_costs: not run, 3 s of the budget left"},
 }
 
@@ -65,11 +69,15 @@ def test_committed_gpu_results_generate_their_tables(tmp_path, monkeypatch):
     assert rows["dali loader alone >= 19,000 images/s at 224 px"].endswith("| 19,500 img/s | met |")
     assert rows["ResNet-50 AMP end to end >= 95 % of the model-only ceiling"].endswith("| 97% of the ceiling | met |")
     assert rows["no DALI or nvImageCodec warning line on stderr in a gpupipe run"].endswith("| 0 lines | met |")
-    assert rows["gpupipe-dali loader alone"] == "| gpupipe-dali loader alone | 19,500 (19,400-19,600) | 1.10 | 8.0% |"
+    assert rows["gpupipe-dali loader alone"] == \
+        "| gpupipe-dali loader alone | 19,500 (19,400-19,600) | 1.10 | 8.0% | 50.0% |"
+    assert rows["hand-dali loader alone"].endswith("| 0.90 | 7.0% | - |"), "no wait share measured: a dash"
+    assert rows["hand-dali resnet50"] == "| hand-dali resnet50 | 4,600 (4,600-4,600) | 0.80 | 2.0% | 3.0% |"
     assert rows["ceiling (resnet18)"].startswith("| ceiling (resnet18) | 9,900 (9,800-10,000) |")
     assert rows["auto"] == "| auto | 19,000 |" and "auto chose 0.65" in text
     assert rows["HorizontalFlip"] == "| HorizontalFlip | 0.50 | 12.50 |"
-    assert "- cuda tests: 130 passed in 95.1s" in text and "- failed or cut: op_costs: not run" in text
+    assert rows["hand: RandAugment"] == "| hand: RandAugment | 6.00 | 18.00 |"
+    assert "- cuda tests: 130 passed in 95.1s (130 passed)" in text and "- failed or cut: op_costs: not run" in text
     assert "12,800 images (6,400 generated" in text
 
 
