@@ -15,7 +15,7 @@ after every step, so a run cut short still returns what it measured. Time budget
 | machine | GPU, cores, versions, DALI build | 30 | 8 |
 | data | 12,800 photo-sized JPEGs (~450 px): generated on every core for at most 40 s, the rest hard links | 60 | 50 |
 | dali | ``dali_check.py``: one small ``dali`` pipeline feeding torch; a failure stops the run (exit 3) | 60 | 25 |
-| peer | gpupipe ``dali`` vs the same graph by hand: loader alone, ResNet-18 bf16 channels_last, batch 256 | 120 | 90 |
+| peer | gpupipe ``dali`` vs the same graph by hand: loader alone, ResNet-18 bf16 channels_last, batch 256; then gpupipe's ``next()`` in the ResNet-18 loop profiled by the wall clock | 120 | 70 |
 | host | one gpupipe epoch's ``next()`` profiled (top 25), warning lines of a gpupipe-only process | 45 | 20 |
 | tests | ``pytest -n 4 -m cuda`` (serial without pytest-xdist), each test's outcome and the slowest 30 | 200 | 330 |
 | hw_decoder_load | ``"auto"`` against 0, 0.35, 0.65 and 1.0, loader alone, 2 rounds | 60 | 40 |
@@ -187,8 +187,10 @@ class Quick:
                  "--rounds", "1"]
         full = ["--models", "resnet18", "--batch-size", "256", "--steps", "40", "--train-steps", "30", "--warmup",
                 "10", "--rounds", "2"]
+        # then gpupipe in the ResNet-18 loop once more, next() profiled by the wall clock: where the loop waits
         self.script("peer", cap, "peer_compare.py", "--data", str(self.folder), "--loaders", "gpupipe,hand",
-                    "--out", str(self.out / "peer.json"), *(small if self.rehearse else full))
+                    "--profile-wall", str(self.out / "profile_next_wall.txt"), "--out", str(self.out / "peer.json"),
+                    *(small if self.rehearse else full))
 
     def host(self, cap: float) -> None:
         """One gpupipe epoch's next() profiled, and its host time, in a process that runs gpupipe alone (so every

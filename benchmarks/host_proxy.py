@@ -21,10 +21,7 @@ median and range over the rounds of milliseconds per batch and their ratio.
 from __future__ import annotations
 
 import argparse
-import io
 import json
-import profile
-import pstats
 import random
 import statistics
 import sys
@@ -75,7 +72,7 @@ def makers(backend: str, size: int, device: torch.device) -> Dict[str, Callable]
     return {f"gpupipe-{backend}": ours, f"hand-{backend}": hand}
 
 
-def host_ms(batches: Iterator, steps: int, profiler: profile.Profile | None = None) -> float:
+def host_ms(batches: Iterator, steps: int, profiler: "ThreadProfile | None" = None) -> float:
     """Milliseconds of the consumer thread's CPU time per ``next()`` over ``steps`` batches."""
     total = 0.0
     for _ in range(steps):
@@ -83,7 +80,7 @@ def host_ms(batches: Iterator, steps: int, profiler: profile.Profile | None = No
         if profiler is None:
             next(batches)
         else:
-            profiler.runcall(next, batches)
+            profiler.call(next, batches)
         total += time.thread_time() - started
     return 1000 * total / steps
 
@@ -104,24 +101,19 @@ def profile_epoch(make: Callable, args, path: Path, top: int = 25) -> Dict:
     """One epoch of ``make``'s loader with each ``next()`` profiled (timed by the thread's CPU time); the
     top ``top`` by cumulative time are written to ``path``.
 
-    The pure-Python ``profile`` module, not ``cProfile``: from Python 3.12 ``cProfile`` hooks
-    ``sys.monitoring``, which reports every thread's calls, so DALI's and the planner's threads' frames
-    were timed by this thread's clock (negative times in the first H200 run); ``profile`` hooks
-    ``sys.setprofile``, this thread only. Its overhead per call is larger, but ``next()`` makes ~230 calls.
+    Profiled with ``peer_compare.ThreadProfile``: this thread only, each call on its own.
     """
+    from peer_compare import ThreadProfile
+
     loader = make(args.data, args.batch_size, args.threads)
     batches = iter(loader)
     next(batches)  # the run's build and first batch are not the per-batch path
-    profiler = profile.Profile(time.thread_time)  # CPU time of this thread, not waiting
+    profiler = ThreadProfile(time.thread_time)  # CPU time of this thread, not waiting
     count = len(loader) - 1
     ms = host_ms(batches, count, profiler)
-    text = io.StringIO()
-    stats = pstats.Stats(profiler, stream=text)
-    stats.sort_stats("cumulative").print_stats(top)
-    path.write_text(f"# profile of the consumer thread's next(), {count} batches of {args.batch_size} "
-                    f"(batches 2..{count + 1} of one epoch), timed by the thread's CPU time; {ms:.3f} ms CPU per batch "
-                    "under the profiler\n"
-                    + text.getvalue())
+    profiler.write(path, f"# profile of the consumer thread's next(), {count} batches of {args.batch_size} "
+                   f"(batches 2..{count + 1} of one epoch), timed by the thread's CPU time; {ms:.3f} ms CPU per "
+                   "batch under the profiler", top)
     close = getattr(loader, "close", None)
     if close is not None:
         close()

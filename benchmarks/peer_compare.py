@@ -29,7 +29,10 @@ from __future__ import annotations
 
 import argparse
 import functools
+import io
 import json
+import profile
+import pstats
 import random
 import statistics
 import sys
@@ -182,13 +185,44 @@ def loaders(device: torch.device, deeper: Optional[int] = None) -> Dict[str, Cal
     return {**out, f"hand-{backend}": theirs, "torchvision-io": tv}
 
 
-def timed(stream: Stream, steps: int, step: Callable = None, sync=lambda: None) -> Dict:
-    """``steps`` batches (through ``step`` when given): images/s and the consumer thread's host time in next()."""
+class ThreadProfile:
+    """Profiles calls made on the calling thread only, with ``timer``.
+
+    The pure-Python ``profile`` module (``sys.setprofile``: this thread), not ``cProfile``, which from Python 3.12
+    hooks ``sys.monitoring`` and sees every thread's calls (the first H200 run's profile came out with negative
+    times). Each call gets a profiler of its own, so what the thread does between calls (a training step) is
+    never counted; :meth:`write` merges them.
+    """
+
+    def __init__(self, timer: Callable[[], float]) -> None:
+        self.timer = timer
+        self.runs: List[pstats.Stats] = []
+
+    def call(self, fn: Callable, *args):
+        profiler = profile.Profile(self.timer)
+        try:
+            return profiler.runcall(fn, *args)
+        finally:  # closed at once: frames still open are closed at the time their stats are made
+            self.runs.append(pstats.Stats(profiler))
+
+    def write(self, path: Path, header: str, top: int = 25) -> None:
+        """The top ``top`` functions by cumulative time over every call, under ``header``, into ``path``."""
+        stats = self.runs[0]
+        stats.add(*self.runs[1:])
+        stats.stream = text = io.StringIO()
+        stats.sort_stats("cumulative").print_stats(top)
+        path.write_text(header.rstrip("\n") + "\n" + text.getvalue())
+
+
+def timed(stream: Stream, steps: int, step: Callable = None, sync=lambda: None,
+          profiler: Optional[ThreadProfile] = None) -> Dict:
+    """``steps`` batches (through ``step`` when given): images/s and the consumer thread's host time in next();
+    with ``profiler``, each ``next()`` runs under it."""
     images, host, inside = 0, 0.0, 0.0
     started = time.perf_counter()
     for _ in range(steps):
         cpu, wall = time.thread_time(), time.perf_counter()
-        batch = next(stream)
+        batch = next(stream) if profiler is None else profiler.call(next, stream)
         host += time.thread_time() - cpu
         inside += time.perf_counter() - wall
         if step is not None:
@@ -200,7 +234,7 @@ def timed(stream: Stream, steps: int, step: Callable = None, sync=lambda: None) 
             "host_share": host / elapsed, "wait_share": inside / elapsed}
 
 
-def one(make: Callable, args, steps: int, step=None, sync=lambda: None) -> Dict:
+def one(make: Callable, args, steps: int, step=None, sync=lambda: None, profiler=None) -> Dict:
     loader = make(args.data, args.batch_size, args.threads)
     stream = Stream(loader)
     for _ in range(args.warmup):
@@ -208,7 +242,7 @@ def one(make: Callable, args, steps: int, step=None, sync=lambda: None) -> Dict:
         if step is not None:
             step(*batch)
     sync()
-    result = timed(stream, steps, step, sync)
+    result = timed(stream, steps, step, sync, profiler)
     stream.close()
     close = getattr(loader, "close", None)
     if close is not None:
@@ -241,6 +275,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=default_threads())
     parser.add_argument("--loaders", default="gpupipe,hand,torchvision-io", help="which of the three to run")
     parser.add_argument("--no-loader-alone", action="store_true", help="the training loops only")
+    parser.add_argument("--profile-wall", type=Path, metavar="FILE",
+                        help="then gpupipe in the first model's loop once more, next() profiled by the wall clock")
     parser.add_argument("--deeper-prefetch", type=int, metavar="N",
                         help="also gpupipe with N batches prefetched (the default is 2)")
     parser.add_argument("--out", type=Path)
@@ -289,10 +325,28 @@ def main() -> None:
                "settings": {k: v for k, v in vars(args).items() if k not in ("device", "data")} | {"models": models},
                "results": results, "ratios": ratios}
         path.write_text(json.dumps(out, indent=2, default=str) + "\n")  # after every round: a cut run keeps them
+    if args.profile_wall is not None:
+        out["profile_wall"] = profile_wall(makers, steps, models[0], args, sync)
     out["data_stats"] = demo.folder_stats(args.data)
     path.write_text(json.dumps(out, indent=2, default=str) + "\n")
     print(json.dumps(out["ratios"], indent=2))
     print(f"wrote {path}", file=sys.stderr)
+
+
+def profile_wall(makers: Dict, steps: Dict, model: str, args, sync, top: int = 25) -> Dict:
+    """gpupipe in ``model``'s training loop once more, each ``next()`` under the ``profile`` module timed by the
+    wall clock: where the loop's thread waits inside ``next()`` (the CPU-time profile of ``host_proxy.py`` does
+    not see waiting). ``profile`` hooks the calling thread only; the top ``top`` by cumulative time go to
+    ``args.profile_wall``."""
+    name = next(n for n in makers if n.startswith("gpupipe"))
+    profiler = ThreadProfile(time.perf_counter)
+    result = one(makers[name], args, args.train_steps, steps[model][0], sync, profiler)
+    profiler.write(args.profile_wall, f"# profile of {name}'s next() in the {model} loop, {args.train_steps} batches of "
+                   f"{args.batch_size} after {args.warmup} warm-up, timed by the wall clock (waiting included), this "
+                   f"thread only; under the profiler: {result['images_per_s']:,.0f} img/s, "
+                   f"{result['wait_share']:.1%} of the loop inside next()", top)
+    return {"loader": name, "model": model, "file": args.profile_wall.name,
+            **{k: round(v, 4) for k, v in result.items()}}
 
 
 def _ratios(results: Dict, names: List[str], models: List[str]) -> Dict:

@@ -34,6 +34,7 @@ LAYERS: List[Tuple[str, str, List[str]]] = [
       "gpupipe.loading.config"]),
     ("backends", "DALI and torchvision lowerings of ops and targets; the batch contract",
      ["gpupipe.backends", "gpupipe.backends.*", "gpupipe.loading.transfer", "gpupipe.loading.mixing",
+      "gpupipe.loading.batchsteps",
       "gpupipe.loading.stats", "gpupipe.loading.epochs"]),
     ("loading", "the loader's front end: loader(), Loader, frameworks, the torchvision swap",
      ["gpupipe.loading", "gpupipe.loading.*", "gpupipe.interop", "gpupipe.interop.*", "gpupipe.amp"]),

@@ -22,6 +22,7 @@ import gpupipe
 from gpupipe import backends, ops, targets
 from gpupipe.backends.common import NoTargetLowering
 from gpupipe.backends.torchvision.targets import TARGETS as TORCHVISION_TARGETS
+from gpupipe.loading import batchsteps
 from gpupipe.ops import registry as op_registry
 from gpupipe.targets import TargetKind
 
@@ -205,7 +206,26 @@ register(BackendInfo(NAME, "PIL", needs_cuda=False, main_process=True, factory=f
                      lowerings=__name__, targets=__name__))
 '''
 
-TOYS = {"toy_op": TOY_OP, "toy_source": TOY_SOURCE, "toy_kind": TOY_KIND, "toy_backend": TOY_BACKEND}
+TOY_BATCH_OP = '''
+"""A batch op of one's own, in one file: the class and its step in the table of batch-level work."""
+from dataclasses import dataclass
+
+from gpupipe.loading.batchsteps import batch_step
+from gpupipe.ops import BatchOp
+
+
+@dataclass(frozen=True)
+class ToyNegate(BatchOp):
+    """Negates each float batch, on the loader's device, after it arrives."""
+
+
+@batch_step(ToyNegate)
+def negate(ops, spec, num_classes):
+    return lambda images, targets, key: (-images, targets)
+'''
+
+TOYS = {"toy_op": TOY_OP, "toy_source": TOY_SOURCE, "toy_kind": TOY_KIND, "toy_backend": TOY_BACKEND,
+        "toy_batch_op": TOY_BATCH_OP}
 
 
 @pytest.fixture
@@ -220,6 +240,8 @@ def toys(tmp_path, monkeypatch):
     yield modules
     op_registry.unregister(modules["toy_op"].ToyInvert)
     op_registry.unregister(modules["toy_op"].ToyTorchvisionOnly)
+    batchsteps.remove_batch_step(modules["toy_batch_op"].ToyNegate)
+    op_registry.unregister(modules["toy_batch_op"].ToyNegate)
     kind = modules["toy_kind"]
     for k in (kind.WEIGHT, kind.POINTS):
         TORCHVISION_TARGETS.pop(k, None)
@@ -266,6 +288,17 @@ def test_a_toy_op_and_a_toy_source_run_end_to_end(toys, images, backend):
     assert got.shape == (8, 3, 32, 32)
     assert torch.equal(got[:, :, 16, 16], (255 - grey)[:, None].expand(8, 3)), "every image negated"
     assert torch.cat(labels).tolist() == [0, 1] * 4
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_a_toy_batch_op_runs_after_the_batch_arrives(toys, images, backend):
+    source = toys["toy_source"].CsvImages(images / "list.csv")
+    pipeline = [ops.Decode(), ops.CenterCrop(32), ops.Normalize()]
+    plain = gpupipe.loader(source, pipeline, batch_size=4, backend=backend, device="cpu", num_threads=1)
+    negated = gpupipe.loader(source, [*pipeline, toys["toy_batch_op"].ToyNegate()], batch_size=4,
+                             backend=backend, device="cpu", num_threads=1)
+    for (got, labels), (want, want_labels) in zip(negated, plain, strict=True):
+        assert torch.equal(got, -want) and torch.equal(labels, want_labels)
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)

@@ -101,6 +101,9 @@ def test_the_quick_proof_rehearses_every_step_and_its_results_commit(tmp_path):
     assert "gpupipe_over_hand" in figures["peer"]["ratios"]["loader alone"]
     profile = (out / "profile_next.txt").read_text()
     assert "cumulative" in profile and "_batches" in profile, "gpupipe's per-batch path is in the profile"
+    wall = (out / "profile_next_wall.txt").read_text()
+    assert "wall clock" in wall and "_batches" in wall and figures["peer"]["profile_wall"]["loader"] == "gpupipe-dali-cpu"
+    assert ":0(setprofile)" not in profile + wall, "only the calls' own time: nothing after a call is counted"
     assert figures["host"]["warning_lines"] == 0
     assert figures["tests"]["exit"] == 0 and "1 passed" in figures["tests"]["summary"]
     assert figures["tests"]["outcomes"] == {"passed": 1, "failed": 0, "error": 0, "skipped": 0}

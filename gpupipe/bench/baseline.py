@@ -9,7 +9,8 @@ import torch
 
 import gpupipe
 from gpupipe.env import default_threads
-from gpupipe.loading.mixing import BatchMixer
+from gpupipe.loading.batchsteps import BatchSteps
+from gpupipe.plan.spec import build_spec
 
 #: The ``heavy`` setting: RandAugment, random erasing and MixUp/CutMix, as timm's ImageNet recipes.
 HEAVY = dict(auto_augment="rand-m9-n2", random_erasing=0.25, mixup=0.8, cutmix=1.0)
@@ -24,8 +25,8 @@ def tutorial_loader(config) -> Iterable:
     """What the usual tutorials write: ImageFolder + PIL + ToTensor + Normalize in a DataLoader.
 
     The heavy setting adds torchvision's RandAugment (on PIL images) and
-    RandomErasing, and mixes batches with the same MixUp/CutMix code as
-    gpupipe, on the device.
+    RandomErasing, and mixes batches with gpupipe's own MixUp/CutMix step
+    (``gpupipe.loading.batchsteps``), on the device.
     """
     from torchvision import datasets, transforms
 
@@ -47,14 +48,13 @@ def tutorial_loader(config) -> Iterable:
     )
     if not heavy:
         return loader
-    mixes = [op for op in pipeline_of(config) if isinstance(op, gpupipe.ops.BatchOp)]
-    return _Mixed(loader, BatchMixer(mixes, len(dataset.classes)), config.device)
+    return _Mixed(loader, BatchSteps(build_spec(pipeline_of(config)), len(dataset.classes)), config.device)
 
 
 class _Mixed:
     """A DataLoader whose batches are moved to the device and mixed (MixUp / CutMix) there."""
 
-    def __init__(self, loader, mixer: BatchMixer, device: torch.device) -> None:
+    def __init__(self, loader, mixer: BatchSteps, device: torch.device) -> None:
         self.loader, self.mixer, self.device = loader, mixer, device
 
     def __len__(self) -> int:
@@ -63,4 +63,4 @@ class _Mixed:
     def __iter__(self):
         for step, (images, labels) in enumerate(self.loader):
             images = images.to(self.device, non_blocking=True)
-            yield self.mixer(images, labels.to(self.device, non_blocking=True), key=step)
+            yield self.mixer(images, labels.to(self.device, non_blocking=True), step)

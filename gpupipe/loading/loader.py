@@ -26,9 +26,9 @@ from ..plan.seeding import batch_key
 from ..plan.spec import PipelineSpec
 from ..sources import Source
 from . import frameworks, steps
+from .batchsteps import BatchSteps
 from .config import LoaderConfig
 from .epochs import EpochCursor, resume_fields
-from .mixing import BatchMixer
 from .sampling import RankShare, batches_per_epoch, per_rank, split
 from .stats import LoadStats, StatsSummary
 from .transfer import Batch, without_failed
@@ -92,9 +92,9 @@ class Loader:
         self._dropped = 0
         self.sampler = frameworks.EpochSampler(self)
         self.batch_sampler = frameworks.EpochBatchSampler(self.sampler)
+        self._steps = BatchSteps(spec, len(source.classes))  # a batch op without a step is refused here
         self._backend = backends.create(backend, source, spec, config, placement, self._errors)
         self.backend = self._backend.name
-        self._mixer = BatchMixer(spec.batch_ops, len(source.classes)) if spec.batch_ops else None
         self._cursor = EpochCursor()
         self._stats = LoadStats(self.backend, self.device.type == "cuda", config.log_every, source=source)
         self._live: weakref.ref | None = None
@@ -261,9 +261,9 @@ class Loader:
                         images, targets, slots, self.source.names, self._errors.log
                     )
                     self._dropped += dropped
-                if self._mixer is not None:  # MixUp / CutMix: soft targets (B, num_classes)
-                    images, targets = self._mixer(
-                        images, targets, inplace=True, key=batch_key(self.seed, current.epoch, rank, current.done)
+                if self._steps:  # the one point of batch ops (MixUp / CutMix: soft targets (B, num_classes))
+                    images, targets = self._steps(
+                        images, targets, batch_key(self.seed, current.epoch, rank, current.done)
                     )
                 current.done += 1
                 self._stats.delivered(asked, int(images.shape[0]))

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 import torch
 
-from ..ops import BatchOp, CutMix, MixUp
+from ..ops import CutMix, MixUp
+from ..ops.batch import MixingOp
 
 
 class BatchMixer:
@@ -25,7 +26,7 @@ class BatchMixer:
         num_classes: width of the soft targets.
     """
 
-    def __init__(self, ops: Sequence[BatchOp], num_classes: int) -> None:
+    def __init__(self, ops: Sequence[MixingOp], num_classes: int) -> None:
         self.ops = tuple(ops)
         self.num_classes = num_classes
 

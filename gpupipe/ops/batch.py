@@ -17,11 +17,17 @@ OUTPUT_DTYPES = ("float32", "float16", "bfloat16", "uint8")
 
 
 class BatchOp(Op, abstract=True):
-    """An op on whole batches, applied on the device after the batch arrives; ``alpha`` > 0."""
+    """An op on whole batches: its step (``gpupipe.loading.batchsteps``) runs in the loader, on the
+    loader's device, after the batch arrives; a pipeline holding one without a step is refused."""
 
-    alpha: float
     effect: ClassVar = Effect.BATCH
     carries: ClassVar[frozenset[TargetKind]] = IMAGE_LEVEL
+
+
+class MixingOp(BatchOp, abstract=True):
+    """A batch op that mixes each batch with itself rolled by one; ``alpha`` > 0."""
+
+    alpha: float
 
     def __post_init__(self) -> None:
         if isinstance(self.alpha, bool) or not isinstance(self.alpha, (int, float)) or self.alpha <= 0:
@@ -29,7 +35,7 @@ class BatchOp(Op, abstract=True):
 
 
 @dataclass(frozen=True)
-class MixUp(BatchOp):
+class MixUp(MixingOp):
     """MixUp (Zhang et al.): each batch blended with itself rolled by one, ``lam ~ Beta(alpha, alpha)``;
     labels become soft targets ``(B, num_classes)``."""
 
@@ -37,7 +43,7 @@ class MixUp(BatchOp):
 
 
 @dataclass(frozen=True)
-class CutMix(BatchOp):
+class CutMix(MixingOp):
     """CutMix (Yun et al.): a box of the batch rolled by one pasted in, its area from ``Beta(alpha, alpha)``;
     labels become soft targets ``(B, num_classes)`` weighted by the pasted area."""
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..ops import HW, BatchOp, Decode, Effect, Normalize, Op, Output, SanitizeBoxes
+from ..ops.batch import MixingOp
 from ..targets import TargetKind, handler
 
 
@@ -96,8 +97,9 @@ def build_spec(
     while ops and isinstance(ops[-1], BatchOp):
         batch_ops.insert(0, ops[-1])
         ops.pop()
-    if batch_ops and output.dtype == "uint8":
-        raise ValueError(f"{batch_ops[0].name} mixes float images; it cannot give uint8 batches")
+    mixing = [op for op in batch_ops if isinstance(op, MixingOp)]
+    if mixing and output.dtype == "uint8":
+        raise ValueError(f"{mixing[0].name} mixes float images; it cannot give uint8 batches")
 
     image_ops, sizes, normalize, sanitize, size = [], [], None, None, None
     for i, op in enumerate(ops):

@@ -13,7 +13,6 @@ pipeline build. A sample that fails while loading is found by the probe
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import os
 from collections.abc import Callable, Iterator
@@ -24,8 +23,9 @@ import numpy as np
 import torch
 
 from ...errors import ErrorPolicy
+from ...loading.batchsteps import finisher
 from ...loading.config import LoaderConfig
-from ...loading.transfer import Batch, CudaPrefetcher, normalize_uint8, to_device
+from ...loading.transfer import Batch, CudaPrefetcher, to_device
 from ...ops import Output
 from ...plan import Planner
 from ...plan.spec import PipelineSpec
@@ -141,7 +141,7 @@ class DaliBackend:
         """Yields batches ``start ..`` of ``read``; ``upcoming(epoch)`` gives later epochs to read ahead."""
         batches = self._batches(read, start, upcoming)
         if self.finish_on_gpu:
-            return iter(CudaPrefetcher(batches, self.device, functools.partial(normalize_uint8, spec=self.spec)))
+            return iter(CudaPrefetcher(batches, self.device, finisher(self.spec)))
         return batches
 
     def _batches(self, read: EpochRead, start: int, upcoming) -> Iterator[Batch]:

@@ -22,8 +22,9 @@ import numpy as np
 from torch.utils.data import DataLoader, Sampler
 
 from ...errors import ErrorPolicy
+from ...loading.batchsteps import finisher
 from ...loading.config import LoaderConfig
-from ...loading.transfer import Batch, CudaPrefetcher, normalize_uint8
+from ...loading.transfer import Batch, CudaPrefetcher
 from ...plan import Planner
 from ...plan.spec import PipelineSpec
 from ...sources import Source
@@ -108,7 +109,7 @@ class TorchvisionBackend:
         self._keys.make = keys
         batches = self._finish(iter(self.dataloader), pending, read)
         if self.on_cuda:
-            return iter(CudaPrefetcher(batches, self.device, functools.partial(normalize_uint8, spec=self.spec)))
+            return iter(CudaPrefetcher(batches, self.device, finisher(self.spec)))
         return batches
 
     def _finish(self, loaded: Iterator, pending: deque, read: EpochRead) -> Iterator[Batch]:

@@ -15,7 +15,8 @@ from torchvision.io import ImageReadMode
 from ...errors import DecodeError, first_line
 from ...fileio import UnreadableFile
 from ...images import decode_rgb
-from ...loading.transfer import empty_like_output, normalize_uint8
+from ...loading.batchsteps import finisher
+from ...loading.transfer import empty_like_output
 from ...ops import RandomResizedCrop
 from ...plan.spec import PipelineSpec
 from ...sources import Source
@@ -183,7 +184,7 @@ def collate(results: list[tuple], spec: PipelineSpec, target: TorchvisionTarget,
     else:
         batch = torch.stack(images)
     if finish:
-        batch = normalize_uint8(batch, spec, out=empty_like_output(batch, spec, shared=in_worker))
+        batch = finisher(spec)(batch, out=empty_like_output(batch, spec, shared=in_worker))  # Output, in the worker
     elif in_worker:
         batch = batch.share_memory_()
     return batch, target.stack([t for _, t, _ in results], spec), failures
@@ -191,7 +192,7 @@ def collate(results: list[tuple], spec: PipelineSpec, target: TorchvisionTarget,
 
 def finish_one(image: torch.Tensor, spec: PipelineSpec, finish: bool) -> torch.Tensor:
     """One sample's ``(3, H, W)`` uint8 image as it would stand in a collated batch."""
-    return normalize_uint8(image[None], spec)[0] if finish else image
+    return finisher(spec)(image[None])[0] if finish else image
 
 
 __all__ = ["JPEG_DECODER", "DecodedSamples", "collate", "decode", "finish_one", "jpeg_decoder"]

@@ -20,10 +20,11 @@ import numpy as np
 import torch
 
 from ...errors import DecodeError, first_line
+from ...loading.batchsteps import per_sample
 from ...targets import TargetKind
 from ...targets import boxmath as bx
 from ...targets.base import Indices, Kernel, Params
-from ...targets.boxes import BoxState, crop_window, pad, sanitize, unpad
+from ...targets.boxes import BoxState, crop_window, pad, unpad
 from ...targets.maskfiles import decode_mask
 from ..common import TargetLowerings
 
@@ -149,7 +150,7 @@ class TorchvisionBoxes:
 
     def finish(self, state: BoxState, spec: PipelineSpec) -> tuple[torch.Tensor, torch.Tensor]:
         boxes, raw, labels = state
-        keep = sanitize(boxes, raw, spec.sanitize.min_size, spec.sanitize.min_visible)
+        keep = per_sample(spec.sanitize, boxes, raw)  # SanitizeBoxes' step (gpupipe.loading.batchsteps)
         return torch.from_numpy(boxes[keep].astype(np.float32)), torch.from_numpy(labels[keep])
 
     def stack(self, parts: Sequence[tuple[torch.Tensor, torch.Tensor] | None], spec: PipelineSpec):
