@@ -60,6 +60,45 @@ def test_a_step_stopped_at_its_cap_is_interrupted_first_then_killed(tmp_path):
         assert said in text and text.rstrip().endswith("(stopped after 3 s)"), text
 
 
+def test_a_thread_profile_counts_the_calls_on_its_thread_and_nothing_between_them(tmp_path):
+    """The host step's profile: the calling thread's frames only (on Python 3.12 ``cProfile`` reports every
+    thread's calls, timed by this thread's clock: negative times on the first H200 run), and only the time
+    inside each profiled call (one profiler over many calls counted the training step between them)."""
+    import threading
+    import time
+
+    from peer_compare import ThreadProfile
+
+    stop = threading.Event()
+
+    def elsewhere():
+        while not stop.is_set():
+            sum(i * i for i in range(2000))
+
+    def inside():
+        time.sleep(0.02)  # one call: the wall time under the profiler is its own (no profiler overhead inside)
+
+    other = threading.Thread(target=elsewhere)
+    other.start()
+    try:
+        profiler = ThreadProfile(time.perf_counter)
+        for _ in range(3):
+            profiler.call(inside)
+            time.sleep(0.2)  # a training step between two next() calls
+    finally:
+        stop.set()
+        other.join()
+    path = tmp_path / "profile.txt"
+    profiler.write(path, "# header")
+    stats = profiler.runs[0].stats
+    functions = {name for (_, _, name) in stats}
+    assert "inside" in functions and "elsewhere" not in functions and "<genexpr>" not in functions
+    assert all(v[2] >= 0 and v[3] >= 0 for v in stats.values()), "no negative time"
+    total = max(v[3] for v in stats.values())
+    assert 0.05 <= total < 0.3, f"3 calls of 20 ms, not the 0.6 s between them: {total:.3f} s"
+    assert path.read_text().startswith("# header\n") and "inside" in path.read_text()
+
+
 def test_the_tests_step_reads_each_outcome_serial_or_under_xdist():
     log = ("[gw0] [  1%] PASSED tests/test_a.py::t1\n[gw1] [  2%] FAILED tests/test_a.py::t2[x-1]\n"
            "[gw1] [  3%] SKIPPED tests/test_a.py::t3\ntests/test_b.py::t PASSED      [100%]\n"
