@@ -17,11 +17,11 @@ after every step, so a run cut short still returns what it measured. Time budget
 | dali | ``dali_check.py``: one small ``dali`` pipeline feeding torch; a failure stops the run (exit 3) | 60 | 25 |
 | peer | gpupipe ``dali`` vs the same graph by hand: loader alone, ResNet-18 bf16 channels_last, batch 256; then gpupipe's ``next()`` in the ResNet-18 loop profiled by the wall clock | 120 | 70 |
 | host | one gpupipe epoch's ``next()`` profiled (top 25), warning lines of a gpupipe-only process | 45 | 20 |
-| tests | ``pytest -n 4 -m cuda`` (serial without pytest-xdist), each test's outcome and the slowest 30 | 200 | 330 |
+| tests | ``pytest -n 4 -m cuda`` (serial without pytest-xdist), each test's outcome and the slowest 30 | 200 | 200 (cut) |
 | hw_decoder_load | ``"auto"`` against 0, 0.35, 0.65 and 1.0, loader alone, 2 rounds | 60 | 40 |
 | resnet50 | ResNet-50 end to end against its model-only ceiling: gpupipe, gpupipe prefetching 4, hand-written | 80 | 60 |
 | op_costs | heavy against standard preset, ms per batch each op adds, and DALI's own form of the ops (``--peer``) | 90 | 60 |
-| total | | 420 | ~560 (the H200 run: 465 s) |
+| total | | 420 | ~530 (the last steps cut; the first H200 run: 465 s) |
 
 Data: generating one demo photo takes 0.10 s of one core (measured on the 2-core CPU VM), so 12,800
 would take ~80 s on 16 such cores; the step generates what 40 s allow (~6,400) and fills the folder up
