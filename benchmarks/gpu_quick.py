@@ -183,8 +183,8 @@ class Quick:
             self.figures.setdefault("dali", {})[build] = self.figures.pop("dali_check", {})
 
     def peer(self, cap: float) -> None:
-        small = ["--tiny-models", "--batch-size", "8", "--steps", "3", "--train-steps", "2", "--warmup", "2",
-                 "--rounds", "1"]
+        small = ["--tiny-models", "--size", "64", "--batch-size", "8", "--steps", "3", "--train-steps", "2",
+                 "--warmup", "2", "--rounds", "1"]
         full = ["--models", "resnet18", "--batch-size", "256", "--steps", "40", "--train-steps", "30", "--warmup",
                 "10", "--rounds", "2"]
         # then gpupipe in the ResNet-18 loop once more, next() profiled by the wall clock: where the loop waits
@@ -229,7 +229,7 @@ class Quick:
                     "--data", str(self.folder), "--backend", self.backend, *steps)
 
     def resnet50(self, cap: float) -> None:
-        small = ["--tiny-models", "--batch-size", "8", "--train-steps", "2", "--warmup", "1"]
+        small = ["--tiny-models", "--size", "64", "--batch-size", "8", "--train-steps", "2", "--warmup", "1"]
         full = ["--models", "resnet50", "--batch-size", "256", "--train-steps", "30", "--warmup", "10"]
         # the hand-written pipeline (is the ceiling reachable by any DALI loader on this GPU?) and gpupipe with 4
         # batches prefetched (does a deeper queue hide the GPU time DALI's kernels share with the model?)

@@ -139,13 +139,13 @@ class TorchvisionCuda:
     """A DataLoader reads the files; ``torchvision.io.decode_jpeg(device="cuda")`` decodes the batch on the GPU,
     where each image is cropped, flipped, resized and the batch normalised."""
 
-    def __init__(self, data: Path, batch: int, threads: int, device: torch.device) -> None:
+    def __init__(self, data: Path, batch: int, threads: int, device: torch.device, size: int = SIZE) -> None:
         from torchvision.transforms import v2
 
         self.device = device
         self.loader = torch.utils.data.DataLoader(_Bytes(data), batch_size=batch, shuffle=True, num_workers=threads,
                                                   drop_last=True, collate_fn=lambda items: list(zip(*items)))
-        self.crop = v2.Compose([v2.RandomResizedCrop(SIZE, antialias=True), v2.RandomHorizontalFlip()])
+        self.crop = v2.Compose([v2.RandomResizedCrop(size, antialias=True), v2.RandomHorizontalFlip()])
         self.mean = torch.tensor(MEAN, device=device).view(1, 3, 1, 1) * 255
         self.std = torch.tensor(STD, device=device).view(1, 3, 1, 1) * 255
 
@@ -162,21 +162,22 @@ class TorchvisionCuda:
             yield (batch - self.mean) / self.std, torch.tensor(labels).to(self.device, non_blocking=True)
 
 
-def loaders(device: torch.device, deeper: Optional[int] = None) -> Dict[str, Callable]:
-    """name -> ``make(data, batch, threads)``; ``deeper``: gpupipe once more, with that many batches prefetched
-    (``gpupipe-<backend>-prefetch<N>``), to tell a loader that falls behind from one that shares the GPU."""
+def loaders(device: torch.device, deeper: Optional[int] = None, size: int = SIZE) -> Dict[str, Callable]:
+    """name -> ``make(data, batch, threads)``, each giving ``size`` px images; ``deeper``: gpupipe once more, with
+    that many batches prefetched (``gpupipe-<backend>-prefetch<N>``), to tell a loader that falls behind from one
+    that shares the GPU."""
     backend = "dali" if device.type == "cuda" else "dali-cpu"
 
     def ours(data, batch, threads, prefetch=2):
-        return gpupipe.loader(data, "train", batch_size=batch, backend=backend, device=device, num_threads=threads,
+        return gpupipe.loader(data, gpupipe.presets.train(size), batch_size=batch, backend=backend, device=device, num_threads=threads,
                               drop_last=True, prefetch=prefetch)
 
     def theirs(data, batch, threads):
-        return HandDali(data, batch, threads, device)
+        return HandDali(data, batch, threads, device, size)
 
     if device.type == "cuda":
         def tv(data, batch, threads):
-            return TorchvisionCuda(data, batch, threads, device)
+            return TorchvisionCuda(data, batch, threads, device, size)
     else:
         from cpu_compare import torchvision_io as tv
     out = {f"gpupipe-{backend}": ours}
@@ -267,6 +268,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, help="image folder (default: the bench's demo set)")
     parser.add_argument("--models", default="resnet18,resnet50")
     parser.add_argument("--tiny-models", action="store_true", help="ShuffleNetV2 x0.5 instead (for a CPU)")
+    parser.add_argument("--size", type=int, default=SIZE, help="the images' side (the train preset's crop)")
     parser.add_argument("--batch-size", type=int, default=256 if on_gpu else 32)
     parser.add_argument("--steps", type=int, default=40 if on_gpu else 20, help="timed batches per loader run")
     parser.add_argument("--train-steps", type=int, default=30 if on_gpu else 6)
@@ -286,13 +288,13 @@ def main() -> None:
     args.data = args.data or demo.ensure_demo(cache_dir(), demo.DemoSpec(per_class=images // 10))
     models = ["shufflenet_v2_x0_5"] if args.tiny_models else [m for m in args.models.split(",") if m]
     wanted = [w for w in args.loaders.split(",") if w]
-    makers = {k: v for k, v in loaders(args.device, args.deeper_prefetch).items() if any(k.startswith(w) for w in wanted)}
+    makers = {k: v for k, v in loaders(args.device, args.deeper_prefetch, args.size).items() if any(k.startswith(w) for w in wanted)}
     sync = (lambda: torch.cuda.synchronize(args.device)) if on_gpu else (lambda: None)
     classes = len(gpupipe.ImageFolder(args.data).classes)
     steps = {}
     for model in models:
         config = runner.BenchConfig(data=args.data, backends=(), model=model, batch_size=args.batch_size,
-                                    image_size=SIZE, steps=args.steps, train_steps=args.train_steps,
+                                    image_size=args.size, steps=args.steps, train_steps=args.train_steps,
                                     warmup=args.warmup, train_warmup=args.warmup, repeats=1, amp="off",
                                     threads=args.threads, device=args.device)
         step, kept = runner.TrainStep(config, classes), runner.kept_batch(config, classes)
