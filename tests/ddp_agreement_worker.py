@@ -3,7 +3,8 @@ must agree on, and a loader of one process that joins no collective.
 
 ``--case alone``: rank 0 alone builds and reads a ``world_size=1`` loader while rank 1 waits at a
 barrier. ``--case disagree``: both ranks build loaders whose settings or listings differ, one at a
-time; each rank records what it was told. Results go to ``OUT/<case>-rank<r>.json``.
+time; each rank records what it was told. ``--case alone disagree`` runs both, in that order, in one
+launch. Results go to ``OUT/<case>-rank<r>.json``.
 """
 
 import argparse
@@ -76,15 +77,16 @@ def disagree(args, rank):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--case", choices=["alone", "disagree"], required=True)
+    parser.add_argument("--case", choices=["alone", "disagree"], nargs="+", required=True)
     parser.add_argument("--folder", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     faulthandler.dump_traceback_later(100, exit=True)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=40))
     rank = dist.get_rank()
-    record = (alone if args.case == "alone" else disagree)(args, rank)
-    (args.out / f"{args.case}-rank{rank}.json").write_text(json.dumps(record))
+    for case in args.case:
+        record = (alone if case == "alone" else disagree)(args, rank)
+        (args.out / f"{case}-rank{rank}.json").write_text(json.dumps(record))
     dist.barrier()
     dist.destroy_process_group()
 

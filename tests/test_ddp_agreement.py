@@ -16,31 +16,37 @@ from helpers import flat_folder
 WORKER = Path(__file__).with_name("ddp_agreement_worker.py")
 
 
-def torchrun(case: str, folder: Path, out: Path, timeout: int = 150) -> list:
-    """Runs the worker's ``case`` in two gloo ranks; a rank that hangs is ended by the timeout."""
+def torchrun(cases: tuple, folder: Path, out: Path, timeout: int = 150) -> dict:
+    """Runs the worker's ``cases`` in order in one launch of two gloo ranks; a rank that hangs is ended by
+    the timeout. Returns each case's records, rank 0's then rank 1's."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(WORKER),
-           "--case", case, "--folder", str(folder), "--out", str(out)]
+           "--case", *cases, "--folder", str(folder), "--out", str(out)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                               env={**os.environ, "OMP_NUM_THREADS": "1"})
     except subprocess.TimeoutExpired:
-        pytest.fail(f"{case}: the ranks hung for {timeout} s")
+        pytest.fail(f"{cases}: the ranks hung for {timeout} s")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    return [json.loads((out / f"{case}-rank{r}.json").read_text()) for r in range(2)]
-
-
-@pytest.mark.slow
-def test_a_loader_of_one_process_joins_no_collective(tmp_path):
-    folder = flat_folder(tmp_path / "folder", 10)
-    rank0, rank1 = torchrun("alone", folder, tmp_path)
-    assert rank1 == {}
-    assert rank0["len"] == 5 and sorted(rank0["ids"]) == list(range(10)), "rank 0 read everything, alone"
+    return {case: [json.loads((out / f"{case}-rank{r}.json").read_text()) for r in range(2)] for case in cases}
 
 
 @pytest.fixture(scope="module")
-def disagreements(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("disagree")
-    return torchrun("disagree", flat_folder(tmp / "folder", 20), tmp)
+def runs(tmp_path_factory) -> dict:
+    """One launch: a loader of rank 0 alone (rank 1 waits at a barrier), then the disagreeing loaders."""
+    tmp = tmp_path_factory.mktemp("agreement")
+    return torchrun(("alone", "disagree"), flat_folder(tmp / "folder", 20), tmp)
+
+
+@pytest.mark.slow
+def test_a_loader_of_one_process_joins_no_collective(runs):
+    rank0, rank1 = runs["alone"]
+    assert rank1 == {}
+    assert rank0["len"] == 10 and sorted(rank0["ids"]) == list(range(20)), "rank 0 read everything, alone"
+
+
+@pytest.fixture(scope="module")
+def disagreements(runs):
+    return runs["disagree"]
 
 
 @pytest.mark.slow

@@ -2,13 +2,12 @@
 detection sets load with gpupipe (counts, mask values, boxes)."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
+from script_batch import run_scripts
 
 import gpupipe
 from gpupipe.demo import photos as demo
@@ -70,21 +69,37 @@ def test_the_detection_set_loads_as_coco_detection(tmp_path):
     assert int((targets["labels"] >= 0).sum()) >= 6 and int(targets["labels"].max()) <= 2
 
 
-@pytest.mark.parametrize("task, expected", [("segmentation", ["images", "masks"]),
-                                            ("detection", ["annotations.json", "images"])])
-def test_make_demo_writes_a_task_set_with_progress_and_the_next_command(tmp_path, task, expected):
-    proc = subprocess.run([sys.executable, str(MAKE_DEMO), str(tmp_path / "out"), "--task", task, "--images", "3",
-                           "--workers", "1"], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == expected
-    assert f"{task} demo: 3/3 images" in proc.stderr
-    assert f"next: python examples/train_{task}.py {tmp_path / 'out' / 'images'}" in proc.stdout
+TASK_CASES = [("segmentation", ["images", "masks"]), ("detection", ["annotations.json", "images"])]
+BAD_CASES = [(["--images", "0"], "error: --images must be >= 1, got 0"),
+             (["--task", "depth"], "error: argument --task: invalid choice: 'depth'")]
 
 
-@pytest.mark.parametrize("argv, message", [(["--images", "0"], "error: --images must be >= 1, got 0"),
-                                           (["--task", "depth"], "error: argument --task: invalid choice: 'depth'")])
-def test_make_demo_bad_arguments_are_one_line(tmp_path, argv, message):
-    proc = subprocess.run([sys.executable, str(MAKE_DEMO), str(tmp_path / "out"), *argv], capture_output=True,
-                          text=True, timeout=120)
-    assert proc.returncode == 2 and proc.stderr.startswith(message) and proc.stderr.count("\n") == 1
-    assert not (tmp_path / "out").exists()
+@pytest.fixture(scope="module")
+def make_demo_runs(tmp_path_factory) -> tuple:
+    """make_demo.py's command lines of the tests below, run in one process (``script_batch``: torch imported
+    once); each writes under its own folder. Returns that folder and each run's result, by task or argv."""
+    tmp = tmp_path_factory.mktemp("make-demo")
+    argvs = {task: [tmp / task / "out", "--task", task, "--images", "3", "--workers", "1"] for task, _ in TASK_CASES}
+    argvs.update({" ".join(argv): [tmp / " ".join(argv) / "out", *argv] for argv, _ in BAD_CASES})
+    for argv in argvs.values():
+        argv[0].parent.mkdir()
+    cases = [{"script": str(MAKE_DEMO), "args": [str(a) for a in argv], "cwd": str(tmp)} for argv in argvs.values()]
+    return tmp, dict(zip(argvs, run_scripts(cases, tmp)))
+
+
+@pytest.mark.parametrize("task, expected", TASK_CASES)
+def test_make_demo_writes_a_task_set_with_progress_and_the_next_command(make_demo_runs, task, expected):
+    tmp, runs = make_demo_runs
+    proc, out = runs[task], tmp / task / "out"
+    assert proc["returncode"] == 0, proc["stderr"]
+    assert sorted(p.name for p in out.iterdir()) == expected
+    assert f"{task} demo: 3/3 images" in proc["stderr"]
+    assert f"next: python examples/train_{task}.py {out / 'images'}" in proc["stdout"]
+
+
+@pytest.mark.parametrize("argv, message", BAD_CASES)
+def test_make_demo_bad_arguments_are_one_line(make_demo_runs, argv, message):
+    tmp, runs = make_demo_runs
+    proc = runs[" ".join(argv)]
+    assert proc["returncode"] == 2 and proc["stderr"].startswith(message) and proc["stderr"].count("\n") == 1
+    assert not (tmp / " ".join(argv) / "out").exists()

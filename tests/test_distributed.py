@@ -108,8 +108,11 @@ def test_resume_in_a_new_process_continues_exactly(ddp_runs):
 
 def test_ddp_example_checkpoints_and_resumes_with_its_defaults(tmp_path):
     data = flat_folder(tmp_path / "data", 160)  # 80 per rank: 2 batches of 32 an epoch
+    # the defaults that decide saving and resuming (batch size, epochs, --save-every); a 32 px crop, not the
+    # default 128 px, only makes each step cheaper (no assertion depends on the crop size)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           str(Path(__file__).parents[1] / "examples" / "train_ddp.py"), str(data), "--checkpoint", str(tmp_path / "ck")]
+           str(Path(__file__).parents[1] / "examples" / "train_ddp.py"), str(data),
+           "--checkpoint", str(tmp_path / "ck"), "--size", "32"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     run = lambda *extra: subprocess.run(cmd + list(extra), capture_output=True, text=True, timeout=600, env=env)  # noqa: E731
     first = run("--max-steps", "1")
@@ -124,12 +127,6 @@ def test_ddp_example_checkpoints_and_resumes_with_its_defaults(tmp_path):
     assert third.returncode == 0, third.stderr[-3000:]
     assert "rank 0: resumed at epoch 1, batch 0, step 2" in third.stdout, "the epoch end was saved"
     assert "nothing to do" in third.stdout and "validation accuracy" not in third.stdout
-
-
-def test_ddp_example_help_shows_defaults():
-    out = subprocess.run([sys.executable, str(Path(__file__).parents[1] / "examples" / "train_ddp.py"), "--help"],
-                         capture_output=True, text=True, check=True).stdout
-    assert "(default: 50)" in out and "(default: resnet18)" in out
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)

@@ -15,6 +15,7 @@ import pytest
 import torch
 from helpers import load_example, make_detection_set, make_image_folder
 from PIL import Image
+from script_batch import run_scripts
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,11 +65,22 @@ CASES = [
 ]
 
 
+@pytest.fixture(scope="module")
+def mistakes(data, tmp_path_factory) -> dict:
+    """Every case's command line, run in one process (``script_batch``: torch imported once, not 11 times)."""
+    env_free = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}
+    env = {k: v for k, v in os.environ.items() if k not in env_free}
+    cases = [{"script": str(ROOT / "examples" / f"{name}.py"), "args": args, "cwd": str(data)}
+             for name, args, _ in CASES]
+    results = run_scripts(cases, tmp_path_factory.mktemp("mistakes"), env=env)
+    return {(name, tuple(args)): result for (name, args, _), result in zip(CASES, results)}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name, args, expected", CASES, ids=[f"{n}:{' '.join(a)}" for n, a, _ in CASES])
-def test_a_mistake_is_one_error_line_and_exit_2(data, name, args, expected):
-    proc = run_example(name, *args, cwd=data)
-    assert (proc.returncode, proc.stderr) == (2, expected + "\n"), proc.stdout[-2000:] + proc.stderr[-3000:]
+def test_a_mistake_is_one_error_line_and_exit_2(mistakes, name, args, expected):
+    proc = mistakes[name, tuple(args)]
+    assert (proc["returncode"], proc["stderr"]) == (2, expected + "\n"), proc["stdout"][-2000:] + proc["stderr"][-3000:]
 
 
 @pytest.mark.slow

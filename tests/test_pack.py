@@ -20,6 +20,7 @@ from gpupipe.pack import ConvertSettings, PackError, PackSettings, pack, parse_s
 from gpupipe.pack.manifest import read_sources
 from gpupipe.fileio import sha256_of
 from imagecases import bomb, write_cases
+from script_batch import run_scripts
 
 SMALL_SHARDS = PackSettings(shard_size=64 * 1024)
 
@@ -202,20 +203,22 @@ def test_on_error_raise_names_the_file(messy_folder, tmp_path):
 
 def test_cli_argument_errors(tmp_path):
     """Every error is one line, ``error: ...``, and exit status 2, without argparse's usage or a traceback."""
-    bad_size = run_cli(tmp_path / "a", tmp_path / "b", "--shard-size", "lots")
-    assert (bad_size.returncode, bad_size.stderr) == (2, "error: --shard-size: shard size must look like 256MB, 1G "
-                                                          "or 4096, got 'lots' (see python -m gpupipe.pack --help)\n")
-    assert run_cli(tmp_path / "b").stderr == ("error: SRC and DST are required (or --verify DST) "
-                                              "(see python -m gpupipe.pack --help)\n")
+    argvs = [[tmp_path / "a", tmp_path / "b", "--shard-size", "lots"], [tmp_path / "b"],
+             [tmp_path / "nothing", tmp_path / "out", "-q"]]  # in one process: torch imported once
+    cases = [{"module": "gpupipe.pack", "args": [str(a) for a in argv], "cwd": str(tmp_path)} for argv in argvs]
+    bad_size, no_dst, missing = run_scripts(cases, tmp_path)
+    assert (bad_size["returncode"], bad_size["stderr"]) == (2, "error: --shard-size: shard size must look like "
+                                                              "256MB, 1G or 4096, got 'lots' (see python -m "
+                                                              "gpupipe.pack --help)\n")
+    assert no_dst["stderr"] == "error: SRC and DST are required (or --verify DST) (see python -m gpupipe.pack --help)\n"
     assert parse_size("256MB") == 256 * 2**20 and parse_size("1.5G") == int(1.5 * 2**30)
     with pytest.raises(ValueError, match="shard size must be at least 65,536 bytes"):
         parse_size("10")
     for text in ("lots", "infGB", "nan", ""):
         with pytest.raises(ValueError, match=f"shard size must look like 256MB, 1G or 4096, got {text!r}"):
             parse_size(text)
-    missing = run_cli(tmp_path / "nothing", tmp_path / "out", "-q")
-    assert missing.returncode == 2 and missing.stderr.startswith("error: ") and "does not exist" in missing.stderr
-    assert missing.stderr.count("\n") == 1, missing.stderr
+    assert missing["returncode"] == 2 and missing["stderr"].startswith("error: ")
+    assert "does not exist" in missing["stderr"] and missing["stderr"].count("\n") == 1, missing["stderr"]
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
