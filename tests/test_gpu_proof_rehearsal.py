@@ -122,13 +122,23 @@ def test_only_runs_the_steps_in_the_order_given_after_the_machine_data_and_dali(
     assert ran == ["machine", "data", "dali", "resnet50", "op_costs", "tests"]
 
 
+@pytest.fixture(scope="module")
+def rehearsed(tmp_path_factory):
+    """One whole rehearsal, in the GPU machine's software (its cache, with the photo folder, serves the
+    budget test too): ``(tmp, proc)``."""
+    tmp = tmp_path_factory.mktemp("rehearsal")
+    bare = env_without(tmp / "shadow", NOT_ON_THE_GPU_MACHINE)  # the proof imports only what is there
+    bare["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # absent there, hypothesis registers no pytest plugin either
+    proc = quick(tmp / "proof" / "quick", "--rehearse", "--pack", str(tmp / "quick.tgz"), cache=tmp / "cache",
+                 env=bare)
+    return tmp, proc
+
+
 @pytest.mark.slow
 @needs_dali
-def test_the_quick_proof_rehearses_every_step_and_its_results_commit(tmp_path):
+def test_the_quick_proof_rehearses_every_step_and_its_results_commit(rehearsed):
+    tmp_path, proc = rehearsed
     out, pack = tmp_path / "proof" / "quick", tmp_path / "quick.tgz"
-    bare = env_without(tmp_path / "shadow", NOT_ON_THE_GPU_MACHINE)  # the proof imports only what is there
-    bare["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # absent there, hypothesis registers no pytest plugin either
-    proc = quick(out, "--rehearse", "--pack", str(pack), cache=tmp_path / "cache", env=bare)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     figures = json.loads((out / "quick.json").read_text())
     assert set(figures["seconds"]) == STEPS and figures["failures"] == {} and figures["skipped"] == {}
@@ -171,11 +181,10 @@ def test_the_quick_proof_rehearses_every_step_and_its_results_commit(tmp_path):
 
 @pytest.mark.slow
 @needs_dali
-def test_a_run_cut_by_its_budget_keeps_what_it_measured_and_lists_the_rest(tmp_path):
-    first = quick(tmp_path / "first", "--rehearse", "--only", "tests", cache=tmp_path / "cache")  # makes the data
-    assert first.returncode == 0, (first.stdout + first.stderr)[-3000:]
+def test_a_run_cut_by_its_budget_keeps_what_it_measured_and_lists_the_rest(rehearsed, tmp_path):
+    cache = rehearsed[0] / "cache"  # the photo folder is made: a rerun finds it
     out, pack = tmp_path / "quick", tmp_path / "quick.tgz"
-    proc = quick(out, "--rehearse", "--budget", "25", "--pack", str(pack), cache=tmp_path / "cache")
+    proc = quick(out, "--rehearse", "--budget", "25", "--pack", str(pack), cache=cache)
     assert proc.returncode == 1, (proc.stdout + proc.stderr)[-3000:]
     figures = json.loads((out / "quick.json").read_text())
     assert {"machine", "data"} <= set(figures["seconds"]) and figures["data"]["images"] == 60
@@ -184,7 +193,7 @@ def test_a_run_cut_by_its_budget_keeps_what_it_measured_and_lists_the_rest(tmp_p
     assert set(figures["seconds"]) | set(figures["skipped"]) == STEPS, "every step ran or is listed"
     with tarfile.open(pack) as tar:
         assert json.loads(tar.extractfile("quick/quick.json").read()) == figures
-    again = quick(out, "--rehearse", "--only", "op_costs", cache=tmp_path / "cache")  # the rerun of what is missing
+    again = quick(out, "--rehearse", "--only", "op_costs", cache=cache)  # the rerun of what is missing
     assert again.returncode == 1, "the other skipped steps are still listed"
     figures = json.loads((out / "quick.json").read_text())
     assert "op_costs" not in figures["skipped"] and figures["op_costs"]["rows"]
