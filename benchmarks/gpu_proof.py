@@ -275,8 +275,8 @@ class Proof:
                                                "--backends", "dali,dali-cpu,torchvision"),
             "peer_compare": lambda: self.script(
                 "peer_compare", "peer_compare.py", "--data", str(self.folder),
-                *(["--tiny-models", "--batch-size", "8", "--steps", "3", "--train-steps", "2", "--warmup", "2",
-                   "--rounds", "1"] if self.rehearse else ["--models", "resnet18,resnet50"])),
+                *(["--tiny-models", "--size", "64", "--batch-size", "8", "--steps", "3", "--train-steps", "2",
+                   "--warmup", "2", "--rounds", "1"] if self.rehearse else ["--models", "resnet18,resnet50"])),
             "op_costs": lambda: self.script(
                 "op_costs", "op_costs.py", str(self.folder),
                 *(["--backend", "dali-cpu", "--batch", "8", "--batches", "2", "--rounds", "1", "--size", "64"]
