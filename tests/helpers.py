@@ -108,6 +108,20 @@ def sample_ids(images: torch.Tensor) -> list:
     return (steps[:, 0] + 16 * steps[:, 1]).tolist()
 
 
+def read_ids_and_labels(source) -> dict:
+    """``{"ids", "labels"}`` of every sample of ``source`` (a :func:`flat_folder`, packed or not), in order,
+    read by the ``torchvision`` backend at 8x8 px."""
+    import gpupipe
+
+    loader = gpupipe.loader(source, [gpupipe.Decode(), gpupipe.Resize((8, 8)), gpupipe.Output("uint8")],
+                            batch_size=8, backend="torchvision", num_threads=1, shuffle=False)
+    ids, labels = [], []
+    for images, targets in loader:
+        ids += sample_ids(images)
+        labels += [int(v) for v in targets]
+    return {"ids": ids, "labels": labels}
+
+
 def collect(loader) -> list:
     return [(images, targets) for images, targets in loader]
 

@@ -38,20 +38,14 @@ READER = textwrap.dedent(f"""
     sys.path.insert(0, {TESTS!r})
     import gpupipe
     from gpupipe.remote import Retry
-    from helpers import sample_ids
+    from helpers import read_ids_and_labels
     if len(sys.argv) > 3:  # a disk that takes no more than argv[3] bytes per file
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[3]), int(sys.argv[3])))
     try:
         src = gpupipe.Shards(sys.argv[1], cache_dir=sys.argv[2],
                              retry=Retry(attempts=2, backoff=0.05, timeout=5, deadline=60))
-        loader = gpupipe.loader(src, [gpupipe.Decode(), gpupipe.Resize((8, 8)), gpupipe.Output("uint8")],
-                                batch_size=8, backend="torchvision", num_threads=1, shuffle=False)
-        ids, labels = [], []
-        for x, y in loader:
-            ids += sample_ids(x)
-            labels += [int(v) for v in y]
-        print(json.dumps({{"ids": ids, "labels": labels}}))
+        print(json.dumps(read_ids_and_labels(src)))
     except gpupipe.Error as err:
         internal = err.__cause__ is not None or (err.__context__ is not None and not err.__suppress_context__)
         print(json.dumps({{"error": type(err).__name__, "message": str(err), "internal": internal}}))
@@ -85,15 +79,9 @@ def packed(tmp_path_factory):
 @pytest.fixture(scope="module")
 def local(packed):
     """``{"ids", "labels"}`` of the local pack, in order."""
-    from helpers import sample_ids
+    from helpers import read_ids_and_labels
 
-    loader = gpupipe.loader(packed, [gpupipe.Decode(), gpupipe.Resize((8, 8)), gpupipe.Output("uint8")],
-                            batch_size=8, backend="torchvision", num_threads=1, shuffle=False)
-    ids, labels = [], []
-    for x, y in loader:
-        ids += sample_ids(x)
-        labels += [int(v) for v in y]
-    return {"ids": ids, "labels": labels}
+    return read_ids_and_labels(packed)
 
 
 @pytest.fixture
