@@ -20,7 +20,7 @@ after every step, so a run cut short still returns what it measured. Time budget
 | tests | ``pytest -n 4 -m cuda`` (serial without pytest-xdist), each test's outcome and the slowest 30 | 200 | 200 (cut) |
 | hw_decoder_load | ``"auto"`` against 0, 0.35, 0.65 and 1.0, loader alone, 2 rounds | 60 | 40 |
 | resnet50 | ResNet-50 end to end against its model-only ceiling: gpupipe, gpupipe prefetching 4, hand-written | 80 | 60 |
-| op_costs | heavy against standard preset, ms per batch each op adds, and DALI's own form of the ops (``--peer``) | 90 | 60 |
+| op_costs | heavy against standard preset, ms per batch each op adds, DALI's own form of the ops (``--peer``), RandAugment and RandomErasing in the CPU form (``--forms``) | 90 | 75 |
 | total | | 420 | ~530 (the last steps cut; the first H200 run: 465 s) |
 
 Data: generating one demo photo takes 0.10 s of one core (measured on the 2-core CPU VM), so 12,800
@@ -243,7 +243,7 @@ class Quick:
         sizes = ["--batch", "8", "--batches", "2", "--rounds", "1", "--size", "64"] if self.rehearse else \
             ["--batch", "256", "--batches", "10", "--rounds", "2"]
         result = self.script("op_costs", cap, "op_costs.py", str(self.folder), "--backend", self.backend,
-                             "--hw-decoder-load", str(load), "--peer", "--out", str(self.out / "op_costs.json"),
+                             "--hw-decoder-load", str(load), "--peer", "--forms", "--out", str(self.out / "op_costs.json"),
                              *sizes)
         prefix = {row["op"]: row["prefix_ms_per_batch"] for row in result["rows"]}
         result["heavy_over_standard"] = round(prefix["HorizontalFlip"] / result["rows"][-1]["prefix_ms_per_batch"], 3)

@@ -123,9 +123,9 @@ def section(folder: Path, title_level: str = "###") -> str:
         parts += ["ResNet-50 end to end (bf16, channels_last, batch 256), one round:", _table(header, rows)]
     costs = figures.get("op_costs", {}).get("rows")
     if costs:
-        costs = costs + figures["op_costs"].get("peer_rows", [])
-        parts += ["Heavy setting, milliseconds per batch each op adds (loader alone; `hand:` rows, where measured: "
-                  "the same ops in DALI's own form):",
+        costs = costs + figures["op_costs"].get("form_rows", []) + figures["op_costs"].get("peer_rows", [])
+        parts += ["Heavy setting, milliseconds per batch each op adds (loader alone; `[cpu form]` rows, where "
+                  "measured: the op lowered as on `dali-cpu`; `hand:` rows: the same ops in DALI's own form):",
                   _table(["op", "ms per batch", "prefix ms per batch"],
                          [[r["op"], f"{r['op_ms_per_batch']:.2f}", f"{r['prefix_ms_per_batch']:.2f}"] for r in costs])]
     tests = figures.get("tests", {})

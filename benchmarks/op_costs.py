@@ -9,11 +9,16 @@ MixUp/CutMix), whose ops on the GPU are the subject of issue #25.
 
 Usage:
     python benchmarks/op_costs.py FOLDER [--backend dali|dali-cpu] [--batch 256] [--rounds 3] [--batches 20]
-                                  [--hw-decoder-load auto|0.65] [--peer] [--threads N] [--out benchmarks/results/LABEL/op_costs.json]
+                                  [--hw-decoder-load auto|0.65] [--peer] [--forms] [--threads N] [--out benchmarks/results/LABEL/op_costs.json]
 
 ``--peer``: the same image ops written by hand in DALI (``peer_compare.HandDali``: DALI's own
 ``auto_aug.rand_augment`` and ``fn.erase``), timed in the same rounds, prefix by prefix: whether an op
 costs what DALI's own form of it costs, or more.
+
+``--forms``: the RandAugment and RandomErasing prefixes again with the DALI forms of those ops the
+backend does not choose (``gpupipe.backends.dali.forms``: ``dali`` uses the ``gpu`` forms, ``dali-cpu``
+the ``cpu`` ones; ``GPUPIPE_DALI_FORM``), timed in the same rounds: the rows ``RandAugment [cpu form]``
+and ``RandomErasing [cpu form]`` say what each op costs in the other form.
 
 ``--hw-decoder-load``: the loaders' setting (``auto``, the default, measures it once per prefix;
 a number skips that).
@@ -67,6 +72,29 @@ def table(names, times) -> list:
     return rows
 
 
+#: The prefixes whose last op has a ``"gpu"`` and a ``"cpu"`` DALI form (``gpupipe.backends.dali.forms``).
+FORM_OPS = ("RandAugment", "RandomErasing")
+
+
+def other_form_loaders(args, steps, device, load) -> dict:
+    """The prefixes of ``FORM_OPS`` with the DALI forms the backend does not choose by itself."""
+    from gpupipe.backends.dali.forms import FORM_VARIABLE, lowering_form
+
+    other = "cpu" if lowering_form(gpu=args.backend == "dali") == "gpu" else "gpu"
+    was = os.environ.get(FORM_VARIABLE)
+    os.environ[FORM_VARIABLE] = other  # read when a loader builds its backend
+    try:
+        return {f"{name} [{other} form]": gpupipe.loader(args.folder, prefix, batch_size=args.batch,
+                                                         backend=args.backend, device=device, drop_last=True,
+                                                         hw_decoder_load=load, num_threads=args.threads)
+                for name, prefix in steps if name in FORM_OPS}
+    finally:
+        if was is None:
+            del os.environ[FORM_VARIABLE]
+        else:
+            os.environ[FORM_VARIABLE] = was
+
+
 def time_per_batch(loader, batches: int, device: torch.device) -> float:
     """Median milliseconds per batch over ``batches`` batches (the first two are warm-up)."""
     times = []
@@ -91,6 +119,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=224)
     parser.add_argument("--hw-decoder-load", default="auto")
     parser.add_argument("--peer", action="store_true", help="also the same ops written by hand in DALI")
+    parser.add_argument("--forms", action="store_true", help="also RandAugment and RandomErasing in the other DALI form")
     parser.add_argument("--threads", type=int, default=default_threads())
     parser.add_argument("--out")
     args = parser.parse_args()
@@ -101,6 +130,8 @@ def main() -> None:
     loaders = {name: gpupipe.loader(args.folder, prefix, batch_size=args.batch, backend=args.backend,
                                     device=device, drop_last=True, hw_decoder_load=load, num_threads=args.threads)
                for name, prefix in steps}
+    forms = other_form_loaders(args, steps, device, load) if args.forms else {}
+    loaders.update(forms)
     peers = {}
     if args.peer:
         from pathlib import Path
@@ -117,8 +148,13 @@ def main() -> None:
             times[name].append(time_per_batch(loaders[name], args.batches, device))
     rows = table([name for name, _ in steps], times)
     peer_rows = table([name for name, _ in PEER_PREFIXES], times) if args.peer else []
+    form_rows = table(list(forms), times)  # each op in the other form, after the one before it in that form
+    if form_rows:  # the first one's cost is against the prefix before it in the backend's own form
+        names = [name for name, _ in steps]
+        before = statistics.median(times[names[names.index(FORM_OPS[0]) - 1]])
+        form_rows[0]["op_ms_per_batch"] = round(form_rows[0]["prefix_ms_per_batch"] - before, 3)
     print(f"{'op':28s} {'ms/batch':>9s} {'prefix':>9s} {'spread':>8s}")
-    for row in rows + peer_rows:
+    for row in rows + form_rows + peer_rows:
         print(f"{row['op']:28s} {row['op_ms_per_batch']:9.2f} {row['prefix_ms_per_batch']:9.2f} {row['spread_ms']:8.2f}")
     if args.out:
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
@@ -127,7 +163,8 @@ def main() -> None:
             json.dump({"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {gpu}",
                        "backend": args.backend, "batch": args.batch, "batches": args.batches, "rounds": args.rounds,
                        "hw_decoder_load": load,
-                       "folder": args.folder, "rows": rows, **({"peer_rows": peer_rows} if args.peer else {})},
+                       "folder": args.folder, "rows": rows,
+                       **({"form_rows": form_rows} if args.forms else {}), **({"peer_rows": peer_rows} if args.peer else {})},
                       f, indent=1)
 
 

@@ -4,8 +4,9 @@ Modules follow the data flow: ``backend`` (runs of epochs, batches out,
 bad samples replaced), ``run`` (one pipeline driven batch by batch),
 ``graph`` (building a run's pipeline and the probe's), ``readers``,
 ``params`` (planned parameters packed and fed), ``lowering`` (each op
-as DALI operators; ``augment`` the auto-augment policies, ``table`` what they
-register in), ``decoder`` and ``calibrate`` (decoder settings),
+as DALI operators; ``augment`` the auto-augment policies, with ``augment_suite``
+their ops and ``augment_fused`` their GPU form; ``forms`` which form an op gets
+on which device; ``table`` what they register in), ``decoder`` and ``calibrate`` (decoder settings),
 ``recovery`` (finding the sample behind an error) and ``lifetime``
 (keeping handed-out GPU buffers alive).
 """

@@ -24,15 +24,16 @@ import numpy as np
 import torch
 from nvidia.dali import fn, pipeline_def
 
-from ... import ops as O
 from ...loading.config import LoaderConfig
 from ...plan import Planner
 from ...plan.seeding import mix_int
 from ...plan.spec import PipelineSpec
 from ...sources import FileSource, Source
 from ..base import Placement
+from .augment_fused import POLICIES, host_params
 from .calibrate import DEFAULT_LOAD, remembered_hw_decoder_load
 from .decoder import decoder_kwargs, decoder_settings
+from .forms import lowering_form
 from .lifetime import track
 from .lowering import Graph, lower, quiet_auto_aug
 from .params import ParamLayout, RunParams
@@ -47,9 +48,10 @@ logger = logging.getLogger(__name__)
 CALIBRATION_BATCHES = 10
 
 
-def uses_conditionals(spec: PipelineSpec) -> bool:
-    """nvidia.dali.auto_aug branches per sample, which needs DALI's conditionals."""
-    return any(isinstance(op, (O.RandAugment, O.TrivialAugment, O.AutoAugment)) for op in spec.ops)
+def uses_conditionals(spec: PipelineSpec, form: str) -> bool:
+    """nvidia.dali.auto_aug's ``select`` (the policies' ``"cpu"`` form) branches per sample, which needs
+    DALI's conditionals (their ``"gpu"`` form does not)."""
+    return form == "cpu" and any(isinstance(op, POLICIES) for op in spec.ops)
 
 
 class Pipelines:
@@ -83,6 +85,7 @@ class Pipelines:
         self.target = TARGETS.of(source.target)  # the target's DALI lowering (refuses a kind it lacks)
         # what the external source feeds besides the parameters: the target, unless the reader reads it
         self.fed = 0 if self.reader.reads_target else self.target.feeds
+        self.form = lowering_form(gpu)
         self.layout = self._used_params()
         load = self.decoder.hw_decoder_load
         self.hw_decoder_load: float | None = None if load == "auto" else float(load)
@@ -108,7 +111,7 @@ class Pipelines:
             k = min(info.iteration, len(refs) - 1)
             return params.feed(k) + self._feed(refs[k])
 
-        @pipeline_def(enable_conditionals=uses_conditionals(self.spec))
+        @pipeline_def(enable_conditionals=uses_conditionals(self.spec, self.form))
         def graph():
             nodes = self.reader(indices, files)
             captured["expected"] = nodes.expected
@@ -198,7 +201,7 @@ class Pipelines:
         return Prober(self._probe_pipeline, read, prepare)
 
     def _probe_pipeline(self, prober: Prober):
-        @pipeline_def(enable_conditionals=uses_conditionals(self.spec))
+        @pipeline_def(enable_conditionals=uses_conditionals(self.spec, self.form))
         def graph():
             encoded = fn.external_source(source=lambda info: prober.current[0], batch=True, batch_info=True)
             inputs = self._external(lambda info: prober.current[1], fed=self.target.feeds)  # no reader here
@@ -221,16 +224,25 @@ class Pipelines:
     def _used_params(self) -> ParamLayout:
         """The layout of the planned parameters the lowering reads (traced once in a graph never built)."""
         dummy = self.planner.plan(0, np.zeros(1, np.int64), np.array([[64, 64]]), [np.zeros((0, 4), np.float32)])
-        every = ParamLayout(dummy.steps, [(j, name) for j, step in enumerate(dummy.steps) for name in sorted(step)])
+        steps = self._host_steps(dummy.steps)
+        every = ParamLayout(steps, [(j, name) for j, step in enumerate(steps) for name in sorted(step)])
         recorded: list = []
 
-        @pipeline_def(enable_conditionals=uses_conditionals(self.spec))
+        @pipeline_def(enable_conditionals=uses_conditionals(self.spec, self.form))
         def trace():
             inputs = self._external(lambda info: None, every, fed=self.target.feeds)
             params = every.nodes(inputs[: every.outputs])
             recorded.append(params)
             state = self.target.start(inputs[every.outputs :], gpu=False)
-            g = Graph(self.graph_spec, params, gpu=False, decoder={}, target=self.target, state=state)
+            g = Graph(
+                self.graph_spec,
+                params,
+                gpu=False,
+                decoder={},
+                target=self.target,
+                state=state,
+                form=self.form,
+            )
             g.encoded = fn.external_source(name="encoded")
             return tuple(lower(g))
 
@@ -238,7 +250,20 @@ class Pipelines:
             warnings.filterwarnings("ignore", message="The external source node")  # the trace feeds every parameter
             trace(batch_size=1, num_threads=1, device_id=None)
         used = set(recorded[0].used)
-        return ParamLayout(dummy.steps, [key for key in every.keys if key in used])
+        return ParamLayout(steps, [key for key in every.keys if key in used])
+
+    def _host_steps(self, steps: Sequence[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        """The plan's steps, with the per-sample parameters the policies' ``"gpu"`` form reads worked out from
+        their draws (``augment_fused.host_params``; nothing added in the ``"cpu"`` form)."""
+        out = list(steps)
+        if self.form != "gpu":
+            return out
+        for j, op in enumerate(self.graph_spec.ops):
+            if isinstance(op, POLICIES):
+                size = self.graph_spec.size_before(j)
+                assert size is not None  # the policies need images of one size (refused in build_spec)
+                out[j] = {**out[j], **host_params(op, out[j], size)}
+        return out
 
     def _external(self, source: Callable, layout: ParamLayout | None = None, fed: int | None = None):
         """One ``external_source`` giving the packed parameters of ``layout`` (the run's by default),
@@ -266,6 +291,7 @@ class Pipelines:
             decoder=decoder_kwargs(self.gpu, settings),
             target=self.target,
             state=state,
+            form=self.form,
         )
         g.encoded = encoded
         return lower(g)
@@ -283,7 +309,7 @@ class Pipelines:
         content = self.planner.content_sizes(plan)
         for m, ref in enumerate(refs):
             ref.content_sizes = content[m * bs : (m + 1) * bs]
-        return self.layout.pack(plan.steps, len(indices))
+        return self.layout.pack(self._host_steps(plan.steps), len(indices))
 
     def _feed(self, ref: BatchRef) -> list:
         """What the external source gives for the target of batch ``ref``'s samples (nothing when the

@@ -28,6 +28,7 @@ class Graph:
         decoder: the image decoder's keyword arguments.
         target: the DALI lowering of the source's targets (``targets``), with their state in the graph
             (``None``: nothing moves with the pixels).
+        form: the ``"gpu"`` or ``"cpu"`` lowering of the ops whose best form differs by device (``forms``).
     """
 
     def __init__(
@@ -39,6 +40,7 @@ class Graph:
         decoder: dict,
         target: DaliTarget | None = None,
         state: Any = None,
+        form: str = "cpu",
     ) -> None:
         self.spec = spec
         self.params = params
@@ -48,6 +50,7 @@ class Graph:
         self.encoded: Any = None
         self.target = target
         self.state: Any = state
+        self.form = form
 
     def p(self, j: int, name: str):
         return self.params[j, name]
