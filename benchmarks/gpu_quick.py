@@ -19,9 +19,9 @@ after every step, so a run cut short still returns what it measured. Time budget
 | host | one gpupipe epoch's ``next()`` profiled (top 25), warning lines of a gpupipe-only process | 45 | 20 |
 | tests | ``pytest -n 4 -m cuda`` (serial without pytest-xdist), each test's outcome and the slowest 30 | 200 | 200 (cut) |
 | hw_decoder_load | ``"auto"`` against 0, 0.35, 0.65 and 1.0, loader alone, 2 rounds | 60 | 40 |
-| resnet50 | ResNet-50 end to end against its model-only ceiling: gpupipe, gpupipe prefetching 4, hand-written | 80 | 60 |
+| resnet50 | ResNet-50 end to end against its model-only ceiling: gpupipe, gpupipe prefetching 4, gpupipe with host-synchronised outputs, hand-written | 120 | 90 |
 | op_costs | heavy against standard preset, ms per batch each op adds, DALI's own form of the ops (``--peer``), RandAugment and RandomErasing in the CPU form (``--forms``) | 90 | 75 |
-| total | | 420 | ~530 (the last steps cut; the first H200 run: 465 s) |
+| total | | 420 | ~560 (the last steps cut; the first H200 run: 465 s) |
 
 Data: generating one demo photo takes 0.10 s of one core (measured on the 2-core CPU VM), so 12,800
 would take ~80 s on 16 such cores; the step generates what 40 s allow (~6,400) and fills the folder up
@@ -62,7 +62,7 @@ logger = logging.getLogger("gpu_quick")
 
 STEPS = ("machine", "data", "dali", "peer", "host", "tests", "hw_decoder_load", "resnet50", "op_costs")
 CAPS = {"machine": 30, "data": 60, "dali": 60, "peer": 120, "host": 45, "tests": 200, "hw_decoder_load": 60,
-        "resnet50": 80, "op_costs": 90}
+        "resnet50": 120, "op_costs": 90}
 #: Steps that read the photo folder (the others run without it).
 NEEDS_DATA = ("peer", "host", "hw_decoder_load", "resnet50", "op_costs")
 BUDGET_S = 420
@@ -231,10 +231,11 @@ class Quick:
     def resnet50(self, cap: float) -> None:
         small = ["--tiny-models", "--size", "64", "--batch-size", "8", "--train-steps", "2", "--warmup", "1"]
         full = ["--models", "resnet50", "--batch-size", "256", "--train-steps", "30", "--warmup", "10"]
-        # the hand-written pipeline (is the ceiling reachable by any DALI loader on this GPU?) and gpupipe with 4
-        # batches prefetched (does a deeper queue hide the GPU time DALI's kernels share with the model?)
+        # the hand-written pipeline (is the ceiling reachable by any DALI loader on this GPU?), gpupipe with 4
+        # batches prefetched (does a deeper queue hide the GPU time DALI's kernels share with the model?) and gpupipe
+        # taking host-synchronised outputs as DALI's iterator does (is the wait a host access to a stream-bound output?)
         self.script("resnet50", cap, "peer_compare.py", "--data", str(self.folder), "--loaders", "gpupipe,hand",
-                    "--deeper-prefetch", "4", "--no-loader-alone", "--rounds", "1",
+                    "--deeper-prefetch", "4", "--host-outputs", "--no-loader-alone", "--rounds", "1",
                     "--out", str(self.out / "resnet50.json"), *(small if self.rehearse else full))
 
     def op_costs(self, cap: float) -> None:

@@ -31,6 +31,7 @@ import argparse
 import functools
 import io
 import json
+import os
 import profile
 import pstats
 import random
@@ -162,15 +163,25 @@ class TorchvisionCuda:
             yield (batch - self.mean) / self.std, torch.tensor(labels).to(self.device, non_blocking=True)
 
 
-def loaders(device: torch.device, deeper: Optional[int] = None, size: int = SIZE) -> Dict[str, Callable]:
+def loaders(device: torch.device, deeper: Optional[int] = None, size: int = SIZE,
+            host_outputs: bool = False) -> Dict[str, Callable]:
     """name -> ``make(data, batch, threads)``, each giving ``size`` px images; ``deeper``: gpupipe once more, with
     that many batches prefetched (``gpupipe-<backend>-prefetch<N>``), to tell a loader that falls behind from one
-    that shares the GPU."""
+    that shares the GPU; ``host_outputs``: gpupipe once more taking DALI's outputs synchronised with the host, as
+    DALI's own iterator does (``gpupipe-<backend>-host-outputs``), not bound to the training loop's stream."""
     backend = "dali" if device.type == "cuda" else "dali-cpu"
 
-    def ours(data, batch, threads, prefetch=2):
-        return gpupipe.loader(data, gpupipe.presets.train(size), batch_size=batch, backend=backend, device=device, num_threads=threads,
-                              drop_last=True, prefetch=prefetch)
+    def ours(data, batch, threads, prefetch=2, outputs=None):
+        was = os.environ.pop("GPUPIPE_DALI_OUTPUTS", None)
+        if outputs:
+            os.environ["GPUPIPE_DALI_OUTPUTS"] = outputs  # read when the loader builds its backend
+        try:
+            return gpupipe.loader(data, gpupipe.presets.train(size), batch_size=batch, backend=backend, device=device,
+                                  num_threads=threads, drop_last=True, prefetch=prefetch)
+        finally:
+            os.environ.pop("GPUPIPE_DALI_OUTPUTS", None)
+            if was is not None:
+                os.environ["GPUPIPE_DALI_OUTPUTS"] = was
 
     def theirs(data, batch, threads):
         return HandDali(data, batch, threads, device, size)
@@ -183,6 +194,8 @@ def loaders(device: torch.device, deeper: Optional[int] = None, size: int = SIZE
     out = {f"gpupipe-{backend}": ours}
     if deeper is not None:
         out[f"gpupipe-{backend}-prefetch{deeper}"] = functools.partial(ours, prefetch=deeper)
+    if host_outputs:
+        out[f"gpupipe-{backend}-host-outputs"] = functools.partial(ours, outputs="host")
     return {**out, f"hand-{backend}": theirs, "torchvision-io": tv}
 
 
@@ -281,6 +294,8 @@ def main() -> None:
                         help="then gpupipe in the first model's loop once more, next() profiled by the wall clock")
     parser.add_argument("--deeper-prefetch", type=int, metavar="N",
                         help="also gpupipe with N batches prefetched (the default is 2)")
+    parser.add_argument("--host-outputs", action="store_true",
+                        help="also gpupipe taking DALI's outputs synchronised with the host (as DALI's own iterator)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     args.device = torch.device("cuda", 0) if on_gpu else torch.device("cpu")
@@ -288,7 +303,7 @@ def main() -> None:
     args.data = args.data or demo.ensure_demo(cache_dir(), demo.DemoSpec(per_class=images // 10))
     models = ["shufflenet_v2_x0_5"] if args.tiny_models else [m for m in args.models.split(",") if m]
     wanted = [w for w in args.loaders.split(",") if w]
-    makers = {k: v for k, v in loaders(args.device, args.deeper_prefetch, args.size).items() if any(k.startswith(w) for w in wanted)}
+    makers = {k: v for k, v in loaders(args.device, args.deeper_prefetch, args.size, args.host_outputs).items() if any(k.startswith(w) for w in wanted)}
     sync = (lambda: torch.cuda.synchronize(args.device)) if on_gpu else (lambda: None)
     classes = len(gpupipe.ImageFolder(args.data).classes)
     steps = {}

@@ -100,6 +100,9 @@ class DaliBackend:
         self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpupipe-dali")
         # GPUPIPE_NO_KEEPALIVE=1 is a diagnostic switch for the GPU proof's stream-safety check only.
         self._keep = cuda_keep_alive(device) if gpu and os.environ.get("GPUPIPE_NO_KEEPALIVE") != "1" else None
+        # GPUPIPE_DALI_OUTPUTS=host is a diagnostic switch for the GPU proof's ResNet-50 step only: outputs
+        # synchronised with the host (as DALI's own iterator takes them) instead of bound to the consumer's stream.
+        self._stream_outputs = gpu and os.environ.get("GPUPIPE_DALI_OUTPUTS") != "host"
         remove_stale_folders()
 
     # -- building runs ------------------------------------------------------------
@@ -150,7 +153,7 @@ class DaliBackend:
         try:
             while b < read.batches:
                 run = self._run_at(read, b, reads)
-                stream = torch.cuda.current_stream(self.device) if self.gpu else None
+                stream = torch.cuda.current_stream(self.device) if self._stream_outputs else None
                 try:
                     ref, outputs = run.next_batch(stream)
                 except RunFailed as failure:
