@@ -35,9 +35,33 @@ from .augment_suite import suite
 _RGB_WEIGHTS = np.array([0.299, 0.587, 0.114], dtype=np.float32)
 _IDENTITY_KERNEL = np.array([[0, 0, 0], [0, 1, 0], [0, 0, 0]], dtype=np.float32)
 POLICIES = (O.RandAugment, O.TrivialAugment, O.AutoAugment)
+#: Each value of the chain where a sample drew an op that does not set it (the identity).
+NEUTRAL: dict[str, Any] = {
+    "matrix": np.eye(2, 3),
+    "kernel": _IDENTITY_KERNEL,
+    "saturation": 1.0,
+    "brightness": 1.0,
+    "contrast": 1.0,
+    "autocontrast": 0.0,
+    "threshold": 256.0,  # solarize nothing
+    "posterize": 255,  # keep every bit
+    "equalize": 0,
+}
+#: The ops whose parameter (``augment_suite.suite``'s) is a value of the chain as it is.
+PARAMETER_OF = {
+    "Color": "saturation",
+    "Sharpness": "kernel",
+    "Brightness": "brightness",
+    "Contrast": "contrast",
+    "Posterize": "posterize",
+    "Solarize": "threshold",
+}
+#: The ops without a magnitude: the value they set (Invert is solarize at 0).
+FIXED_OF = {"AutoContrast": ("autocontrast", 1.0), "Equalize": ("equalize", 1), "Invert": ("threshold", 0.0)}
 
 
 def names_of(op: Any) -> tuple[str, ...]:
+    """The policy's op names, torchvision's, in the order its plan numbers them."""
     return AUTO_AUGMENT_OPS if isinstance(op, O.AutoAugment) else O.AUGMENT_OPS
 
 
@@ -106,51 +130,30 @@ def host_params(op: Any, step: dict[str, np.ndarray], size: tuple[int, int]) -> 
         bins = np.asarray(step["bins"])
     out: dict[str, np.ndarray] = {}
     for level in range(ops.shape[1]):
-        matrix = np.tile(np.eye(2, 3), (n, 1, 1))
-        kernel = np.tile(_IDENTITY_KERNEL, (n, 1, 1))
-        saturation, brightness, contrast = np.ones(n), np.ones(n), np.ones(n)
-        autocontrast, threshold = np.zeros(n), np.full(n, 256.0)
-        posterize, equalize = np.full(n, 255), np.zeros(n)
+        values = {key: np.tile(neutral, (n,) + (1,) * np.ndim(neutral)) for key, neutral in NEUTRAL.items()}
         for k, name in enumerate(names):
             drew = ops[:, level] == k
-            if not drew.any():
+            if not drew.any() or name == "Identity":
                 continue
-            param = tables[name][bins[drew, level], signs[drew, level]] if name in tables else np.zeros(0)
-            if name in ("ShearX", "ShearY"):
-                matrix[drew, 0, 1], matrix[drew, 1, 0] = param[:, 0], param[:, 1]
+            if name in tables:
+                param = tables[name][bins[drew, level], signs[drew, level]]
+            if name in ("ShearX", "ShearY"):  # DALI's shear matrix: [[1, sx, 0], [sy, 1, 0]]
+                values["matrix"][drew, 0, 1], values["matrix"][drew, 1, 0] = param[:, 0], param[:, 1]
             elif name in ("TranslateX", "TranslateY"):
-                matrix[drew, 0, 2], matrix[drew, 1, 2] = param[:, 0], param[:, 1]
+                values["matrix"][drew, 0, 2], values["matrix"][drew, 1, 2] = param[:, 0], param[:, 1]
             elif name == "Rotate":
-                matrix[drew] = _rotation(param, size)
-            elif name == "Color":
-                saturation[drew] = param
-            elif name == "Sharpness":
-                kernel[drew] = param
-            elif name == "Brightness":
-                brightness[drew] = param
-            elif name == "Contrast":
-                contrast[drew] = param
-            elif name == "AutoContrast":
-                autocontrast[drew] = 1.0
-            elif name == "Posterize":
-                posterize[drew] = param
-            elif name == "Solarize":
-                threshold[drew] = param
-            elif name == "Invert":
-                threshold[drew] = 0.0
-            elif name == "Equalize":
-                equalize[drew] = 1
-        floats: dict[str, np.ndarray] = {
-            "matrix": matrix,
-            "kernel": kernel,
-            "saturation": saturation,
-            "scale": brightness * contrast,
-            "contrast": contrast,
-            "autocontrast": autocontrast,
-            "threshold": threshold,
-        }
-        out.update({f"{key}{level}": value.astype(np.float32) for key, value in floats.items()})
-        out.update({f"posterize{level}": posterize.astype(np.int32), f"equalize{level}": equalize.astype(np.int32)})
+                values["matrix"][drew] = _rotation(param, size)
+            elif name in PARAMETER_OF:  # the op's parameter is the chain's value
+                values[PARAMETER_OF[name]][drew] = param
+            else:  # AutoContrast, Equalize and Invert take no magnitude
+                key, value = FIXED_OF[name]
+                values[key][drew] = value
+        scale = values["brightness"] * values["contrast"]
+        for key in ("matrix", "kernel", "saturation", "contrast", "autocontrast", "threshold"):
+            out[f"{key}{level}"] = values[key].astype(np.float32)
+        out[f"scale{level}"] = scale.astype(np.float32)
+        out[f"posterize{level}"] = values["posterize"].astype(np.int32)
+        out[f"equalize{level}"] = values["equalize"].astype(np.int32)
     return out
 
 
