@@ -18,6 +18,13 @@ from .transforms import RULES, State, walk
 RULE_MODULES = (rules, timm)
 
 
+#: How to run a transform that cannot be compiled anyway (the refusal says it).
+FALLBACK_HINT = (
+    "to run it as it is (your transform on PIL images in DataLoader workers, on the CPU), pass "
+    "fallback='torchvision' to gpupipe.DataLoader or gpupipe.loader"
+)
+
+
 class UnsupportedTransform(Error, ValueError):
     """A transform gpupipe cannot compile without changing its meaning.
 
@@ -28,14 +35,18 @@ class UnsupportedTransform(Error, ValueError):
 
     def __init__(self, problems: list[tuple[str, str, str]]) -> None:
         self.problems = problems
-        lines = [f"  {where} {name}: {why}" for where, name, why in problems]
         super().__init__(
             f"cannot compile {len(problems)} transform{'s' if len(problems) != 1 else ''} to gpupipe ops "
             "(each would give another result than torchvision's):\n"
-            + "\n".join(lines)
-            + "\nsupported: "
+            + self.listing
+            + f"\n{FALLBACK_HINT}\nsupported: "
             + ", ".join(supported_names())
         )
+
+    @property
+    def listing(self) -> str:
+        """One indented line per transform refused: ``  Compose[3] Lambda: why``."""
+        return "\n".join(f"  {where} {name}: {why}" for where, name, why in self.problems)
 
 
 def supported_names() -> list[str]:

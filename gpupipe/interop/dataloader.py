@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 from ..errors import Error
+from .fallback import NAME as FALLBACK
 
 logger = logging.getLogger("gpupipe.loader")
 
@@ -24,6 +25,8 @@ IGNORED = {
     "persistent_workers": "gpupipe keeps its workers from epoch to epoch",
     "multiprocessing_context": "gpupipe starts its own workers",
     "in_order": "batches always come in order",
+    "worker_init_fn": "gpupipe's workers run no user code and its augmentations are seeded by the generator; "
+    "with fallback='torchvision' the transform's DataLoader workers run it",
 }
 
 
@@ -35,17 +38,23 @@ def _refuse(name: str, value: Any, why: str) -> UnsupportedArgument:
     return UnsupportedArgument(f"DataLoader({name}={value!r}): {why}")
 
 
-def _is_default_collate(fn: Any) -> bool:
+def _default_collate() -> Any:
     from torch.utils.data import default_collate
 
-    return fn is None or fn is default_collate
+    return default_collate
 
 
-def _sampler_options(sampler: Any, dataset: Any, shuffle: bool, drop_last: bool, generator: Any) -> dict[str, Any]:
-    """The loader's ``shuffle``, ``seed``, ``drop_last``, ``rank``, ``world_size`` (and a sample
-    count to cut to) for a torch sampler."""
+def _is_default_collate(fn: Any) -> bool:
+    return fn is None or fn is _default_collate()
+
+
+def _sampler_options(
+    sampler: Any, dataset: Any, shuffle: bool, drop_last: bool, generator: Any, batch_size: int
+) -> dict[str, Any]:
+    """The loader's ``shuffle``, ``seed``, ``drop_last``, ``rank``, ``world_size`` (and ``indices``: the
+    dataset's samples to read, in their order, when the sampler reads only some) for a torch sampler."""
     import torch
-    from torch.utils.data import DistributedSampler, RandomSampler, SequentialSampler
+    from torch.utils.data import DistributedSampler, RandomSampler, SequentialSampler, SubsetRandomSampler
 
     seed = (generator.initial_seed() if generator is not None else torch.initial_seed()) % 2**63
     if sampler is None:  # a torch DataLoader without a sampler reads every sample in every process
@@ -62,16 +71,38 @@ def _sampler_options(sampler: Any, dataset: Any, shuffle: bool, drop_last: bool,
         if random and own is not None:
             seed = own.initial_seed() % 2**63
         return {"shuffle": random, "seed": seed, "drop_last": drop_last, "rank": 0, "world_size": 1}
+    if type(sampler) is SubsetRandomSampler:  # the tutorials' split: a shuffled subset, a new order every pass
+        own = sampler.generator
+        return {
+            "shuffle": True,
+            "seed": own.initial_seed() % 2**63 if own is not None else seed,
+            "drop_last": drop_last,
+            "rank": 0,
+            "world_size": 1,
+            "indices": [int(i) for i in sampler.indices],
+        }
     if not isinstance(sampler, DistributedSampler):
         raise _refuse(
             "sampler",
             sampler,
-            "gpupipe decides the order itself; it takes a DistributedSampler, a RandomSampler or a "
-            "SequentialSampler (or none)",
+            (
+                "draws samples with replacement, by weight; gpupipe reads each sample once per epoch, so keep "
+                "torch.utils.data.DataLoader for weighted sampling. "
+                if getattr(sampler, "replacement", False)
+                else ""
+            )
+            + "gpupipe decides the order itself; it takes a DistributedSampler, a RandomSampler, a "
+            "SequentialSampler or a SubsetRandomSampler (or none)",
         )
     if sampler.dataset is not dataset:
         raise _refuse("sampler", sampler, "the DistributedSampler is over another dataset")
-    world, n = int(sampler.num_replicas), len(sampler.dataset)  # type: ignore[arg-type]
+    return _distributed_options(sampler, drop_last, batch_size)
+
+
+def _distributed_options(sampler: Any, drop_last: bool, batch_size: int) -> dict[str, Any]:
+    """The loader's options for a ``DistributedSampler``: its share, kept exactly where the sampler's
+    ``drop_last`` differs from the loader's (or refused, where it cannot be)."""
+    world, n = int(sampler.num_replicas), len(sampler.dataset)
     options = {
         "shuffle": bool(sampler.shuffle),
         "seed": int(sampler.seed),
@@ -82,13 +113,18 @@ def _sampler_options(sampler: Any, dataset: Any, shuffle: bool, drop_last: bool,
     if bool(sampler.drop_last) == drop_last or n % world == 0:
         return options
     if sampler.drop_last and not sampler.shuffle:  # the sampler cuts the tail; batches keep a partial last one
-        return {**options, "cut": world * (n // world)}
+        return {**options, "indices": range(world * (n // world))}
+    padded = -(-n // world)  # the sampler's share: the order padded with its start, as torch pads it
+    if not sampler.shuffle:
+        return {**options, "indices": [i % n for i in range(world * padded)]}
+    if not sampler.drop_last and padded // batch_size == (n // world) // batch_size:
+        return options  # as many full batches as torch's; a shuffled order is gpupipe's own in any case
     raise _refuse(
         "drop_last",
         drop_last,
         f"with DistributedSampler(drop_last={sampler.drop_last}, shuffle={sampler.shuffle}) over {n} samples "
-        f"on {world} ranks: gpupipe's drop_last both evens the ranks and drops the partial batch; pass the "
-        "same drop_last to both",
+        f"on {world} ranks: gpupipe's drop_last both evens the ranks and drops the partial batch, which gives "
+        f"another number of batches than torch's here; pass the same drop_last to both",
     )
 
 
@@ -122,7 +158,8 @@ def DataLoader(  # noqa: N802 -- torch's name, for a one-import swap
         shuffle: a new order every epoch (``None``: no).
         sampler: ``None`` (every process reads every sample, as torch's), a ``DistributedSampler``
             (its rank, world size, shuffle, seed and drop_last; its ``set_epoch`` sets the epoch),
-            a ``RandomSampler`` or a ``SequentialSampler`` over ``dataset``.
+            a ``RandomSampler`` or a ``SequentialSampler`` over ``dataset``, or a
+            ``SubsetRandomSampler`` (its indices, shuffled every pass).
         drop_last: drop the last, partial batch.
         generator: seeds the order and the augmentations (``initial_seed()``); default
             ``torch.initial_seed()``.
@@ -133,15 +170,18 @@ def DataLoader(  # noqa: N802 -- torch's name, for a one-import swap
         persistent_workers: accepted, without effect.
         multiprocessing_context: accepted, without effect.
         in_order: accepted, without effect (gpupipe's order is always the planned one).
+        worker_init_fn: accepted; run by the fallback's DataLoader workers (``fallback="torchvision"``),
+            without effect otherwise (no gpupipe worker runs user code).
         **options: more ``gpupipe.loader`` arguments (``backend``, ``device``, ``dtype``, ``pipeline``, ...).
 
     Returns:
         A [`Loader`][gpupipe.Loader] whose ``dataset`` is ``dataset`` and whose ``sampler`` is ``sampler``
-        when it is a ``DistributedSampler``.
+        when it is a ``DistributedSampler``; its ``num_workers``, ``pin_memory``, ``prefetch_factor``,
+        ``generator``, ``collate_fn`` and torch's other ``DataLoader`` attributes read as torch's would.
 
     Raises:
         UnsupportedArgument: ``batch_size=None``, a ``batch_sampler``, a ``collate_fn``, a
-            ``worker_init_fn``, a ``timeout``, another sampler, each named.
+            ``timeout``, another sampler, each named.
         UnsupportedTransform, UnsupportedDataset: see [`gpupipe.loader`][gpupipe.loader].
     """
     from ..loading.factory import loader
@@ -152,24 +192,39 @@ def DataLoader(  # noqa: N802 -- torch's name, for a one-import swap
         raise _refuse("batch_sampler", batch_sampler, "gpupipe makes its batches itself; use batch_size and sampler")
     if not _is_default_collate(collate_fn):
         raise _refuse("collate_fn", collate_fn, "gpupipe batches images itself (images (B, 3, H, W), labels (B,))")
-    if worker_init_fn is not None:
-        raise _refuse("worker_init_fn", worker_init_fn, "gpupipe's workers run no user code")
     if timeout:
         raise _refuse("timeout", timeout, "gpupipe has no per-batch timeout")
-    chosen = _sampler_options(sampler, dataset, bool(shuffle), bool(drop_last), generator)
-    cut = chosen.pop("cut", None)
+    chosen = _sampler_options(sampler, dataset, bool(shuffle), bool(drop_last), generator, batch_size)
+    indices = chosen.pop("indices", None)
     if prefetch_factor is not None:
         chosen["prefetch"] = prefetch_factor
     given = {**chosen, **options}
     source = dataset
-    if cut is not None:
+    if indices is not None:
         from torch.utils.data import Subset
 
-        source = Subset(dataset, range(cut))
+        source = Subset(dataset, indices)
     built = loader(source, given.pop("pipeline", None), batch_size=batch_size, **given)
     built._dataset = dataset
     if sampler is not None and hasattr(sampler, "set_epoch"):
         built.sampler = sampler  # its set_epoch decides the epoch (gpupipe.loading.frameworks.follow_sampler)
+    torch_side = {
+        "num_workers": num_workers,
+        "pin_memory": pin_memory,
+        "pin_memory_device": pin_memory_device,
+        "persistent_workers": persistent_workers,
+        "prefetch_factor": prefetch_factor if prefetch_factor is not None or not num_workers else 2,
+        "multiprocessing_context": multiprocessing_context,
+        "in_order": in_order,
+        "generator": generator,
+        "collate_fn": _default_collate(),
+        "timeout": timeout,
+        "worker_init_fn": worker_init_fn,
+    }
+    for name, value in torch_side.items():  # what scripts read back from a torch DataLoader, as given
+        setattr(built, name, value)
+    if worker_init_fn is not None and built.backend == FALLBACK:
+        built.source.user_worker_init_fn = worker_init_fn  # type: ignore[attr-defined]  # run in its workers
     return built
 
 

@@ -24,8 +24,41 @@ ACCEPTED = (
 )
 
 
+#: What to use for a dataset gpupipe cannot read (every refusal of a dataset object says it).
+INSTEAD = (
+    "gpupipe reads the image files itself, so it never runs a dataset's own __getitem__. For files of your "
+    "own, give it gpupipe.FileList([(path, label), ...], classes=...) (class labels), "
+    "gpupipe.SegmentationFolder(images, masks) (masks) or gpupipe.CocoDetection(images, annotations) (boxes); "
+    "or keep torch.utils.data.DataLoader for this dataset"
+)
+
+#: The methods a dataset class may not replace: gpupipe would not run them (it reads ``samples`` / ``indices``).
+_READ_BY_GPUPIPE = ("__getitem__", "__getitems__")
+
+
 class UnsupportedDataset(Error, ValueError):
     """A dataset object gpupipe cannot read as it is (see ``ACCEPTED``)."""
+
+
+def refuse_dataset(dataset: Any) -> UnsupportedDataset:
+    """The refusal of a dataset object gpupipe cannot read, saying what to use instead."""
+    return UnsupportedDataset(f"gpupipe cannot read a {type(dataset).__name__}; it takes {ACCEPTED}. {INSTEAD}")
+
+
+def _check_not_overridden(dataset: Any, base: type, listed: Any) -> None:
+    """Refuses a subclass of ``base`` that replaces a method gpupipe would not run (``__getitem__``,
+    ``__getitems__``), or whose ``len()`` is not that of what gpupipe reads (``listed``: its samples or
+    indices; torchvision's ``EuroSAT`` defines a ``__len__`` that agrees)."""
+    replaced = [
+        name for name in _READ_BY_GPUPIPE if getattr(type(dataset), name, None) is not getattr(base, name, None)
+    ]
+    if getattr(type(dataset), "__len__", None) is not getattr(base, "__len__", None) and len(dataset) != len(listed):
+        replaced.append("__len__")
+    if replaced:
+        raise UnsupportedDataset(
+            f"{type(dataset).__name__} (a {base.__name__}) defines its own {', '.join(replaced)}, which gpupipe "
+            f"would not run: it reads the {base.__name__}'s files as {base.__name__} does. {INSTEAD}"
+        )
 
 
 def _folder_class():
@@ -47,6 +80,7 @@ def _unwrap(dataset: Any) -> tuple[Any, list[int] | None]:
 
     indices: list[int] | None = None
     while isinstance(dataset, Subset):
+        _check_not_overridden(dataset, Subset, dataset.indices)
         outer = [int(i) for i in dataset.indices]
         indices = outer if indices is None else [outer[i] for i in indices]
         dataset = dataset.dataset
@@ -64,15 +98,17 @@ def as_dataset_source(dataset: Any) -> tuple[Source, Any]:
         ``classes``), and the dataset's ``transform`` (``None`` if it has none).
 
     Raises:
-        UnsupportedDataset: another dataset, a ``target_transform``, or a file loader other
-            than torchvision's PIL loader, each named.
+        UnsupportedDataset: another dataset, a subclass with its own ``__getitem__`` (or
+            ``__getitems__``, or a ``len()`` other than its samples'), a ``target_transform``, or a
+            file loader other than torchvision's PIL loader, each named.
     """
     folder, indices = _unwrap(dataset)
     if isinstance(folder, SourceDataset):  # a gpupipe loader's own ``dataset`` (or a Subset of it)
         return (folder.source if indices is None else folder.source.subset(indices)), None
     base = _folder_class()
     if base is None or not isinstance(folder, base):
-        raise UnsupportedDataset(f"gpupipe cannot read a {type(folder).__name__}; it takes {ACCEPTED}")
+        raise refuse_dataset(folder)
+    _check_not_overridden(folder, base, folder.samples)
     name = type(folder).__name__
     if folder.target_transform is not None:
         raise UnsupportedDataset(
@@ -91,6 +127,55 @@ def as_dataset_source(dataset: Any) -> tuple[Source, Any]:
         raise UnsupportedDataset(f"the {name} (or its Subset) holds no samples")
     source = FileList([(path, int(label)) for path, label in samples], classes=list(folder.classes))
     return source, folder.transform
+
+
+class DatasetGuard:
+    """Refuses a pass over a torchvision dataset changed since its loader was built.
+
+    gpupipe reads a folder dataset's ``samples`` (and each ``Subset``'s ``indices``) and compiles its
+    ``transform`` once, when the loader is built; a script that replaces them afterwards
+    (``dataset.transform = val_transform``) would otherwise go on reading the old ones, silently,
+    where torch's ``DataLoader`` reads the new.
+
+    Args:
+        dataset: the user's dataset (``ImageFolder`` / ``DatasetFolder``, or a ``Subset`` of one).
+        transform_compiled: whether the loader's pipeline is the dataset's ``transform``.
+    """
+
+    def __init__(self, dataset: Any, transform_compiled: bool) -> None:
+        self.dataset = dataset
+        self.transform_compiled = transform_compiled
+        self.seen = self._state()
+
+    def _state(self) -> list[tuple[str, Any, int]]:
+        """``(what, object, length)`` of everything read once: each layer's indices, the samples, the transform."""
+        from torch.utils.data import Subset
+
+        state: list[tuple[str, Any, int]] = []
+        layer = self.dataset
+        while isinstance(layer, Subset):
+            state.append(("Subset.indices", layer.indices, len(layer.indices)))
+            layer = layer.dataset
+        name = type(layer).__name__
+        state.append((f"{name}.samples", layer.samples, len(layer.samples)))
+        for what in ("transform", "target_transform", "loader") if self.transform_compiled else ("target_transform",):
+            state.append((f"{name}.{what}", getattr(layer, what, None), 0))
+        return state
+
+    def check(self) -> None:
+        """Raises ``UnsupportedDataset`` naming what changed since the loader was built."""
+        now = self._state()
+        changed = [what for (what, was, n), (_, obj, m) in zip(self.seen, now) if obj is not was or n != m]
+        if changed or len(now) != len(self.seen):
+            raise UnsupportedDataset(
+                f"{', '.join(changed) or 'the dataset'} changed after the loader was built; gpupipe read the "
+                "dataset (and compiled its transform) then, once: build the loader again after the change"
+            )
+
+
+def guard_of(dataset: Any, transform_compiled: bool) -> DatasetGuard | None:
+    """The ``DatasetGuard`` of a torchvision folder dataset (``None`` for a gpupipe loader's own view)."""
+    return None if isinstance(_unwrap(dataset)[0], SourceDataset) else DatasetGuard(dataset, transform_compiled)
 
 
 class SourceDataset(_TorchDataset):  # type: ignore[misc,valid-type]
@@ -139,4 +224,14 @@ class SourceDataset(_TorchDataset):  # type: ignore[misc,valid-type]
         return f"gpupipe dataset view of {self.source!r}"
 
 
-__all__ = ["as_dataset_source", "is_dataset", "UnsupportedDataset", "SourceDataset", "ACCEPTED"]
+__all__ = [
+    "DatasetGuard",
+    "guard_of",
+    "as_dataset_source",
+    "is_dataset",
+    "refuse_dataset",
+    "UnsupportedDataset",
+    "SourceDataset",
+    "ACCEPTED",
+    "INSTEAD",
+]

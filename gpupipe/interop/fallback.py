@@ -44,7 +44,8 @@ REGISTRY.setdefault(
 
 
 class _Transformed:
-    """``(transform(PIL image), label)`` of each sample, as ``ImageFolder`` gives it."""
+    """``(transform(PIL image), index)`` of each sample: the image as ``ImageFolder`` gives it (the
+    targets of a batch's indices come from the source's target handler)."""
 
     def __init__(self, source: Source, transform: Callable[[Any], Any]) -> None:
         self.source = source
@@ -56,7 +57,7 @@ class _Transformed:
         data = self.source.read_bytes(int(index)).tobytes()
         with Image.open(io.BytesIO(data)) as image:
             rgb = image.convert("RGB")
-        return self.transform(rgb), int(self.source.labels[index])
+        return self.transform(rgb), int(index)
 
     def __len__(self) -> int:
         return len(self.source)
@@ -95,9 +96,11 @@ class TransformBackend:
             batch_sampler=batches,
             num_workers=self.workers,
             prefetch_factor=self.config.prefetch if self.workers else None,
+            worker_init_fn=getattr(self.data.source, "user_worker_init_fn", None),  # gpupipe.DataLoader's
         )
-        for images, labels in loader:
-            yield images.to(self.device, non_blocking=True), labels.to(self.device, non_blocking=True)
+        for images, indices in loader:
+            targets = self.data.source.target.batch(self.data.source, indices.numpy())  # labels or multi-hot
+            yield images.to(self.device, non_blocking=True), targets.to(self.device, non_blocking=True)
 
     def close(self) -> None:
         """Nothing held between passes (each pass's workers end with it)."""
@@ -107,7 +110,8 @@ def fall_back(source: Any, transform: Any, backend: str, reasons: str) -> tuple[
     """``(source, backend)`` that run ``transform`` unchanged; warns once that gpupipe does so.
 
     Raises:
-        ValueError: a backend other than ``"auto"`` or ``"torchvision"`` was asked for.
+        ValueError: a backend other than ``"auto"`` or ``"torchvision"`` was asked for, or a source
+            whose targets move with the pixels (masks, boxes: the transform sees the image alone).
     """
     import warnings
 
@@ -115,12 +119,18 @@ def fall_back(source: Any, transform: Any, backend: str, reasons: str) -> tuple[
 
     if backend not in ("auto", "torchvision", NAME):
         raise ValueError(f"fallback='torchvision' runs your transform on the torchvision backend, not {backend!r}")
+    source = as_source(source)
+    if source.target.moves_with_pixels:  # the transform sees the image alone: the masks or boxes would be lost
+        raise ValueError(
+            f"fallback='torchvision' runs a transform on the image alone, for samples with class labels; this "
+            f"{type(source).__name__} gives {source.target.title}, which it would not move with the image. "
+            f"Write the pipeline with gpupipe ops, which move {source.target.title} with the image:\n{reasons}"
+        )
     warnings.warn(
         "gpupipe cannot compile this transform, so fallback='torchvision' runs it as it is, on PIL images in "
         f"DataLoader workers (not on the GPU):\n{reasons}",
         stacklevel=4,
     )
-    source = as_source(source)
     source.user_transform = transform  # type: ignore[attr-defined]
     return source, NAME
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..ops import Decode, PadTo
+import numpy as np
+
+from ..ops import CenterCrop, Decode, Op, PadTo
+from ..sources import as_source
 from .compile import UnsupportedTransform, from_torchvision
-from .datasets import ACCEPTED, UnsupportedDataset, as_dataset_source, is_dataset
+from .datasets import UnsupportedDataset, as_dataset_source, guard_of, is_dataset, refuse_dataset
 from .fallback import FALLBACKS, fall_back
 from .transforms import is_transform
 
@@ -47,19 +50,40 @@ def resolve_inputs(
             pipeline = transform
         elif transform is not None:
             logger.info("gpupipe loader: the pipeline given replaces the dataset's own transform")
+        # checked before every pass (gpupipe.loading.frameworks.follow_sampler): read once, changed later
+        source.dataset_guard = guard_of(dataset, transform_compiled=pipeline is transform)  # type: ignore[attr-defined]
     elif not isinstance(source, (str, bytes)) and hasattr(source, "__getitem__") and hasattr(source, "__len__"):
-        raise UnsupportedDataset(f"gpupipe cannot read a {type(source).__name__}; it takes {ACCEPTED}")
+        raise refuse_dataset(source)
     if pipeline is None:
         pipeline = "train"
     if is_transform(pipeline) or (fallback and callable(pipeline)):
         try:
-            pipeline = from_torchvision(pipeline)
+            ops = from_torchvision(pipeline)
+            source, pipeline = _one_size(source, ops)
         except UnsupportedTransform as err:
             if fallback is None:
                 raise
-            source, backend = fall_back(source, pipeline, backend, "\n".join(str(err).splitlines()[1:-1]))
+            source, backend = fall_back(source, pipeline, backend, err.listing)
             pipeline = [Decode(), PadTo(1)]  # a placeholder: the transform is not gpupipe ops
     return source, pipeline, dataset, backend
+
+
+def _one_size(source: Any, ops: list[Op]) -> tuple[Any, list[Op]]:
+    """``(source, ops)``, the ops giving one size where a compiled transform has no resize or crop
+    but every image has the same size (CIFAR's ``ToTensor()`` + ``Normalize()`` over 32 x 32 PNGs, which
+    torch's default collate batches): a ``CenterCrop`` of that size, which changes no pixel, after ``Decode``."""
+    size = None
+    for op in ops:
+        size = op.output_size(size)
+    if size is not None:
+        return source, ops
+    source = as_source(source)
+    sizes = source.sizes()
+    found = np.unique(sizes[sizes[:, 0] > 0], axis=0)  # (-1, -1): a bad file, left to the scan's verdict
+    if len(found) != 1:
+        return source, ops  # images of several sizes: refused when the loader is built, as torch's collate fails
+    height, width = (int(v) for v in found[0])
+    return source, [ops[0], CenterCrop((height, width)), *ops[1:]]
 
 
 __all__ = ["resolve_inputs"]

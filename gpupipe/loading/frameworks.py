@@ -57,10 +57,57 @@ def refuse_rebuild() -> None:
         raise RebuildRefused(NO_DATASET)
 
 
+class PassEnded(Error, RuntimeError):
+    """A pass asked for more batches after a newer pass over the same loader ended it."""
+
+
+class Pass:
+    """One pass over a loader, what ``iter(loader)`` returns: the pass's batches, one by one.
+
+    A torch ``DataLoader`` lets a second ``iter(loader)`` run beside the first (a script that peeks at a
+    batch inside its loop over the loader); a gpupipe loader runs one pass at a time, and a new pass ends
+    the previous one (``end``). Asking an ended pass for more raises ``PassEnded`` rather than end that
+    loop early, silently. A pass that finished by itself, or was closed, stops as a generator does.
+    """
+
+    def __init__(self, batches: Iterator[Any]) -> None:
+        self._batches = batches
+        self._ended = False
+        self._finished = False
+
+    def __iter__(self) -> Pass:
+        return self
+
+    def __next__(self) -> Any:
+        if self._ended:
+            raise PassEnded(
+                "a new pass over this loader began (iter(loader) again, e.g. next(iter(loader)) inside "
+                "`for batch in loader`) and ended this one: gpupipe runs one pass per loader at a time, where "
+                "torch's DataLoader runs both; keep the batch you need from this pass, or build a second loader"
+            )
+        try:
+            return next(self._batches)
+        except StopIteration:
+            self._finished = True
+            raise
+
+    def end(self) -> None:
+        """Ends the pass for a new one; asking it for more batches then raises ``PassEnded``."""
+        self._ended = not self._finished
+        self.close()
+
+    def close(self) -> None:
+        """Ends the pass and frees what it holds; it then stops, as a closed generator does."""
+        close = getattr(self._batches, "close", None)
+        if close is not None:
+            close()
+
+
 class Loader(Protocol):
     """What these answers read from a gpupipe ``Loader`` (typed here, so this module needs not import it)."""
 
     sampler: Any
+    source: Any
     batch_size: int
     drop_last: bool
 
@@ -73,7 +120,11 @@ class Loader(Protocol):
 
 def follow_sampler(loader: Loader) -> None:
     """Before a pass: a user's sampler given to ``gpupipe.DataLoader`` (a ``DistributedSampler``)
-    decides the epoch, as in a torch ``DataLoader`` (its ``set_epoch``, else epoch 0 every pass)."""
+    decides the epoch, as in a torch ``DataLoader`` (its ``set_epoch``, else epoch 0 every pass); a
+    torchvision dataset changed since the loader was built is refused (``interop.datasets.DatasetGuard``)."""
+    guard = getattr(loader.source, "dataset_guard", None)
+    if guard is not None:
+        guard.check()
     sampler = loader.sampler
     if isinstance(sampler, EpochSampler) or not hasattr(sampler, "epoch"):
         return

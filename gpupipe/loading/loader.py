@@ -222,10 +222,10 @@ class Loader:
         """
         live = self._live() if self._live is not None else None
         if live is not None:
-            live.close()  # a new pass ends the previous one
+            live.end()  # a new pass ends the previous one, which says so if asked for more (frameworks.Pass)
         frameworks.follow_sampler(self)  # a user's DistributedSampler (gpupipe.DataLoader) sets the epoch
         self._settle()
-        generator = self._pass()
+        generator = frameworks.Pass(self._pass())
         self._live = weakref.ref(generator)  # weak: the pass refers to the loader, not the other way round
         return generator
 
