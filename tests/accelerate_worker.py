@@ -5,7 +5,9 @@ once it exists; both go through ``accelerator.prepare``. Each rank writes
 what it saw: the sample ids per epoch, the gradient-sync flags of an
 accumulating epoch, what ``gather_for_metrics`` returned, a skip, a
 save_state / load_state round trip, exact evaluation with a file that
-fails to decode, and the answers to a wrong explicit share.
+fails to decode, and the answers to a wrong explicit share; then, into
+``interop-rank<rank>.json``, what ``accelerate_interop_worker.py`` records
+(one launch serves tests/test_frameworks.py and tests/test_interop_frameworks.py).
 """
 
 import argparse
@@ -17,6 +19,7 @@ import torch
 from accelerate import Accelerator
 
 sys.path.insert(0, str(Path(__file__).parent))
+from accelerate_interop_worker import interop  # noqa: E402
 from helpers import sample_ids  # noqa: E402
 
 import gpupipe  # noqa: E402
@@ -94,3 +97,4 @@ except ValueError as err:
     result["wrong_share"] = str(err)
 result["whole"] = ids(make(rank=0, world_size=1))  # an explicit world of one: this process reads everything
 Path(args.out, f"rank{rank}.json").write_text(json.dumps(result))
+Path(args.out, f"interop-rank{rank}.json").write_text(json.dumps(interop(accelerator, args.folder)))

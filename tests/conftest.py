@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -30,6 +34,38 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "cuda" in item.keywords and not HAS_CUDA:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def proof_cache(tmp_path_factory) -> Path:
+    """One cache for the rehearsals of ``benchmarks/gpu_proof.py``: its photo folder and shards, made once."""
+    return tmp_path_factory.mktemp("proof-cache")
+
+
+@pytest.fixture(scope="session")
+def accelerate_launch(tmp_path_factory) -> SimpleNamespace:
+    """One torchrun launch of ``accelerate_worker.py`` (2 CPU ranks, torchvision) for the Accelerate tests of
+    tests/test_frameworks.py and tests/test_interop_frameworks.py: ``folder`` (24 samples), ``ranks`` (each
+    rank's record) and ``interop`` (each rank's record of ``accelerate_interop_worker.py``)."""
+    from helpers import flat_folder
+    from imagecases import broken_inside_jpeg
+
+    tmp = tmp_path_factory.mktemp("accelerate")
+    folder, odd, broken = flat_folder(tmp / "folder", 24), flat_folder(tmp / "odd", 23), flat_folder(tmp / "broken", 23)
+    (broken / "class_2" / "s0005.png").unlink()
+    broken_inside_jpeg(broken / "class_2" / "s0005.jpg")  # passes the scan, fails to decode
+    out = tmp / "out"
+    out.mkdir()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    for name in ("LOCAL_WORLD_SIZE", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+               str(Path(__file__).with_name("accelerate_worker.py")), "--folder", str(folder), "--odd-folder",
+               str(odd), "--broken-folder", str(broken), "--backend", "torchvision", "--out", str(out)]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, cwd=out)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    load = lambda name: [json.loads((out / f"{name}{r}.json").read_text()) for r in range(2)]  # noqa: E731
+    return SimpleNamespace(folder=folder, ranks=load("rank"), interop=load("interop-rank"))
 
 
 @pytest.fixture

@@ -1,13 +1,14 @@
-"""Run under torchrun by tests/test_distributed.py: exact evaluation with even_batches=False.
+"""Exact evaluation with even_batches=False, run by ``ddp_worker.py`` inside its first torchrun launch
+(tests/test_distributed.py): one launch checks sharding, resuming and evaluation.
 
 For each dataset size given, every rank reads its part once and records the
 sample ids it saw, its len(loader), and the accuracy-style sum reduced over
 ranks with one all_reduce (the README's recipe).
 """
 
-import argparse
 import json
 from pathlib import Path
+from typing import List
 
 import torch
 import torch.distributed as dist
@@ -18,18 +19,13 @@ from helpers import sample_ids
 PIPELINE = [gpupipe.Decode(), gpupipe.Resize((8, 8)), gpupipe.Output("uint8")]
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--folders", type=Path, nargs="+", required=True)
-    parser.add_argument("--backend", required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
-    dist.init_process_group("gloo")
+def evaluate(folders: List[Path], backend: str, out: Path) -> None:
+    """Writes ``out/eval-rank<rank>.json``: per ``<folder name>-<shuffle>``, ids, len and reduced totals."""
     rank = dist.get_rank()
     result = {}
-    for folder in args.folders:
+    for folder in folders:
         for shuffle in (False, True):
-            loader = gpupipe.loader(folder, PIPELINE, batch_size=4, backend=args.backend, shuffle=shuffle,
+            loader = gpupipe.loader(folder, PIPELINE, batch_size=4, backend=backend, shuffle=shuffle,
                                     even_batches=False, num_threads=1)
             ids, totals = [], torch.zeros(2, dtype=torch.float64)
             for images, labels in loader:
@@ -38,10 +34,4 @@ def main():
                 totals[1] += len(labels)
             dist.all_reduce(totals)
             result[f"{folder.name}-{shuffle}"] = {"ids": ids, "len": len(loader), "totals": totals.tolist()}
-    (args.out / f"eval-rank{rank}.json").write_text(json.dumps(result))
-    dist.barrier()
-    dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    main()
+    (out / f"eval-rank{rank}.json").write_text(json.dumps(result))

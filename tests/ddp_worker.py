@@ -1,4 +1,5 @@
-"""Run under torchrun by tests/test_distributed.py: records which samples each rank reads.
+"""Run under torchrun by tests/test_distributed.py: records which samples each rank reads (and, in the
+first launch, the exact evaluation of ``ddp_eval_worker.py``: one launch, several properties).
 
 Images are flat colours that encode their sample index in steps of 16
 levels (R: i % 16, G: i // 16), so the index is read back from any pixel of
@@ -13,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 import gpupipe
+from ddp_eval_worker import evaluate
 from gpupipe.ops import Decode, Output, Resize
 from helpers import sample_ids
 
@@ -49,6 +51,7 @@ def main():
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--eval-folders", type=Path, nargs="*", default=[])
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -72,6 +75,8 @@ def main():
         result["small"] = run_epochs(make(args, args.small_folder, drop_last=False, batch_size=4), 1)
         result["shards"] = run_epochs(make(args, args.shards, drop_last=False, batch_size=4), 2, save_at=1,
                                       state_file=shards_state)
+    if args.eval_folders:
+        evaluate(args.eval_folders, args.backend, args.out)
     name = "resume" if args.resume else "run"
     (args.out / f"{name}-rank{rank}.json").write_text(json.dumps(result))
     dist.barrier()

@@ -42,6 +42,9 @@ DALI_BACKEND_DEVICES = [p for p in BACKEND_DEVICES if p.values[0].startswith("da
 CPU_DALI = [p for p in DALI_BACKEND_DEVICES if p.values[1] == "cpu"]
 #: The backends that run without a GPU, one parameter each (for tests that take no device).
 CPU_BACKENDS = [pytest.param("dali-cpu", marks=needs_dali, id="dali-cpu"), pytest.param("torchvision", id="torchvision")]
+#: The same backends by name, those installed only: for one ``torchrun`` launch that runs each in turn (a
+#: launch costs ~10 s of imports on the 2-core VM; one per backend doubled that).
+CPU_BACKEND_NAMES = [p.values[0] for p in CPU_BACKENDS if HAS_DALI or not p.values[0].startswith("dali")]
 
 #: Mean absolute difference (uint8 levels) allowed between a decode and PIL's reference, per device.
 #: CPU: both backends decode with libjpeg-turbo and agree exactly (0.5 allows rounding in colour

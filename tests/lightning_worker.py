@@ -9,6 +9,8 @@ Each rank writes the sample ids it trained on, per epoch and loader, and each lo
 
 ``--mode save`` trains one loader for 2 epochs and checkpoints after the first batch of epoch 1;
 ``--mode resume`` resumes from that checkpoint (``ckpt_path``), as a restarted job would.
+``--then-save`` runs ``--mode save`` into ``OUT/save`` after the first run, in the same processes (a second
+``Trainer``): one launch fewer (tests/test_frameworks.py).
 """
 
 import argparse
@@ -30,6 +32,7 @@ parser.add_argument("--folder", required=True)
 parser.add_argument("--backend", required=True)
 parser.add_argument("--out", required=True)
 parser.add_argument("--mode", choices=["fit", "save", "resume"], default="fit")
+parser.add_argument("--then-save", action="store_true")
 args = parser.parse_args()
 PIPELINE = [gpupipe.Decode(), gpupipe.Resize((8, 8)), gpupipe.Output("uint8")]
 
@@ -68,19 +71,31 @@ class Single(L.LightningDataModule):
 
 
 class SaveMidEpoch(L.Callback):
+    def __init__(self, out):
+        self.out = out
+
     def on_train_batch_end(self, trainer, module, outputs, batch, index):
         if trainer.current_epoch == 1 and index == 0:
-            trainer.save_checkpoint(Path(args.out, "mid.ckpt"))
+            trainer.save_checkpoint(Path(self.out, "mid.ckpt"))
 
 
-model, data = Recorder(), Data() if args.mode == "fit" else Single()
-trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=2, logger=False,
-                    enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                    reload_dataloaders_every_n_epochs=1 if args.mode == "fit" else 0,
-                    callbacks=[SaveMidEpoch()] if args.mode == "save" else [])
-trainer.fit(model, datamodule=data, ckpt_path=Path(args.out, "mid.ckpt") if args.mode == "resume" else None)
-result = {"rank": trainer.global_rank, "seen": model.seen, "cores": env.cores()}
-if args.mode == "fit":
-    result["threads"] = {"before": BEFORE.num_threads, "after": data.after.num_threads}
-    result["world"] = {"before": [BEFORE.rank, BEFORE.world_size], "after": [data.after.rank, data.after.world_size]}
-Path(args.out, f"rank{trainer.global_rank}.json").write_text(json.dumps(result))
+def run(mode, out):
+    """One ``Trainer.fit`` of ``mode``; each rank writes ``OUT/rank<rank>.json``."""
+    model, data = Recorder(), Data() if mode == "fit" else Single()
+    trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=2, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        reload_dataloaders_every_n_epochs=1 if mode == "fit" else 0,
+                        callbacks=[SaveMidEpoch(out)] if mode == "save" else [])
+    trainer.fit(model, datamodule=data, ckpt_path=Path(out, "mid.ckpt") if mode == "resume" else None)
+    result = {"rank": trainer.global_rank, "seen": model.seen, "cores": env.cores()}
+    if mode == "fit":
+        result["threads"] = {"before": BEFORE.num_threads, "after": data.after.num_threads}
+        result["world"] = {"before": [BEFORE.rank, BEFORE.world_size],
+                           "after": [data.after.rank, data.after.world_size]}
+    Path(out, f"rank{trainer.global_rank}.json").write_text(json.dumps(result))
+
+
+run(args.mode, args.out)
+if args.then_save:
+    Path(args.out, "save").mkdir(exist_ok=True)
+    run("save", Path(args.out, "save"))

@@ -8,6 +8,7 @@ import functools
 import logging
 import os
 import shutil
+import socket
 import threading
 import time
 from collections import Counter
@@ -72,7 +73,14 @@ class FolderServer:
         self.thread.start()
 
     def stop(self) -> None:
+        """Stops serving: new connections are refused at once, also where a forked process (a DataLoader
+        worker) holds a copy of the listening socket (closing only this process's copy left the port
+        accepting connections that no one answered: each request then waited for its timeout)."""
         self.httpd.shutdown()
+        try:
+            self.httpd.socket.shutdown(socket.SHUT_RDWR)  # acts on the socket itself, in every process
+        except OSError:
+            pass  # not connected or already shut: nothing is listening
         self.httpd.server_close()
 
     def tar_gets(self) -> Counter:

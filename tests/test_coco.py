@@ -14,7 +14,7 @@ from PIL import Image
 import gpupipe
 from gpupipe import ops
 from gpupipe.pack import ConvertSettings, PackSettings, pack, verify
-from helpers import CPU_BACKENDS, load_example, make_detection_set, two_ranks
+from helpers import CPU_BACKEND_NAMES, CPU_BACKENDS, load_example, make_detection_set, two_ranks
 
 
 @pytest.fixture(scope="module")
@@ -149,19 +149,24 @@ def test_packing_refuses_or_lists_malformed_annotations(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", CPU_BACKENDS)
-def test_ranks_split_a_coco_source(det_data, tmp_path, backend):
+def test_ranks_split_a_coco_source(det_data, tmp_path):
+    """Every CPU backend in turn, in one torchrun launch."""
     ranks = two_ranks(tmp_path, f"""
 src = gpupipe.CocoDetection({str(det_data[0])!r}, {str(det_data[1])!r})
-loader = gpupipe.loader(src, gpupipe.presets.detection_ssd(48), batch_size=3, backend={backend!r}, num_threads=1,
-                        seed=1)
-counts = [int((t["labels"] >= 0).sum()) for _, t in loader]
-names = [src.names[i] for i in loader.rank_share(0).indices]
-result = {{"len": len(loader), "counts": counts, "names": names}}
+result = {{}}
+for backend in {CPU_BACKEND_NAMES!r}:
+    loader = gpupipe.loader(src, gpupipe.presets.detection_ssd(48), batch_size=3, backend=backend, num_threads=1,
+                            seed=1)
+    counts = [int((t["labels"] >= 0).sum()) for _, t in loader]
+    names = [src.names[i] for i in loader.rank_share(0).indices]
+    result[backend] = {{"len": len(loader), "counts": counts, "names": names}}
 """)
-    assert ranks[0]["len"] == ranks[1]["len"] == 2
-    assert sorted(ranks[0]["names"] + ranks[1]["names"]) == sorted(gpupipe.CocoDetection(*det_data).names)
-    assert all(sum(r["counts"]) > 0 for r in ranks)
+    assert all(list(r) == CPU_BACKEND_NAMES for r in ranks)
+    for backend in CPU_BACKEND_NAMES:
+        rank0, rank1 = (r[backend] for r in ranks)
+        assert rank0["len"] == rank1["len"] == 2, backend
+        assert sorted(rank0["names"] + rank1["names"]) == sorted(gpupipe.CocoDetection(*det_data).names), backend
+        assert sum(rank0["counts"]) > 0 and sum(rank1["counts"]) > 0, backend
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)

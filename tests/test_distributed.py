@@ -16,13 +16,19 @@ WORKER = Path(__file__).with_name("ddp_worker.py")
 pytestmark = pytest.mark.slow
 
 
+#: even_batches=False cases (2 ranks, batch 4): 1 < world, 9 = 2 x 4 + 1, 11 odd.
+UNEVEN = {"one": 1, "nine": 9, "eleven": 11}
+
+
 @pytest.fixture(scope="module", params=CPU_BACKENDS)
-def ddp_runs(request, tmp_path_factory):
-    """Two torchrun launches per backend: a full run (saving state mid-epoch), then a resume in new processes."""
+def ddp_launch(request, tmp_path_factory):
+    """Two torchrun launches per backend: a full run (saving state mid-epoch, then the exact evaluation of
+    ``ddp_eval_worker.py``), then a resume in new processes: ``(run, resume, evaluation)``, one per rank each."""
     backend = request.param
     tmp = tmp_path_factory.mktemp(f"ddp-{backend}")
     folder = flat_folder(tmp / "folder", 13)
     small = flat_folder(tmp / "small", 3)
+    uneven = [flat_folder(tmp / name, n, classes=1) for name, n in UNEVEN.items()]
     listing = tmp / "list.txt"
     listing.write_text("".join(f"folder/class_{i % 3}/s{i:04d}.png {i % 3}\n" for i in range(13)))
     shards = tmp / "shards"
@@ -33,11 +39,17 @@ def ddp_runs(request, tmp_path_factory):
             "--folder", str(folder), "--small-folder", str(small), "--list", str(listing), "--shards", str(shards),
             "--backend", backend, "--out", str(out)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    for extra in ([], ["--resume"]):
+    for extra in (["--eval-folders", *map(str, uneven)], ["--resume"]):
         proc = subprocess.run(base + extra, capture_output=True, text=True, timeout=600, env=env)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     load = lambda name: [json.loads((out / f"{name}-rank{r}.json").read_text()) for r in range(2)]  # noqa: E731
-    return load("run"), load("resume")
+    return load("run"), load("resume"), load("eval")
+
+
+@pytest.fixture(scope="module")
+def ddp_runs(ddp_launch):
+    """``(run, resume)`` of :func:`ddp_launch`."""
+    return ddp_launch[:2]
 
 
 def ids_of(epoch_batches):
@@ -129,17 +141,10 @@ def test_ddp_example_checkpoints_and_resumes_with_its_defaults(tmp_path):
     assert "nothing to do" in third.stdout and "validation accuracy" not in third.stdout
 
 
-@pytest.mark.parametrize("backend", CPU_BACKENDS)
-def test_uneven_batches_read_every_sample_exactly_once_over_the_ranks(tmp_path, backend):
+def test_uneven_batches_read_every_sample_exactly_once_over_the_ranks(ddp_launch):
     """even_batches=False: no padding, no cut, for awkward sizes (fewer samples than ranks, world x batch + 1)."""
-    sizes = {"one": 1, "nine": 9, "eleven": 11}  # 2 ranks, batch 4: 1 < world, 9 = 2 x 4 + 1, 11 odd
-    folders = [flat_folder(tmp_path / name, n, classes=1) for name, n in sizes.items()]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           str(Path(__file__).with_name("ddp_eval_worker.py")), "--backend", backend, "--out", str(tmp_path),
-           "--folders", *map(str, folders)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    ranks = [json.loads((tmp_path / f"eval-rank{r}.json").read_text()) for r in range(2)]
+    sizes = UNEVEN
+    ranks = ddp_launch[2]
     for name, n in sizes.items():
         for shuffle in (False, True):
             key = f"{name}-{shuffle}"

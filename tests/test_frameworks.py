@@ -2,9 +2,12 @@
 
 Lightning starts its own second process (``Trainer(devices=2, strategy="ddp")``);
 Accelerate runs under torchrun. Lightning is launched once per CPU backend
-(a loader built before the framework's set-up rebuilds its backend then),
+(a loader built before the framework's set-up rebuilds its backend then; the
+torchvision launch then checkpoints mid-epoch with a second ``Trainer``, which
+a new launch resumes from),
 Accelerate once on torchvision (what it exercises lies above the backend;
-dropping a failed sample is checked on both backends in ``test_recovery.py``).
+dropping a failed sample is checked on both backends in ``test_recovery.py``), in one
+launch with the Accelerate checks of ``test_interop_frameworks.py`` (conftest.py).
 The tests read what the ranks saw: every sample once per epoch across the
 ranks, in the order of gpupipe's own DDP mode, with the loader built before
 and after the framework's set-up.
@@ -18,8 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import CPU_BACKENDS, flat_folder
-from imagecases import broken_inside_jpeg
+from helpers import CPU_BACKEND_NAMES, CPU_BACKENDS, flat_folder
 
 import gpupipe
 
@@ -44,10 +46,7 @@ def launch(command, out: Path, timeout: int = 240):
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("frameworks")
-    broken = flat_folder(tmp / "broken", 23)
-    (broken / "class_2" / "s0005.png").unlink()
-    broken_inside_jpeg(broken / "class_2" / "s0005.jpg")  # passes the scan, fails to decode
-    return flat_folder(tmp / "folder", SAMPLES), flat_folder(tmp / "odd", 23), tmp
+    return flat_folder(tmp / "folder", SAMPLES), tmp
 
 
 @functools.lru_cache(maxsize=None)
@@ -60,34 +59,45 @@ def ddp_order(folder: Path, rank: int, epoch: int):
     return [ids[k:k + 4] for k in range(0, len(ids), 4)]
 
 
-@pytest.fixture(scope="module", params=CPU_BACKENDS)
-def lightning_run(request, data):
-    folder, _, tmp = data
-    out = tmp / f"lightning-{request.param}"
-    out.mkdir()
-    return launch([sys.executable, str(HERE / "lightning_worker.py"), "--folder", str(folder), "--backend",
-                   request.param, "--out", str(out)], out)
-
-
-def test_lightning_checkpoint_mid_epoch_resumes_exactly(tmp_path):
-    folder = flat_folder(tmp_path / "folder", SAMPLES)
+@pytest.fixture(scope="module")
+def lightning_runs(data):
+    """One Lightning launch per CPU backend installed: ``{backend: each rank's record}``; the torchvision one
+    then also runs ``--mode save`` (``--then-save``): ``"save"`` is ``(its folder, each rank's record)``."""
+    folder, tmp = data
     runs = {}
-    for mode in ("save", "resume"):  # the second run is a new job, resuming from the first one's checkpoint
-        runs[mode] = launch([sys.executable, str(HERE / "lightning_worker.py"), "--folder", str(folder), "--backend",
-                             "torchvision", "--out", str(tmp_path), "--mode", mode], tmp_path)
-    for saved, resumed in zip(*(sorted(runs[m], key=lambda r: r["rank"]) for m in ("save", "resume"))):
+    for backend in CPU_BACKEND_NAMES:
+        out = tmp / f"lightning-{backend}"
+        out.mkdir()
+        then_save = ["--then-save"] if backend == "torchvision" else []
+        runs[backend] = launch([sys.executable, str(HERE / "lightning_worker.py"), "--folder", str(folder),
+                                "--backend", backend, "--out", str(out), *then_save], out)
+    save = tmp / "lightning-torchvision" / "save"
+    runs["save"] = save, [json.loads((save / f"rank{r}.json").read_text()) for r in range(2)]
+    return runs
+
+
+@pytest.fixture(params=CPU_BACKENDS)
+def lightning_run(request, lightning_runs):
+    """Each rank's record of the Lightning launch of one backend."""
+    return lightning_runs[request.param]
+
+
+def test_lightning_checkpoint_mid_epoch_resumes_exactly(lightning_runs, data):
+    """The save ran after the torchvision fit, in its processes; the resume is a new job, resuming from the
+    save's checkpoint."""
+    out, saved_runs = lightning_runs["save"]
+    resumed_runs = launch([sys.executable, str(HERE / "lightning_worker.py"), "--folder", str(data[0]),
+                           "--backend", "torchvision", "--out", str(out), "--mode", "resume"], out)
+    for saved, resumed in zip(*(sorted(runs, key=lambda r: r["rank"]) for runs in (saved_runs, resumed_runs))):
         assert list(resumed["seen"]["single"]) == ["1"], "epoch 0 was finished before the checkpoint"
         assert resumed["seen"]["single"]["1"] == saved["seen"]["single"]["1"][4:], "the rest of epoch 1, exactly"
 
 
 @pytest.fixture(scope="module")
-def accelerate_run(data):
-    folder, odd, tmp = data
-    out = tmp / "accelerate"
-    out.mkdir()
-    return launch([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                   str(HERE / "accelerate_worker.py"), "--folder", str(folder), "--odd-folder", str(odd),
-                   "--broken-folder", str(tmp / "broken"), "--backend", "torchvision", "--out", str(out)], out)
+def accelerate_run(accelerate_launch):
+    """Each rank's record of the Accelerate launch (conftest.py: one launch, shared with
+    tests/test_interop_frameworks.py); its folder holds ``SAMPLES`` samples."""
+    return accelerate_launch.ranks
 
 
 @pytest.mark.parametrize("name", ["before", "after"])
@@ -113,8 +123,8 @@ def test_threads_are_shared_among_the_processes_of_the_host(lightning_run):
 
 
 @pytest.mark.parametrize("name", ["before", "after"])
-def test_accelerate_reads_every_sample_once_per_epoch_in_gpupipes_ddp_order(accelerate_run, data, name):
-    folder = data[0]
+def test_accelerate_reads_every_sample_once_per_epoch_in_gpupipes_ddp_order(accelerate_run, accelerate_launch, name):
+    folder = accelerate_launch.folder
     for epoch in (0, 1):
         seen = [run["epochs"][name][epoch] for run in accelerate_run]
         assert sorted(sum(seen[0] + seen[1], [])) == list(range(SAMPLES)), f"{name}, epoch {epoch}"

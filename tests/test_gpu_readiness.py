@@ -156,15 +156,18 @@ NOT_ON_THE_GPU_MACHINE = ("hypothesis", "moto", "s3fs", "aiohttp", "matplotlib",
 def test_the_cuda_tests_collect_on_a_machine_with_only_torch_and_pytest(tmp_path):
     """The GPU machine has torch, torchvision and pytest but not the test extra: the proof's
     ``pytest -m cuda`` must collect the same tests there instead of stopping at an import."""
-    def collect(env):
-        proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "cuda",
-                               "-p", "no:cacheprovider", "tests"], cwd=Path(__file__).parents[1], env=env,
-                              capture_output=True, text=True, timeout=300)
-        return proc.returncode, sorted(line for line in proc.stdout.splitlines() if "::" in line), proc.stdout
+    def start(env):  # both collections at once: each spends its time importing, on one core
+        return subprocess.Popen([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "cuda",
+                                 "-p", "no:cacheprovider", "tests"], cwd=Path(__file__).parents[1], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
-    full_exit, full, _ = collect(dict(os.environ))
+    def collected(proc):
+        stdout, _ = proc.communicate(timeout=300)
+        return proc.returncode, sorted(line for line in stdout.splitlines() if "::" in line), stdout
+
     bare_env = {**env_without(tmp_path, NOT_ON_THE_GPU_MACHINE), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    bare_exit, bare, bare_out = collect(bare_env)
+    full_proc, bare_proc = start(dict(os.environ)), start(bare_env)
+    (full_exit, full, _), (bare_exit, bare, bare_out) = collected(full_proc), collected(bare_proc)
     assert full_exit == 0 and len(full) > 100
     assert bare_exit == 0, bare_out[-3000:]
     assert bare == full
@@ -184,9 +187,9 @@ def test_gpu_proof_steps_are_checked_before_anything_runs(tmp_path):
 
 @pytest.mark.slow
 @needs_dali
-def test_gpu_proof_runs_in_parts_whose_figures_add_up(tmp_path):
+def test_gpu_proof_runs_in_parts_whose_figures_add_up(tmp_path, proof_cache):
     """Device calls are limited to minutes: the proof runs a few steps per call into one OUT."""
-    out, cache = tmp_path / "out", tmp_path / "cache"
+    out, cache = tmp_path / "out", proof_cache
     first = _proof(out, "--rehearse", "--steps", "epochs", cache=cache)
     assert first.returncode == 0, first.stderr[-2000:]
     second = _proof(out, "--rehearse", "--steps", "hw_decoder_load,decode_tolerance", cache=cache)

@@ -2,33 +2,17 @@
 gloo, under torchrun): ``prepare`` leaves gpupipe loaders as they are, and ``skip_first_batches`` fails
 at once pointing to ``loader.skip(n)`` instead of building a torch DataLoader over the dataset."""
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-
-from helpers import flat_folder
 
 pytest.importorskip("accelerate")
 pytestmark = pytest.mark.slow
-HERE = Path(__file__).parent
 
 
 @pytest.fixture(scope="module")
-def ranks(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("accelerate_interop")
-    folder = flat_folder(tmp / "folder", 24)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    for name in ("LOCAL_WORLD_SIZE", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(name, None)
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-               str(HERE / "accelerate_interop_worker.py"), "--folder", str(folder), "--out", str(tmp)]
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, cwd=tmp)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    return [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(2)]
+def ranks(accelerate_launch):
+    """Each rank's record (accelerate_interop_worker.py), from the one Accelerate launch (conftest.py) of
+    tests/test_frameworks.py's Accelerate tests: 24 samples, torchvision."""
+    return accelerate_launch.interop
 
 
 def test_prepare_leaves_gpupipe_loaders(ranks):

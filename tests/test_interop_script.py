@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from helpers import textured_image, write_image
+from script_batch import run_scripts
 
 pytestmark = pytest.mark.slow
 HERE = Path(__file__).parent
@@ -21,6 +22,10 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "CUDA_V
 for name in ("LOCAL_WORLD_SIZE", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
     ENV.pop(name, None)
 ENV["PYTHONPATH"] = os.pathsep.join([str(HERE.parent), ENV.get("PYTHONPATH", "")])
+
+
+#: The script's arguments in every run (the data folder is relative to the working directory).
+ARGS = ["data", "-a", "resnet18", "-b", "4", "-j", "2", "-p", "1", "--lr", "0.01"]
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +44,7 @@ def workdir(tmp_path_factory):
 
 
 def run(workdir, *args, ranks=1):
-    command = [sys.executable, "main.py", str(workdir / "data"), "-a", "resnet18", "-b", "4", "-j", "2", "-p", "1",
-               "--lr", "0.01", *args]
+    command = [sys.executable, "main.py", *ARGS, *args]
     if ranks > 1:
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--master-port",
                    "29517", *command[1:], "--dist-url", "env://", "--dist-backend", "gloo"]
@@ -54,17 +58,23 @@ def counted(out):
     return [float(x) for x in re.findall(r" \* images counted: ([0-9.]+)", out)]
 
 
-def test_the_swapped_script_trains_validates_checkpoints_and_resumes(workdir):
-    out = run(workdir, "--epochs", "1", "--seed", "0")
-    assert "Epoch: [0]" in out and counted(out) == [5.0]
-    checkpoint = torch.load(workdir / "checkpoint.pth.tar", weights_only=False)
-    assert checkpoint["epoch"] == 1 and (workdir / "model_best.pth.tar").exists()
-    out = run(workdir, "--epochs", "2", "--seed", "0", "--resume", "checkpoint.pth.tar")
-    assert "=> loaded checkpoint 'checkpoint.pth.tar' (epoch 1)" in out
-    assert "Epoch: [1]" in out and "Epoch: [0]" not in out
+def test_the_swapped_script_trains_validates_checkpoints_and_resumes(workdir, tmp_path):
+    """Train, resume, evaluate: three runs of the script, one after the other in one process (``script_batch``:
+    torch imported once; each run has its own ``sys.argv``, ``__main__`` and output)."""
+    runs = [("--epochs", "1", "--seed", "0"), ("--epochs", "2", "--seed", "0", "--resume", "checkpoint.pth.tar"),
+            ("-e", "--resume", "checkpoint.pth.tar")]
+    results = run_scripts([{"script": str(workdir / "main.py"), "args": [*ARGS, *args], "cwd": str(workdir)}
+                           for args in runs], tmp_path, env=ENV, timeout=500)
+    for args, result in zip(runs, results):
+        assert result["returncode"] == 0, (args, result["stdout"][-3000:] + result["stderr"][-4000:])
+        assert "=> data loaders: gpupipe.loading.loader.Loader" in result["stdout"], args
+    trained, resumed, evaluated = (result["stdout"] for result in results)
+    assert "Epoch: [0]" in trained and counted(trained) == [5.0]
+    assert "=> loaded checkpoint 'checkpoint.pth.tar' (epoch 1)" in resumed, "the first run saved epoch 1"
+    assert "Epoch: [1]" in resumed and "Epoch: [0]" not in resumed
     assert torch.load(workdir / "checkpoint.pth.tar", weights_only=False)["epoch"] == 2
-    out = run(workdir, "-e", "--resume", "checkpoint.pth.tar")
-    assert counted(out) == [5.0] and "Epoch:" not in out
+    assert (workdir / "model_best.pth.tar").exists()
+    assert counted(evaluated) == [5.0] and "Epoch:" not in evaluated
 
 
 def test_the_swapped_script_runs_under_torchrun_on_two_processes(workdir):

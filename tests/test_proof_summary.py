@@ -40,7 +40,7 @@ def test_a_bench_steps_machine_record_is_read_as_well(gpu_proof, tmp_path):
     assert machine_line(gpu_proof.summary(proof)).startswith("Machine: NVIDIA H100 80GB HBM3, 16 cores (AMD EPYC)")
 
 
-def test_the_peer_comparison_and_op_costs_run_in_the_rehearsal(tmp_path):
+def test_the_peer_comparison_and_op_costs_run_in_the_rehearsal(tmp_path, proof_cache):
     """The two comparison steps of issue #25 run (on dali-cpu, tiny) and land in figures and summary."""
     import json
     import subprocess
@@ -49,7 +49,7 @@ def test_the_peer_comparison_and_op_costs_run_in_the_rehearsal(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--rehearse", "--steps",
                            "peer_compare,op_costs"], capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "GPUPIPE_CACHE": str(tmp_path / "cache")})
+                          env={**os.environ, "GPUPIPE_CACHE": str(proof_cache)})
     assert proc.returncode == 0, proc.stderr[-2000:]
     figures = json.loads((out / "figures.json").read_text())
     assert set(figures["peer_compare"]["results"]) >= {"gpupipe-dali-cpu loader alone", "hand-dali-cpu loader alone"}

@@ -5,10 +5,12 @@ The commands live where a user reads them: the home page of the documentation
 The rule: every line of a fenced code block in README.md or a page under
 ``docs/`` that runs an example
 (``python examples/<name>.py ...`` or ``torchrun ... examples/<name>.py ...``,
-``\\``-continued lines joined, ``# comments`` dropped) is run in a subprocess
-with exactly its own arguments, except that:
+``\\``-continued lines joined, ``# comments`` dropped) is run with exactly its
+own arguments: the ``python`` commands one after the other in one subprocess
+(``script_batch.py``: torch imported once, each run with its own ``sys.argv``,
+output and warnings), a ``torchrun`` command in its own launch; except that:
 
-- a path starting with ``data/`` or ``ckpt/`` is taken under ``tmp_path``,
+- a path starting with ``data/`` or ``ckpt/`` is taken under a temporary folder,
   where the test writes a tiny data set of the layout the path names (the
   ``datasets/make_demo.py`` lines that write the full demo data are not run);
 - flags the example already accepts are appended (:data:`SMALL`) for few
@@ -29,11 +31,13 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from helpers import make_detection_set, make_image_folder
 from PIL import Image
+from script_batch import run_scripts
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ("train_imagefolder", "train_ddp", "train_segmentation", "train_detection")
@@ -108,15 +112,33 @@ def localised(argv: list, tmp: Path, name: str) -> list:
     return start + rest + SMALL[name]
 
 
+@pytest.fixture(scope="module")
+def python_runs(tmp_path_factory) -> dict:
+    """The ``python`` commands, run in one process on one tiny data set (none of them writes to it):
+    ``{command: its result}``."""
+    tmp = tmp_path_factory.mktemp("readme")
+    write_tiny_data(tmp / "data")
+    commands = [(name, argv) for name, argv in COMMANDS if argv[0] == "python"]
+    cases = [{"script": str(ROOT / command[1]), "args": command[2:], "cwd": str(ROOT)}
+             for command in (localised(argv, tmp, name) for name, argv in commands)]
+    results = run_scripts(cases, tmp, timeout=800)
+    return {tuple(argv): (tmp, SimpleNamespace(**result)) for (_, argv), result in zip(commands, results)}
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("name, argv", COMMANDS, ids=[" ".join(argv[1:]) for _, argv in COMMANDS])
-def test_a_readme_example_command_runs_as_written(tmp_path, name, argv):
-    write_tiny_data(tmp_path / "data")
+def test_a_readme_example_command_runs_as_written(request, tmp_path, name, argv):
+    if argv[0] == "python":
+        tmp_path, proc = request.getfixturevalue("python_runs")[tuple(argv)]
+    else:
+        write_tiny_data(tmp_path / "data")
     for arg in argv:
         if arg.startswith("data/"):
             assert (tmp_path / arg).exists(), f"the documentation names {arg}, which the tiny data set lacks"
-    proc = subprocess.run(localised(argv, tmp_path, name), cwd=ROOT, capture_output=True, text=True, timeout=800)
+    if argv[0] != "python":
+        proc = subprocess.run(localised(argv, tmp_path, name), cwd=ROOT, capture_output=True, text=True,
+                              timeout=800)
     out = proc.stdout
     assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr and "Warning" not in proc.stderr, proc.stderr[-3000:]

@@ -13,7 +13,7 @@ from PIL import Image
 import gpupipe
 from gpupipe import ops
 from gpupipe.pack import PackSettings, pack, verify
-from helpers import BACKEND_DEVICES, CPU_BACKENDS, load_example, rest_and_resumed, two_ranks
+from helpers import BACKEND_DEVICES, CPU_BACKEND_NAMES, CPU_BACKENDS, load_example, rest_and_resumed, two_ranks
 
 IGNORE = 255
 COLOURS = {1: (230, 40, 40), 2: (40, 220, 60)}
@@ -217,18 +217,24 @@ def test_resume_with_masks_continues_exactly(seg_data, backend):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", CPU_BACKENDS)
-def test_ranks_split_a_segmentation_folder(seg_data, tmp_path, backend):
+def test_ranks_split_a_segmentation_folder(seg_data, tmp_path):
+    """Every CPU backend in turn, in one torchrun launch."""
     ranks = two_ranks(tmp_path, f"""
 src = gpupipe.SegmentationFolder({str(seg_data / 'images')!r}, {str(seg_data / 'masks')!r})
-loader = gpupipe.loader(src, [gpupipe.Decode(), gpupipe.Resize((16, 16)), gpupipe.Output("uint8")], batch_size=3,
-                        backend={backend!r}, num_threads=1, seed=1)
-seen = [int(m.sum()) for _, masks in loader for m in masks]
-result = {{"len": len(loader), "sums": seen, "names": [src.names[i] for i in loader.rank_share(0).indices]}}
+result = {{}}
+for backend in {CPU_BACKEND_NAMES!r}:
+    loader = gpupipe.loader(src, [gpupipe.Decode(), gpupipe.Resize((16, 16)), gpupipe.Output("uint8")],
+                            batch_size=3, backend=backend, num_threads=1, seed=1)
+    seen = [int(m.sum()) for _, masks in loader for m in masks]
+    result[backend] = {{"len": len(loader), "sums": seen,
+                        "names": [src.names[i] for i in loader.rank_share(0).indices]}}
 """)
-    assert ranks[0]["len"] == ranks[1]["len"] == 3
-    assert sorted(ranks[0]["names"] + ranks[1]["names"]) == sorted(source(seg_data).names)
-    assert all(len(r["sums"]) == 8 for r in ranks)
+    assert all(list(r) == CPU_BACKEND_NAMES for r in ranks)
+    for backend in CPU_BACKEND_NAMES:
+        rank0, rank1 = (r[backend] for r in ranks)
+        assert rank0["len"] == rank1["len"] == 3, backend
+        assert sorted(rank0["names"] + rank1["names"]) == sorted(source(seg_data).names), backend
+        assert len(rank0["sums"]) == len(rank1["sums"]) == 8, backend
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,8 @@ import pytest
 import gpupipe
 from gpupipe.shards import format as shardfmt
 from gpupipe.pack import PackSettings, pack, verify
-from helpers import CPU_BACKENDS, flat_folder, rewrite_manifest
+from helpers import CPU_BACKEND_NAMES, CPU_BACKENDS, flat_folder, rewrite_manifest
+from script_batch import run_scripts
 
 HERE = Path(__file__).parent
 SMALL = PackSettings(shard_size=64 * 1024)
@@ -63,16 +65,20 @@ def refusal(error: str, tar: Path) -> bool:
     return "\n" not in error and tar.name in error and "python -m gpupipe.pack --verify" in error
 
 
-@pytest.mark.parametrize("backend", CPU_BACKENDS)
-def test_a_shard_cut_short_inside_its_last_member(packed, backend):
+def test_a_shard_cut_short_inside_its_last_member(packed):
     source, member, tar = last_member(packed)
     with open(tar, "r+b") as fh:
         fh.truncate(member.offset + member.size // 2)  # an interrupted copy
-    code = LOAD_ALL + f"print(json.dumps([load({str(packed)!r}, {backend!r}, m) for m in ('raise', 'skip')]))"
+    # every CPU backend in one child: {backend: [on_error="raise", on_error="skip"]}
+    code = LOAD_ALL + (f"print(json.dumps({{b: [load({str(packed)!r}, b, m) for m in ('raise', 'skip')] "
+                       f"for b in {CPU_BACKEND_NAMES!r}}}))")
     proc = run_child(code)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    for result in json.loads(proc.stdout.splitlines()[-1]):
-        assert refusal(result["error"], tar) and "cut short" in result["error"], result
+    results = json.loads(proc.stdout.splitlines()[-1])
+    assert list(results) == CPU_BACKEND_NAMES
+    for backend, pair in results.items():
+        for result in pair:
+            assert refusal(result["error"], tar) and "cut short" in result["error"], (backend, result)
 
 
 @pytest.mark.parametrize("cut", [512, 1024])
@@ -99,41 +105,65 @@ def test_an_altered_shard_is_refused_by_its_checksum_where_that_is_cheap(packed)
     assert len(gpupipe.Shards(packed, checksums=False)) == 12, "checksums=False: sizes only"
 
 
-@pytest.mark.parametrize("size", [80 * 1024, 8 * 2**30])
-def test_an_index_member_size_past_the_tar_is_a_bad_sample(packed, size):
-    index = packed / shardfmt.index_name(shardfmt.shard_name(0))
-    lines = index.read_text().splitlines()
-    fields = lines[1].split()
-    fields[2] = str(size)
-    lines[1] = " ".join(fields)
-    index.write_text("\n".join(lines) + "\n")
-    rewrite_manifest(packed, lambda m: m["shards"][0].update(
-        index_sha256=__import__("hashlib").sha256(index.read_bytes()).hexdigest()))
-    source = gpupipe.Shards(packed)
-    assert list(source.damaged) == [0] and "lie past the end of the tar" in source.damaged[0]
-    code = LOAD_ALL + f"print(json.dumps([load({str(packed)!r}, b, 'skip') for b in ('dali-cpu', 'torchvision')]))"
+def test_an_index_member_size_past_the_tar_is_a_bad_sample(packed, tmp_path):
+    """A member size just past the tar (80 KiB) and far past it (8 GiB), each in its own copy of the pack,
+    both loaded in one child."""
+    packs = {}
+    for size in (80 * 1024, 8 * 2**30):
+        copy = packs[size] = Path(shutil.copytree(packed, tmp_path / f"packed-{size}"))
+        index = copy / shardfmt.index_name(shardfmt.shard_name(0))
+        lines = index.read_text().splitlines()
+        fields = lines[1].split()
+        fields[2] = str(size)
+        lines[1] = " ".join(fields)
+        index.write_text("\n".join(lines) + "\n")
+        rewrite_manifest(copy, lambda m: m["shards"][0].update(
+            index_sha256=__import__("hashlib").sha256(index.read_bytes()).hexdigest()))
+        source = gpupipe.Shards(copy)
+        assert list(source.damaged) == [0] and "lie past the end of the tar" in source.damaged[0], size
+    code = LOAD_ALL + (f"print(json.dumps([[load(p, b, 'skip') for b in ('dali-cpu', 'torchvision')] "
+                       f"for p in {[str(p) for p in packs.values()]!r}]))")
     proc = run_child(code)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    results = json.loads(proc.stdout.splitlines()[-1])
-    assert len(results) == 2, "one result per backend"
-    for result in results:
-        assert len(result["delivered"]) == 11 and len(result["skipped"]) == 1
+    for size, results in zip(packs, json.loads(proc.stdout.splitlines()[-1])):
+        assert len(results) == 2, f"{size}: one result per backend"
+        for result in results:
+            assert len(result["delivered"]) == 11 and len(result["skipped"]) == 1, (size, result)
 
 
-@pytest.mark.parametrize("field, value, fragment", [
+LEAVING = [
     ("name", "/etc/passwd", "leaves the packed folder"),
     ("name", "../folder/class_0/s0000.png", "leaves the packed folder"),
     ("index", "sub/../../escape.idx", "leaves the packed folder"),
     ("name", 7, "shards[0].name must be a string"),
-])
-def test_manifest_names_that_leave_the_folder_are_refused(packed, field, value, fragment):
-    rewrite_manifest(packed, lambda m: m["shards"][0].update({field: value}))
+]
+
+
+@pytest.fixture(scope="module")
+def leaving(tmp_path_factory):
+    """A copy of one pack per case of :data:`LEAVING`, its manifest edited, and ``gpupipe.pack --verify`` of each,
+    all run in one process (``script_batch``: torch imported once): ``{case: (pack, the command's result)}``."""
+    tmp = tmp_path_factory.mktemp("leaving")
+    folder = flat_folder(tmp / "folder", 12, size=(48, 64))
+    pack(folder, tmp / "packed", PackSettings(shard_size=64 * 1024), workers=1, progress=False)
+    packs = []
+    for n, (field, value, _) in enumerate(LEAVING):
+        dst = Path(shutil.copytree(tmp / "packed", tmp / f"packed-{n}"))
+        rewrite_manifest(dst, lambda m: m["shards"][0].update({field: value}))
+        packs.append(dst)
+    results = run_scripts([{"module": "gpupipe.pack", "args": ["--verify", str(dst)], "cwd": str(tmp)}
+                           for dst in packs], tmp)
+    return {case: (dst, result) for case, dst, result in zip(LEAVING, packs, results)}
+
+
+@pytest.mark.parametrize("field, value, fragment", LEAVING)
+def test_manifest_names_that_leave_the_folder_are_refused(leaving, field, value, fragment):
+    packed, cli = leaving[field, value, fragment]
     with pytest.raises(ValueError) as info:
         gpupipe.Shards(packed)
     assert fragment in str(info.value)
     assert any(fragment in p for p in verify(packed))
-    assert subprocess.run([sys.executable, "-m", "gpupipe.pack", "--verify", str(packed)],
-                          capture_output=True).returncode == 1
+    assert cli["returncode"] == 1 and fragment in cli["stdout"], cli
 
 
 def test_a_shard_that_is_a_link_outside_is_refused(packed, tmp_path):
@@ -210,12 +240,12 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from helpers import flat_folder, sample_ids
 import gpupipe
 from gpupipe.pack import PackSettings, pack
-root, backend, examples = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+root, backends, examples = Path(sys.argv[1]), sys.argv[2].split(","), int(sys.argv[3])
 clean = root / "clean"
 pack(flat_folder(root / "folder", 12, size=(32, 40)), clean, PackSettings(shard_size=64 * 1024), workers=1,
      progress=False)
 files = sorted(p.name for p in clean.iterdir() if p.suffix in (".tar", ".idx", ".json"))
-report = {"refused": 0, "loaded": 0}
+reports = {}
 
 def expected_slots(source, bad):
     out = []
@@ -255,20 +285,24 @@ def fuzz(target, flips, cut):
     assert len(labels) == len(source), "every slot filled"
     assert labels == [int(source.labels[i]) for i in expected_slots(source, bad)], "the labels of the samples read"
 
-fuzz()
-print(json.dumps(report))
+for backend in backends:  # each in turn, in this one process
+    report = reports[backend] = {"refused": 0, "loaded": 0}
+    fuzz()
+print(json.dumps(reports))
 """
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("backend", CPU_BACKENDS)
-def test_fuzzed_shards_never_crash_hang_or_mislabel(tmp_path, backend):
+def test_fuzzed_shards_never_crash_hang_or_mislabel(tmp_path):
+    """Every CPU backend in turn, in one child (a crash fails the test, not pytest)."""
     examples = os.environ.get("GPUPIPE_FUZZ_EXAMPLES", "25")
     script = tmp_path / "fuzz.py"
     script.write_text(f"import sys; sys.path.insert(0, {str(HERE)!r})\n" + FUZZ)
-    proc = subprocess.run([sys.executable, str(script), str(tmp_path), backend, examples], capture_output=True,
-                          text=True, timeout=880, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path), ",".join(CPU_BACKEND_NAMES), examples],
+                          capture_output=True, text=True, timeout=880, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, f"exit {proc.returncode}: " + proc.stderr[-3000:]
-    report = json.loads(proc.stdout.splitlines()[-1])
-    assert report["refused"] + report["loaded"] >= 1, report
+    reports = json.loads(proc.stdout.splitlines()[-1])
+    assert list(reports) == CPU_BACKEND_NAMES
+    for backend, report in reports.items():
+        assert report["refused"] + report["loaded"] >= 1, (backend, report)
