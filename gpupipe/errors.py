@@ -68,6 +68,14 @@ class Error(Exception):
     """
 
 
+class PathNotFound(Error, FileNotFoundError, ValueError):
+    """A dataset path (a folder, a list or annotation file) that does not exist; ``str(err)`` names it.
+
+    A ``FileNotFoundError``, as torchvision's datasets raise, and a ``ValueError``, as gpupipe's other
+    refusals of a source are.
+    """
+
+
 class DecodeError(Error, RuntimeError):
     """A sample that failed while it was being loaded.
 

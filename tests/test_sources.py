@@ -37,6 +37,30 @@ def test_image_folder_filters_extensions_hidden_and_other_files(tmp_path):
     assert sorted(Path(s.path).name for s in src.samples) == ["a.JPG", "b.jpeg", "c.Png", "d.bmp", "e.webp", "f.jpg"]
 
 
+def test_a_missing_dataset_path_is_a_file_not_found_error_naming_it(tmp_path, monkeypatch):
+    """Code written for torchvision's datasets catches ``FileNotFoundError``; gpupipe's own callers catch
+    ``ValueError`` or ``gpupipe.Error``: a missing folder, list or annotation path is all three."""
+    (tmp_path / "there").mkdir()
+    missing = tmp_path / "missing"
+    cases = [
+        (lambda: gpupipe.loader(missing, batch_size=2, backend="torchvision"), "source path"),
+        (lambda: ImageFolder(missing), "ImageFolder: root"),
+        (lambda: gpupipe.FileList(missing), "FileList: list file"),
+        (lambda: gpupipe.SegmentationFolder(missing, tmp_path / "there"), "SegmentationFolder: images folder"),
+        (lambda: gpupipe.SegmentationFolder(tmp_path / "there", missing), "SegmentationFolder: masks folder"),
+        (lambda: gpupipe.CocoDetection(missing, tmp_path / "a.json"), "CocoDetection: images folder"),
+    ]
+    for make, what in cases:
+        with pytest.raises(FileNotFoundError) as caught:
+            make()
+        assert isinstance(caught.value, ValueError) and isinstance(caught.value, gpupipe.Error)
+        assert str(caught.value) == f"{what} {str(missing)!r} does not exist"
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(ValueError, match="is not a folder") as caught:  # there, but not a folder: no FileNotFoundError
+        gpupipe.SegmentationFolder(tmp_path / "a_file", tmp_path / "there")
+    assert not isinstance(caught.value, FileNotFoundError)
+
+
 def test_image_folder_errors(tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
         ImageFolder(tmp_path / "missing")

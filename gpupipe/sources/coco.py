@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import env
-from ..errors import Skipped
+from ..errors import PathNotFound, Skipped
 from ..fileio import UnreadableFile, read_file
 from ..targets import TargetKind
 from .files import FileSource, PathLike
@@ -59,8 +59,10 @@ class CocoDetection(FileSource):
         self.kind = TargetKind.BOXES
         self.root = Path(images).expanduser().absolute()
         self.annotations = Path(annotations).expanduser().absolute()
+        if not self.root.exists():
+            raise PathNotFound(f"CocoDetection: images folder {str(self.root)!r} does not exist")
         if not self.root.is_dir():
-            raise ValueError(f"CocoDetection: images folder {str(self.root)!r} does not exist")
+            raise ValueError(f"CocoDetection: images folder {str(self.root)!r} is not a folder")
         data = _load(self.annotations)
         categories = sorted(_records(data, "categories", self.annotations), key=_sort_key)
         label_of = {c["id"]: k for k, c in enumerate(categories)}

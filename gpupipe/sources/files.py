@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import PathNotFound
 from ..fileio import UnreadableFile, read_file
 from ..targets import TargetKind
 from .base import Indices, Source
@@ -108,7 +109,7 @@ class ImageFolder(FileSource):
     def __init__(self, root: PathLike, *, extensions: Sequence[str] = IMAGE_EXTENSIONS) -> None:
         self.root = Path(root).expanduser().absolute()
         if not self.root.exists():
-            raise ValueError(f"ImageFolder: root {str(self.root)!r} does not exist")
+            raise PathNotFound(f"ImageFolder: root {str(self.root)!r} does not exist")
         if not self.root.is_dir():
             raise ValueError(f"ImageFolder: root {str(self.root)!r} is not a folder")
         extensions = tuple(e.lower() for e in extensions)
@@ -218,8 +219,10 @@ class FileList(FileSource):
     ) -> None:
         if isinstance(entries, (str, os.PathLike)):
             list_file = Path(entries).expanduser().absolute()
+            if not list_file.exists():
+                raise PathNotFound(f"FileList: list file {str(list_file)!r} does not exist")
             if not list_file.is_file():
-                raise ValueError(f"FileList: list file {str(list_file)!r} does not exist")
+                raise ValueError(f"FileList: list file {str(list_file)!r} is not a file")
             pairs = list(_read_list_file(list_file))
             root = list_file.parent if root is None else root
         else:

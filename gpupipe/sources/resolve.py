@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..errors import PathNotFound
 from ..remote import is_url
 from ..shards import format as shardfmt
 from .base import Source
@@ -20,7 +21,8 @@ def as_source(source: Source | PathLike) -> Source:
     folder an ``ImageFolder``, a file a ``FileList``.
 
     Raises:
-        ValueError: the path does not exist or is none of these (an image or an archive is named as such).
+        PathNotFound: the path does not exist (a ``FileNotFoundError`` and a ``ValueError``).
+        ValueError: the path is none of these (an image or an archive is named as such).
     """
     if isinstance(source, Source):
         return source
@@ -34,4 +36,4 @@ def as_source(source: Source | PathLike) -> Source:
     if path.is_file():
         check_list_file(path, "a folder or a list file", "pass the folder that holds the class folders")
         return FileList(path)
-    raise ValueError(f"source path {str(path)!r} does not exist")
+    raise PathNotFound(f"source path {str(path)!r} does not exist")

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import env
-from ..errors import Skipped
+from ..errors import PathNotFound, Skipped
 from ..fileio import read_file
 from ..targets import TargetKind
 from ..targets.maskfiles import header_problem
@@ -55,8 +55,10 @@ class SegmentationFolder(FileSource):
         self.root = Path(images).expanduser().absolute()
         self.mask_root = Path(masks).expanduser().absolute()
         for what, folder in (("images", self.root), ("masks", self.mask_root)):
+            if not folder.exists():
+                raise PathNotFound(f"SegmentationFolder: {what} folder {str(folder)!r} does not exist")
             if not folder.is_dir():
-                raise ValueError(f"SegmentationFolder: {what} folder {str(folder)!r} does not exist")
+                raise ValueError(f"SegmentationFolder: {what} folder {str(folder)!r} is not a folder")
         if isinstance(ignore_index, bool) or not isinstance(ignore_index, int) or not 0 <= ignore_index <= 255:
             raise ValueError(f"SegmentationFolder: ignore_index must be an int in 0..255, got {ignore_index!r}")
         self.ignore_index = ignore_index
