@@ -78,21 +78,16 @@ FORM_OPS = ("RandAugment", "RandomErasing")
 
 def other_form_loaders(args, steps, device, load) -> dict:
     """The prefixes of ``FORM_OPS`` with the DALI forms the backend does not choose by itself."""
+    from peer_compare import environ
+
     from gpupipe.backends.dali.forms import FORM_VARIABLE, lowering_form
 
     other = "cpu" if lowering_form(gpu=args.backend == "dali") == "gpu" else "gpu"
-    was = os.environ.get(FORM_VARIABLE)
-    os.environ[FORM_VARIABLE] = other  # read when a loader builds its backend
-    try:
+    with environ(FORM_VARIABLE, other):
         return {f"{name} [{other} form]": gpupipe.loader(args.folder, prefix, batch_size=args.batch,
                                                          backend=args.backend, device=device, drop_last=True,
                                                          hw_decoder_load=load, num_threads=args.threads)
                 for name, prefix in steps if name in FORM_OPS}
-    finally:
-        if was is None:
-            del os.environ[FORM_VARIABLE]
-        else:
-            os.environ[FORM_VARIABLE] = was
 
 
 def time_per_batch(loader, batches: int, device: torch.device) -> float:

@@ -28,6 +28,7 @@ the loaders only (the ratios need ``gpupipe`` and the one compared).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import io
 import json
@@ -163,6 +164,21 @@ class TorchvisionCuda:
             yield (batch - self.mean) / self.std, torch.tensor(labels).to(self.device, non_blocking=True)
 
 
+@contextlib.contextmanager
+def environ(name: str, value: Optional[str]):
+    """``os.environ[name]`` set to ``value`` (removed for ``None``) inside the block, as it was after it: for
+    gpupipe's diagnostic switches, read when a loader builds its backend."""
+    was = os.environ.pop(name, None)
+    if value is not None:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
+        if was is not None:
+            os.environ[name] = was
+
+
 def loaders(device: torch.device, deeper: Optional[int] = None, size: int = SIZE,
             host_outputs: bool = False) -> Dict[str, Callable]:
     """name -> ``make(data, batch, threads)``, each giving ``size`` px images; ``deeper``: gpupipe once more, with
@@ -172,16 +188,9 @@ def loaders(device: torch.device, deeper: Optional[int] = None, size: int = SIZE
     backend = "dali" if device.type == "cuda" else "dali-cpu"
 
     def ours(data, batch, threads, prefetch=2, outputs=None):
-        was = os.environ.pop("GPUPIPE_DALI_OUTPUTS", None)
-        if outputs:
-            os.environ["GPUPIPE_DALI_OUTPUTS"] = outputs  # read when the loader builds its backend
-        try:
+        with environ("GPUPIPE_DALI_OUTPUTS", outputs):
             return gpupipe.loader(data, gpupipe.presets.train(size), batch_size=batch, backend=backend, device=device,
                                   num_threads=threads, drop_last=True, prefetch=prefetch)
-        finally:
-            os.environ.pop("GPUPIPE_DALI_OUTPUTS", None)
-            if was is not None:
-                os.environ["GPUPIPE_DALI_OUTPUTS"] = was
 
     def theirs(data, batch, threads):
         return HandDali(data, batch, threads, device, size)
