@@ -74,6 +74,10 @@ INTERRUPT_GRACE_S = 12
 REHEARSAL_SLACK = 5
 #: The photo folder: 50 batches of 256; unique images are generated for at most this many seconds.
 IMAGES, GENERATE_S = 50 * 256, 40
+#: What the data step needs besides generating (start, hard links, sizes): 7-8 s on an H200 machine, when
+#: 12,800 photos were there (the second call of 2026-11-27 was stopped at 48 s of a 60 s cap, by the interrupt
+#: that comes ``INTERRUPT_GRACE_S`` before it).
+DATA_AFTER_GENERATE_S = 12
 #: A stderr line that is a warning (DALI's, nvImageCodec's, or anyone's): what the targets count.
 WARNING = re.compile(r"warn|fancy upsampling", re.IGNORECASE)
 #: pytest's last line: ``==== 3 passed, 1 skipped in 2.0s ====`` (also after an interrupt).
@@ -83,8 +87,10 @@ PYTEST_SUMMARY = re.compile(r"^=+ .*\b(passed|failed|error|errors|skipped|desele
 class Quick:
     """Runs the steps within the budget, collecting every figure into ``quick.json``."""
 
-    def __init__(self, out: Path, *, rehearse: bool, budget: float, pack: Optional[Path], started: float) -> None:
+    def __init__(self, out: Path, *, rehearse: bool, budget: float, pack: Optional[Path], started: float,
+                 resnet50_rounds: int = 1) -> None:
         self.out, self.rehearse, self.budget, self.pack, self.started = out, rehearse, budget, pack, started
+        self.resnet50_rounds = resnet50_rounds
         self.backend = "dali-cpu" if rehearse else "dali"
         earlier = out / "quick.json"  # a rerun into the same OUT keeps what the first run measured
         kept = json.loads(earlier.read_text()) if earlier.is_file() else {}
@@ -164,7 +170,7 @@ class Quick:
     def data(self, cap: float) -> None:
         images = 60 if self.rehearse else IMAGES
         self.script("data", cap, "gpu_quick.py", "--inner", "data", "--out", str(self.out), "--images", str(images),
-                    "--generate-s", str(min(GENERATE_S, cap - 20)))
+                    "--generate-s", str(min(GENERATE_S, cap - INTERRUPT_GRACE_S - DATA_AFTER_GENERATE_S)))
 
     def dali(self, cap: float) -> None:
         """Does this DALI build run beside this torch (``dali_check.py``)? Kept per build, so that a run with the
@@ -235,7 +241,7 @@ class Quick:
         # batches prefetched (does a deeper queue hide the GPU time DALI's kernels share with the model?) and gpupipe
         # taking host-synchronised outputs as DALI's iterator does (is the wait a host access to a stream-bound output?)
         self.script("resnet50", cap, "peer_compare.py", "--data", str(self.folder), "--loaders", "gpupipe,hand",
-                    "--deeper-prefetch", "4", "--host-outputs", "--no-loader-alone", "--rounds", "1",
+                    "--deeper-prefetch", "4", "--host-outputs", "--no-loader-alone", "--rounds", str(self.resnet50_rounds),
                     "--out", str(self.out / "resnet50.json"), *(small if self.rehearse else full))
 
     def op_costs(self, cap: float) -> None:
@@ -295,12 +301,17 @@ def _write(path: Path, data) -> None:
 
 
 def commit(packed: Path, results: Path = ROOT / "benchmarks" / "results") -> Path:
-    """Unpacks a run's ``quick.tgz`` into ``results/<gpu>-<date>/``; returns that folder."""
+    """Unpacks a run's ``quick.tgz`` into ``results/<gpu>-<date>/`` (``-2``, ``-3``... for a later run of the same
+    GPU and day); returns that folder."""
     with tarfile.open(packed) as tar:
         figures = json.loads(tar.extractfile("quick/quick.json").read())  # type: ignore[union-attr]
         machine = figures.get("machine", {})
         gpu = re.sub(r"[^a-z0-9]+", "-", (machine.get("gpu") or "no-gpu").lower().replace("nvidia", "")).strip("-")
-        target = results / f"{gpu}-{machine.get('date', time.strftime('%Y-%m-%d'))}"
+        label = f"{gpu}-{machine.get('date', time.strftime('%Y-%m-%d'))}"
+        target, n = results / label, 1
+        while (target / "quick.json").is_file() and json.loads((target / "quick.json").read_text()) != figures:
+            n += 1  # another run of the same GPU and day: a folder of its own (the same run again: the same one)
+            target = results / f"{label}-{n}"
         target.mkdir(parents=True, exist_ok=True)
         for member in tar.getmembers():
             name = Path(member.name)
@@ -319,6 +330,8 @@ def main(argv=None) -> int:
     parser.add_argument("--pack", type=Path, help="a .tgz of OUT, rewritten after every step")
     parser.add_argument("--only", help=f"comma-separated, of: {', '.join(STEPS)}, run in the order given (machine, data and dali "
                         "come first)")
+    parser.add_argument("--resnet50-rounds", type=int, default=1,
+                        help="rounds of the resnet50 step (default 1: four loaders and the ceiling in ~55 s on an H200)")
     parser.add_argument("--commit", type=Path, help="a run's .tgz: unpacked into benchmarks/results/<gpu>-<date>/")
     parser.add_argument("--inner", choices=("machine", "data", "sweep"), help=argparse.SUPPRESS)
     parser.add_argument("--images", type=int, default=IMAGES, help=argparse.SUPPRESS)
@@ -352,7 +365,8 @@ def main(argv=None) -> int:
             return 2
     args.out.mkdir(parents=True, exist_ok=True)
     budget = args.budget if args.budget is not None else BUDGET_S * (REHEARSAL_SLACK if args.rehearse else 1)
-    quick = Quick(args.out, rehearse=args.rehearse, budget=budget, pack=args.pack, started=started)
+    quick = Quick(args.out, rehearse=args.rehearse, budget=budget, pack=args.pack, started=started,
+                  resnet50_rounds=args.resnet50_rounds)
     quick.run(wanted)
     print((args.out / "summary.md").read_text())
     if quick.figures.get("dali_failed"):

@@ -104,8 +104,8 @@ def section(folder: Path, title_level: str = "###") -> str:
              f"({machine.get('cpu', '?')}); {versions}; DALI build `{machine.get('dali_build', '?')}`. "
              f"Source: `benchmarks/results/{Path(folder).name}/`.",
              _table(["target", "measured", ""], judge(quick_measured(figures)))]
-    peer = figures.get("peer")
-    if peer:
+    peer = figures.get("peer", {})
+    if peer.get("results"):
         header, rows = peer_rows(peer)
         data = figures.get("data", {})
         parts += [f"Peer comparison on {data.get('images', '?'):,} images ({data.get('unique', '?'):,} generated, "
@@ -120,7 +120,9 @@ def section(folder: Path, title_level: str = "###") -> str:
     resnet50 = figures.get("resnet50", {})
     if resnet50.get("results"):
         header, rows = peer_rows(resnet50)
-        parts += ["ResNet-50 end to end (bf16, channels_last, batch 256), one round:", _table(header, rows)]
+        rounds = resnet50.get("rounds_done", "?")
+        parts += [f"ResNet-50 end to end (bf16, channels_last, batch 256), {rounds} round{'s' if rounds != 1 else ''}:",
+                  _table(header, rows)]
     costs = figures.get("op_costs", {}).get("rows")
     if costs:
         costs = costs + figures["op_costs"].get("form_rows", []) + figures["op_costs"].get("peer_rows", [])

@@ -208,6 +208,53 @@ def loaders(device: torch.device, deeper: Optional[int] = None, size: int = SIZE
     return {**out, f"hand-{backend}": theirs, "torchvision-io": tv}
 
 
+class _ForgivingProfile(profile.Profile):
+    """``profile.Profile`` that mends its stack when a call or return reaches it out of order, instead of asserting.
+
+    On the H200 (2026-11-27) a call inside DALI's ``share_outputs(stream)`` reached the hook whose caller it had
+    never seen called (``Bad call``), which ended the profiled ``next()``. Here the frames between the last one seen
+    and the new call's caller are counted as called then; frames left without a return seen are closed; a return
+    of a frame never seen called is ignored.
+    """
+
+    def _frames(self) -> list:
+        frames, entry = [], self.cur
+        while entry:
+            frames.append(entry[-2])
+            entry = entry[-1]
+        return frames
+
+    def _close_down_to(self, frame) -> None:
+        while self.cur[-2] is not frame:
+            super().trace_dispatch_return(self.cur[-2], 0)
+
+    def trace_dispatch_call(self, frame, t):
+        parent = frame.f_back
+        if self.cur and parent is not self.cur[-2] and not isinstance(self.cur[-2], profile.Profile.fake_frame):
+            seen, missed = self._frames(), []
+            while parent is not None and not any(parent is f for f in seen):
+                missed.append(parent)
+                parent = parent.f_back
+            if parent is None:  # nothing in common: back to the profiler's own (fake) frame
+                while not isinstance(self.cur[-2], profile.Profile.fake_frame):
+                    super().trace_dispatch_return(self.cur[-2], 0)
+            else:
+                self._close_down_to(parent)
+                for caller in reversed(missed):
+                    super().trace_dispatch_call(caller, 0)
+        return super().trace_dispatch_call(frame, t)
+
+    def trace_dispatch_return(self, frame, t):
+        if self.cur and frame is not self.cur[-2]:
+            if not any(frame is f for f in self._frames()):
+                return 1  # a return whose call was never seen
+            self._close_down_to(frame)
+        return super().trace_dispatch_return(frame, t)
+
+    dispatch = {**profile.Profile.dispatch, "call": trace_dispatch_call, "return": trace_dispatch_return,
+                "c_return": trace_dispatch_return, "c_exception": trace_dispatch_return}
+
+
 class ThreadProfile:
     """Profiles calls made on the calling thread only, with ``timer``.
 
@@ -222,7 +269,7 @@ class ThreadProfile:
         self.runs: List[pstats.Stats] = []
 
     def call(self, fn: Callable, *args):
-        profiler = profile.Profile(self.timer)
+        profiler = _ForgivingProfile(self.timer)
         try:
             return profiler.runcall(fn, *args)
         finally:  # closed at once: frames still open are closed at the time their stats are made
