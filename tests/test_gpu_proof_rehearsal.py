@@ -254,3 +254,30 @@ def test_a_thread_profile_survives_events_the_hook_did_not_see(tmp_path):
     profiler.write(path, "# header")
     functions = {name for stats in profiler.runs for (_, _, name) in stats.stats}
     assert {"outer", "unseen_caller", "leaf"} <= functions
+
+
+def test_the_tests_step_knows_which_cuda_tests_a_committed_gpu_run_passed(tmp_path):
+    """The quick proof's ``tests`` step runs first the ``cuda`` tests no GPU run passed: passes are read from the
+    JUnit XML and from ``-v`` lines (serial and xdist), failures, errors and skips are not passes, and a CPU
+    rehearsal's results count for nothing."""
+    import gpu_tests_seen
+
+    gpu = tmp_path / "h200-2026-11-27"
+    gpu.mkdir()
+    (gpu / "quick.json").write_text(json.dumps({"rehearsal": False}))
+    (gpu / "tests.log").write_text(
+        "[gw0] [  1%] PASSED tests/test_a.py::test_one[dali-cuda] \n"
+        "[gw1] [  2%] FAILED tests/test_a.py::test_two[dali-cuda] \n"
+        "tests/test_b.py::test_three[x y-cuda] PASSED\n"
+        "tests/test_b.py::test_four SKIPPED (needs a CUDA GPU)\n")
+    (gpu / "tests-seen.xml").write_text(
+        '<testsuites><testsuite><testcase classname="tests.test_c" name="test_five[cuda]" time="1"/>'
+        '<testcase classname="tests.test_c" name="test_six" time="1"><failure message="x"/></testcase>'
+        '<testcase classname="tests.test_c" name="test_seven" time="0"><skipped message="no"/></testcase>'
+        "</testsuite></testsuites>")
+    rehearsal = tmp_path / "quick"
+    rehearsal.mkdir()
+    (rehearsal / "quick.json").write_text(json.dumps({"rehearsal": True}))
+    (rehearsal / "tests.log").write_text("tests/test_d.py::test_eight PASSED\n")
+    assert gpu_tests_seen.passed_on_a_gpu(tmp_path) == {
+        "tests/test_a.py::test_one[dali-cuda]", "tests/test_b.py::test_three[x y-cuda]", "tests/test_c.py::test_five[cuda]"}
