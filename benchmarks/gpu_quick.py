@@ -20,7 +20,7 @@ after every step, so a run cut short still returns what it measured. Time budget
 | tests | ``pytest -n 4 -m cuda`` (serial without pytest-xdist), those no committed GPU run passed first, each test's outcome and the slowest 30 | 200 | 200 (cut) |
 | hw_decoder_load | ``"auto"`` against 0, 0.35, 0.65 and 1.0, loader alone, 2 rounds | 60 | 40 |
 | resnet50 | ResNet-50 end to end against its model-only ceiling: gpupipe, gpupipe prefetching 4, gpupipe with host-synchronised outputs, hand-written | 120 | 90 |
-| op_costs | heavy against standard preset, ms per batch each op adds, DALI's own form of the ops (``--peer``), RandAugment in the CPU form (``--forms``) | 90 | 75 |
+| op_costs | heavy against standard preset, ms per batch each op adds, DALI's own form of the ops (``--peer``), RandAugment in the CPU form (``--forms``), both ops as batched torch ops (``--torch``) | 90 | 75 |
 | total | | 420 | ~560 (the last steps cut; the first H200 run: 465 s) |
 
 Data: generating one demo photo takes 0.10 s of one core (measured on the 2-core CPU VM), so 12,800
@@ -272,7 +272,7 @@ class Quick:
         sizes = ["--batch", "8", "--batches", "2", "--rounds", "1", "--size", "64"] if self.rehearse else \
             ["--batch", "256", "--batches", "10", "--rounds", "2"]
         result = self.script("op_costs", cap, "op_costs.py", str(self.folder), "--backend", self.backend,
-                             "--hw-decoder-load", str(load), "--peer", "--forms", "--out", str(self.out / "op_costs.json"),
+                             "--hw-decoder-load", str(load), "--peer", "--forms", "--torch", "--out", str(self.out / "op_costs.json"),
                              *sizes)
         prefix = {row["op"]: row["prefix_ms_per_batch"] for row in result["rows"]}
         result["heavy_over_standard"] = round(prefix["HorizontalFlip"] / result["rows"][-1]["prefix_ms_per_batch"], 3)

@@ -125,9 +125,10 @@ def section(folder: Path, title_level: str = "###") -> str:
                   _table(header, rows)]
     costs = figures.get("op_costs", {}).get("rows")
     if costs:
-        costs = costs + figures["op_costs"].get("form_rows", []) + figures["op_costs"].get("peer_rows", [])
+        costs = costs + [row for key in ("form_rows", "peer_rows", "torch_rows") for row in figures["op_costs"].get(key, [])]
         parts += ["Heavy setting, milliseconds per batch each op adds (loader alone; `[cpu form]` rows, where "
-                  "measured: the op lowered as on `dali-cpu`; `hand:` rows: the same ops in DALI's own form):",
+                  "measured: the op lowered as on `dali-cpu`; `hand:` rows: the same ops in DALI's own form; `torch:` "
+                  "rows: as batched torch ops on the batch, prefixes from the standard preset's):",
                   _table(["op", "ms per batch", "prefix ms per batch"],
                          [[r["op"], f"{r['op_ms_per_batch']:.2f}", f"{r['prefix_ms_per_batch']:.2f}"] for r in costs])]
     tests = figures.get("tests", {})

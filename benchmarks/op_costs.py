@@ -21,6 +21,10 @@ one; ``GPUPIPE_DALI_FORM``), timed in the same rounds: the row ``RandAugment [cp
 op costs in the other form. (Random erasing had two forms until the H200 run of 2026-11-27 measured its
 mask form at three times ``fn.erase``'s cost.)
 
+``--torch``: RandAugment and random erasing as batched torch ops on a uint8 batch of the same size
+(``torch_policy.py``, the cost model of running them after DALI's crop), rows ``torch: RandAugment`` and
+``torch: RandomErasing``, their prefixes counted from the standard preset's.
+
 ``--hw-decoder-load``: the loaders' setting (``auto``, the default, measures it once per prefix;
 a number skips that).
 """
@@ -91,6 +95,22 @@ def other_form_loaders(args, steps, device, load) -> dict:
                 for name, prefix in steps if name in FORM_OPS}
 
 
+def torch_policy_rows(rows: list, device: torch.device, args) -> list:
+    """``--torch``: RandAugment (n=2, m=9) and random erasing as batched torch ops on a uint8 batch of the same
+    size on the same device (``torch_policy.costs``), each row's prefix counted from the standard preset's
+    (the ``HorizontalFlip`` row), as if they ran after DALI's decode, crop and flip."""
+    from torch_policy import costs
+
+    measured = costs(device, args.batch, args.size, repeats=args.batches)
+    prefix = next(row["prefix_ms_per_batch"] for row in rows if row["op"] == "HorizontalFlip")
+    out = []
+    for name, ms in measured.items():
+        prefix += ms
+        out.append({"op": f"torch: {name}", "prefix_ms_per_batch": round(prefix, 3), "op_ms_per_batch": round(ms, 3),
+                    "spread_ms": 0.0})
+    return out
+
+
 def time_per_batch(loader, batches: int, device: torch.device) -> float:
     """Median milliseconds per batch over ``batches`` batches (the first two are warm-up)."""
     times = []
@@ -116,6 +136,8 @@ def main() -> None:
     parser.add_argument("--hw-decoder-load", default="auto")
     parser.add_argument("--peer", action="store_true", help="also the same ops written by hand in DALI")
     parser.add_argument("--forms", action="store_true", help="also RandAugment in the other DALI form")
+    parser.add_argument("--torch", action="store_true",
+                        help="also RandAugment and random erasing as batched torch ops (torch_policy.py)")
     parser.add_argument("--threads", type=int, default=default_threads())
     parser.add_argument("--out")
     args = parser.parse_args()
@@ -149,8 +171,9 @@ def main() -> None:
         names = [name for name, _ in steps]
         before = statistics.median(times[names[names.index(FORM_OPS[0]) - 1]])
         form_rows[0]["op_ms_per_batch"] = round(form_rows[0]["prefix_ms_per_batch"] - before, 3)
+    torch_rows = torch_policy_rows(rows, device, args) if args.torch else []
     print(f"{'op':28s} {'ms/batch':>9s} {'prefix':>9s} {'spread':>8s}")
-    for row in rows + form_rows + peer_rows:
+    for row in rows + form_rows + peer_rows + torch_rows:
         print(f"{row['op']:28s} {row['op_ms_per_batch']:9.2f} {row['prefix_ms_per_batch']:9.2f} {row['spread_ms']:8.2f}")
     if args.out:
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
@@ -160,7 +183,8 @@ def main() -> None:
                        "backend": args.backend, "batch": args.batch, "batches": args.batches, "rounds": args.rounds,
                        "hw_decoder_load": load,
                        "folder": args.folder, "rows": rows,
-                       **({"form_rows": form_rows} if args.forms else {}), **({"peer_rows": peer_rows} if args.peer else {})},
+                       **({"form_rows": form_rows} if args.forms else {}), **({"peer_rows": peer_rows} if args.peer else {}),
+                       **({"torch_rows": torch_rows} if args.torch else {})},
                       f, indent=1)
 
 

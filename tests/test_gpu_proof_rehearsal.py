@@ -166,6 +166,7 @@ def test_the_quick_proof_rehearses_every_step_and_its_results_commit(rehearsed):
                                                               "RandAugment", "RandomErasing", "MixUp", "CutMix"]
     assert figures["op_costs"]["heavy_over_standard"] > 0
     assert [r["op"] for r in figures["op_costs"]["form_rows"]] == ["RandAugment [gpu form]"]
+    assert [r["op"] for r in figures["op_costs"]["torch_rows"]] == ["torch: RandAugment", "torch: RandomErasing"]
     assert [r["op"] for r in figures["op_costs"]["peer_rows"]] == [
         "hand: Decode+RandomResizedCrop+HorizontalFlip", "hand: RandAugment", "hand: RandomErasing"]
     rows = gpu_results.judge(gpu_results.quick_measured(figures))
