@@ -59,3 +59,19 @@ def pytest_collection_modifyitems(config, items) -> None:
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Prints the node ids of the tests a committed GPU run passed, one per line, and their count."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="The cuda tests a committed GPU run passed (benchmarks/results)")
+    parser.add_argument("results", nargs="?", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    passed = sorted(passed_on_a_gpu(args.results))
+    print("\n".join(passed + [f"{len(passed)} tests passed in a committed GPU run"]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

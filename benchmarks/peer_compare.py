@@ -273,7 +273,9 @@ class ThreadProfile:
         try:
             return profiler.runcall(fn, *args)
         finally:  # closed at once: frames still open are closed at the time their stats are made
-            self.runs.append(pstats.Stats(profiler))
+            stats = pstats.Stats(profiler)
+            stats.stats.pop(("", 0, "setprofile"), None)  # runcall's own switching off: never the call's work
+            self.runs.append(stats)
 
     def write(self, path: Path, header: str, top: int = 25) -> None:
         """The top ``top`` functions by cumulative time over every call, under ``header``, into ``path``."""

@@ -142,3 +142,23 @@ def costs(device: torch.device, batch: int, size: int, levels: int = 2, repeats:
         return erase(images, top, top, height, width)
 
     return {"RandAugment": _ms(randaugment, device, repeats), "RandomErasing": _ms(erasing, device, repeats)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Prints both costs on this machine's GPU (or its CPU), milliseconds per batch."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="RandAugment (n=2, m=9) and random erasing as batched torch ops: "
+                                                 "milliseconds per batch (the cost model of op_costs.py --torch)")
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--size", type=int, default=224)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args(argv)
+    for name, ms in costs(torch.device(args.device), args.batch, args.size, repeats=args.repeats).items():
+        print(f"{name:14s} {ms:8.2f} ms per batch of {args.batch} at {args.size} px on {args.device}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

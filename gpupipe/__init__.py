@@ -5,22 +5,18 @@
     for images, labels in loader:  # (B, 3, 224, 224) float32 on the GPU, (B,) int64
         ...
 
-``import gpupipe`` does not import DALI; a backend imports its library when used. ``__all__`` is the
+``import gpupipe`` imports neither DALI nor torch: a backend imports its library when used, and the names
+whose modules import torch (``loader``, ``Loader``, ``DataLoader``, ...) are imported on first use. ``__all__`` is the
 documented API (the API reference pages); the ops are also ``gpupipe.ops.<Op>``: their names in ``__all__``
 come from the op registry (``gpupipe.ops.OP_NAMES``), their imports are spelled out for type checkers.
 """
 
+from typing import TYPE_CHECKING
+
 from . import cli, ops, pack, presets, remote
-from ._compat import moved_attribute as __getattr__  # noqa: F401 -- old names and module paths, with a warning
+from ._compat import package_attribute as __getattr__  # noqa: F401 -- names imported on first use, and old names
 from ._version import __version__
-from .amp import autocast_dtype, choose_amp
 from .errors import Error, OnError, SampleError, Skipped
-from .interop import DataLoader, UnsupportedTransform, from_torchvision
-from .loading.config import LoaderConfig
-from .loading.factory import loader
-from .loading.loader import Loader
-from .loading.sampling import RankShare
-from .loading.stats import StatsSummary
 from .ops import AutoAugment as AutoAugment
 from .ops import CenterCrop as CenterCrop
 from .ops import ColorJitter as ColorJitter
@@ -50,6 +46,15 @@ from .pack import PackError
 from .remote import RemoteError
 from .sources import CocoDetection, FileList, ImageFolder, SegmentationFolder, Shards, WebDataset
 from .targets import DetectionLists, TargetKind, to_detection_inputs, to_detection_targets
+
+if TYPE_CHECKING:  # imported on first use (gpupipe._compat.LAZY): ``import gpupipe`` imports no torch
+    from .amp import autocast_dtype, choose_amp
+    from .interop import DataLoader, UnsupportedTransform, from_torchvision
+    from .loading.config import LoaderConfig
+    from .loading.factory import loader
+    from .loading.loader import Loader
+    from .loading.sampling import RankShare
+    from .loading.stats import StatsSummary
 
 __all__ = [
     # the loader

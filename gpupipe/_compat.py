@@ -1,4 +1,9 @@
-"""Old names that keep working for one release, each with a ``DeprecationWarning`` naming its new home.
+"""The package's missing names: those imported on first use, and old names that keep working for one release,
+each with a ``DeprecationWarning`` naming its new home.
+
+- Public names whose modules import torch (``LAZY``): ``import gpupipe`` (and so ``python -m gpupipe.pack``)
+  starts without torch; ``gpupipe.loader`` or ``from gpupipe import Loader`` imports the module when first
+  asked for, and the name is a plain attribute from then on.
 
 - Names ``gpupipe`` exported before its ``__all__`` became the documented API: the rest of
   ``gpupipe.ops.__all__`` (``Op``, ``Effect``, ``OP_TYPES``, ...), still found as ``gpupipe.<name>``.
@@ -81,6 +86,41 @@ def install_moved_finder() -> None:
     """Put the finder for moved modules on ``sys.meta_path`` (once per process)."""
     if not any(isinstance(finder, _MovedFinder) for finder in sys.meta_path):
         sys.meta_path.append(_MovedFinder())
+
+
+#: Public name -> the module (under ``gpupipe``) it comes from, imported on first use; ``gpupipe/__init__.py``
+#: imports the same names from the same modules for type checkers (tests/test_lazy_imports.py holds them equal).
+LAZY = {
+    "autocast_dtype": "amp",
+    "choose_amp": "amp",
+    "DataLoader": "interop",
+    "UnsupportedTransform": "interop",
+    "from_torchvision": "interop",
+    "LoaderConfig": "loading.config",
+    "loader": "loading.factory",
+    "Loader": "loading.loader",
+    "RankShare": "loading.sampling",
+    "StatsSummary": "loading.stats",
+}
+#: The subpackages ``import gpupipe`` imported before ``LAZY`` (found as ``gpupipe.<name>``): imported on first use.
+LAZY_MODULES = ("amp", "backends", "interop")
+
+
+def package_attribute(name: str) -> Any:
+    """``gpupipe.<name>`` for a name the package has not set (its ``__getattr__``): a name of ``LAZY`` or
+    ``LAZY_MODULES``, imported now, else an old name (``moved_attribute``).
+
+    Raises:
+        AttributeError: any other name, as for a module without it.
+    """
+    if name in LAZY_MODULES:
+        return importlib.import_module(f"gpupipe.{name}")
+    module = LAZY.get(name)
+    if module is None:
+        return moved_attribute(name)
+    value = getattr(importlib.import_module(f"gpupipe.{module}"), name)
+    setattr(sys.modules["gpupipe"], name, value)  # found directly from now on
+    return value
 
 
 def moved_attribute(name: str) -> Any:

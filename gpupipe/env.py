@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +40,8 @@ def cores() -> int:
 
 def process_group() -> tuple[int, int] | None:
     """``(rank, world_size)`` of the initialised ``torch.distributed`` default group, else ``None``."""
+    if "torch.distributed" not in sys.modules:  # no group was started: torch stays unimported (gpupipe.pack)
+        return None
     try:
         import torch.distributed as dist
     except ImportError:

@@ -125,7 +125,8 @@ def header_at(read_at: ReadAt, open_file: Callable[[], BinaryIO], max_pixels: in
     if head[:3] == b"\xff\xd8\xff":
         header = _jpeg_header(read_at, head)
     elif head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR" and len(head) >= 24:
-        header = Header("PNG", int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big"))
+        width, height = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+        header = Header("PNG", width, height, _png_orientation(_reader(read_at, head)))
     else:
         fh = open_file()
         fh.seek(0)
@@ -145,12 +146,7 @@ def header_at(read_at: ReadAt, open_file: Callable[[], BinaryIO], max_pixels: in
 
 def _jpeg_header(read_at: ReadAt, head: bytes) -> Header:
     """Walks the JPEG marker segments up to the frame header, noting the EXIF orientation."""
-
-    def at(offset: int, size: int) -> bytes:
-        if offset + size <= len(head):
-            return head[offset : offset + size]
-        return read_at(offset, size)
-
+    at = _reader(read_at, head)
     pos, orientation = 2, 1
     for _ in range(10_000):
         marker = at(pos, 4)
@@ -177,6 +173,32 @@ def _jpeg_header(read_at: ReadAt, head: bytes) -> Header:
             orientation = _exif_orientation(at(pos + 4, min(length - 2, 1 << 16)))
         pos += 2 + length
     raise ImageRefused("unreadable image header: no JPEG frame header")
+
+
+def _reader(read_at: ReadAt, head: bytes) -> ReadAt:
+    """``read_at`` that serves what lies inside ``head`` (the file's first bytes) from it."""
+
+    def at(offset: int, size: int) -> bytes:
+        if offset + size <= len(head):
+            return head[offset : offset + size]
+        return read_at(offset, size)
+
+    return at
+
+
+def _png_orientation(at: ReadAt) -> int:
+    """The EXIF orientation of a PNG's ``eXIf`` chunk (before ``IDAT``, as the PNG spec puts it; both
+    decoders turn the image by it), 1 when there is none."""
+    pos = 8
+    for _ in range(1_000):
+        chunk = at(pos, 8)
+        if len(chunk) < 8 or chunk[4:8] in (b"IDAT", b"IEND"):
+            break
+        length = int.from_bytes(chunk[:4], "big")
+        if chunk[4:8] == b"eXIf":
+            return _exif_orientation(b"Exif\x00\x00" + at(pos + 8, min(length, 1 << 16)))
+        pos += 12 + length
+    return 1
 
 
 def _exif_orientation(app1: bytes) -> int:

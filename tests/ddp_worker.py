@@ -1,5 +1,7 @@
 """Run under torchrun by tests/test_distributed.py: records which samples each rank reads (and, in the
-first launch, the exact evaluation of ``ddp_eval_worker.py``: one launch, several properties).
+first launch, the exact evaluation of ``ddp_eval_worker.py``: one launch, several properties), for each
+backend of ``--backends`` in turn (one launch for them all: a launch costs ~10 s of imports on the 2-core VM),
+into ``OUT/<backend>/``.
 
 Images are flat colours that encode their sample index in steps of 16
 levels (R: i % 16, G: i // 16), so the index is read back from any pixel of
@@ -47,13 +49,22 @@ def main():
     parser.add_argument("--small-folder", type=Path, required=True)
     parser.add_argument("--list", type=Path, required=True)
     parser.add_argument("--shards", type=Path, required=True)
-    parser.add_argument("--backend", required=True)
+    parser.add_argument("--backends", required=True, help="comma-separated, run in turn")
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--eval-folders", type=Path, nargs="*", default=[])
     args = parser.parse_args()
     dist.init_process_group("gloo")
+    for backend in args.backends.split(","):
+        out = args.out / backend
+        out.mkdir(exist_ok=True)
+        run_backend(argparse.Namespace(**{**vars(args), "backend": backend, "out": out}))
+    dist.destroy_process_group()
+
+
+def run_backend(args):
+    """Everything the launch checks, for ``args.backend``, into ``args.out``."""
     rank = dist.get_rank()
     state_file = args.out / f"state-rank{rank}.pt"
     shards_state = args.out / f"shards-state-rank{rank}.pt"
@@ -80,7 +91,6 @@ def main():
     name = "resume" if args.resume else "run"
     (args.out / f"{name}-rank{rank}.json").write_text(json.dumps(result))
     dist.barrier()
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

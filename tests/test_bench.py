@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from helpers import env_without, make_image_folder
+from script_batch import run_scripts
 from gpupipe.bench import estimate, measure, report, runner
 from gpupipe.demo import photos as demo
 from gpupipe.bench.__main__ import BenchError, main, parse_args
@@ -127,8 +128,20 @@ def test_large_demo_photos_are_the_scenes_enlarged(tmp_path):
     assert (large["mean_width"], large["mean_height"]) == (3 * small["mean_width"], 3 * small["mean_height"])
 
 
-def test_help_documents_every_flag():
-    out = subprocess.run([sys.executable, "-m", "gpupipe.bench", "--help"], capture_output=True, text=True, check=True).stdout
+@pytest.fixture(scope="module")
+def bench_cli(tmp_path_factory):
+    """``python -m gpupipe.bench`` with ``--help``, then ``--data`` a missing and an empty folder, run in one
+    process (script_batch.py: torch imported once): ``{case: {"returncode", "stdout", "stderr"}}``."""
+    tmp = tmp_path_factory.mktemp("bench-cli")
+    (tmp / "empty").mkdir()
+    argvs = {"help": ["--help"], "missing": ["--data", str(tmp / "missing")], "empty": ["--data", str(tmp / "empty")]}
+    results = run_scripts([{"module": "gpupipe.bench", "args": argv, "cwd": str(tmp)} for argv in argvs.values()], tmp)
+    return dict(zip(argvs, results))
+
+
+def test_help_documents_every_flag(bench_cli):
+    assert bench_cli["help"]["returncode"] == 0, bench_cli["help"]["stderr"]
+    out = bench_cli["help"]["stdout"]
     for flag in ("--data", "--backends", "--model", "--batch-size", "--image-size", "--steps", "--train-steps",
                  "--warmup", "--train-warmup", "--repeats", "--amp", "--threads", "--dtype", "--no-train", "--demo-images",
                  "--cache-dir", "--out", "--augment", "--quick", "--thorough"):
@@ -224,12 +237,11 @@ def test_an_earlier_loaders_workers_are_waited_for(tmp_path):
         stuck.wait()
 
 
-@pytest.mark.parametrize("make", [lambda p: p / "missing", lambda p: (p / "empty").mkdir() or p / "empty"])
-def test_bad_data_is_one_line(tmp_path, make):
-    proc = subprocess.run([sys.executable, "-m", "gpupipe.bench", "--data", str(make(tmp_path))],
-                          capture_output=True, text=True)
-    assert proc.returncode == 2 and proc.stderr.startswith("error: --data: ")
-    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+@pytest.mark.parametrize("case", ["missing", "empty"])
+def test_bad_data_is_one_line(bench_cli, case):
+    proc = bench_cli[case]
+    assert proc["returncode"] == 2 and proc["stderr"].startswith("error: --data: "), proc
+    assert "Traceback" not in proc["stderr"] and proc["stderr"].count("\n") == 1
 
 
 def test_a_missing_bench_extra_is_one_line_naming_it(tmp_path):

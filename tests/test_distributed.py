@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import CPU_BACKENDS, flat_folder
+from helpers import CPU_BACKEND_NAMES, CPU_BACKENDS, flat_folder
 from gpupipe.pack import PackSettings, pack
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
@@ -20,12 +20,12 @@ pytestmark = pytest.mark.slow
 UNEVEN = {"one": 1, "nine": 9, "eleven": 11}
 
 
-@pytest.fixture(scope="module", params=CPU_BACKENDS)
-def ddp_launch(request, tmp_path_factory):
-    """Two torchrun launches per backend: a full run (saving state mid-epoch, then the exact evaluation of
-    ``ddp_eval_worker.py``), then a resume in new processes: ``(run, resume, evaluation)``, one per rank each."""
-    backend = request.param
-    tmp = tmp_path_factory.mktemp(f"ddp-{backend}")
+@pytest.fixture(scope="module")
+def ddp_launches(tmp_path_factory):
+    """Two torchrun launches, each running every CPU backend in turn: a full run (saving state mid-epoch, then
+    the exact evaluation of ``ddp_eval_worker.py``), then a resume in new processes:
+    ``{backend: (run, resume, evaluation)}``, one per rank each."""
+    tmp = tmp_path_factory.mktemp("ddp")
     folder = flat_folder(tmp / "folder", 13)
     small = flat_folder(tmp / "small", 3)
     uneven = [flat_folder(tmp / name, n, classes=1) for name, n in UNEVEN.items()]
@@ -37,16 +37,23 @@ def ddp_launch(request, tmp_path_factory):
     out.mkdir()
     base = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(WORKER),
             "--folder", str(folder), "--small-folder", str(small), "--list", str(listing), "--shards", str(shards),
-            "--backend", backend, "--out", str(out)]
+            "--backends", ",".join(CPU_BACKEND_NAMES), "--out", str(out)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for extra in (["--eval-folders", *map(str, uneven)], ["--resume"]):
         proc = subprocess.run(base + extra, capture_output=True, text=True, timeout=600, env=env)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    load = lambda name: [json.loads((out / f"{name}-rank{r}.json").read_text()) for r in range(2)]  # noqa: E731
-    return load("run"), load("resume"), load("eval")
+    load = lambda backend, name: [  # noqa: E731
+        json.loads((out / backend / f"{name}-rank{r}.json").read_text()) for r in range(2)]
+    return {b: (load(b, "run"), load(b, "resume"), load(b, "eval")) for b in CPU_BACKEND_NAMES}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(params=CPU_BACKENDS)
+def ddp_launch(request, ddp_launches):
+    """``(run, resume, evaluation)`` of :func:`ddp_launches` for one backend."""
+    return ddp_launches[request.param]
+
+
+@pytest.fixture
 def ddp_runs(ddp_launch):
     """``(run, resume)`` of :func:`ddp_launch`."""
     return ddp_launch[:2]

@@ -1,10 +1,10 @@
 """gpupipe inside the real Lightning and Accelerate, 2 CPU processes (gloo), launched as a user would.
 
 Lightning starts its own second process (``Trainer(devices=2, strategy="ddp")``);
-Accelerate runs under torchrun. Lightning is launched once per CPU backend
-(a loader built before the framework's set-up rebuilds its backend then; the
-torchvision launch then checkpoints mid-epoch with a second ``Trainer``, which
-a new launch resumes from),
+Accelerate runs under torchrun. Lightning is launched once for every CPU backend,
+a ``Trainer`` each in turn (a loader built before the framework's set-up rebuilds
+its backend then); the same launch then checkpoints torchvision mid-epoch with another
+``Trainer``, which a new launch resumes from;
 Accelerate once on torchvision (what it exercises lies above the backend;
 dropping a failed sample is checked on both backends in ``test_recovery.py``), in one
 launch with the Accelerate checks of ``test_interop_frameworks.py`` (conftest.py).
@@ -35,11 +35,15 @@ SAMPLES = 24  # 2 ranks x 3 batches of 4: no padding, so "exactly once" is exact
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
 
 
-def launch(command, out: Path, timeout: int = 240):
+def launch(command, out: Path, timeout: int = 240) -> None:
     for name in ("LOCAL_WORLD_SIZE", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         ENV.pop(name, None)
     proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=ENV, cwd=out)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+
+
+def ranks(out: Path):
+    """Each rank's record in ``out``."""
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
 
 
@@ -61,18 +65,17 @@ def ddp_order(folder: Path, rank: int, epoch: int):
 
 @pytest.fixture(scope="module")
 def lightning_runs(data):
-    """One Lightning launch per CPU backend installed: ``{backend: each rank's record}``; the torchvision one
-    then also runs ``--mode save`` (``--then-save``): ``"save"`` is ``(its folder, each rank's record)``."""
+    """One Lightning launch fitting every CPU backend installed in turn: ``{backend: each rank's record}``; it
+    then also runs ``--mode save`` on torchvision (``--then-save``): ``"save"`` is ``(its folder, each rank's
+    record)``."""
     folder, tmp = data
-    runs = {}
-    for backend in CPU_BACKEND_NAMES:
-        out = tmp / f"lightning-{backend}"
-        out.mkdir()
-        then_save = ["--then-save"] if backend == "torchvision" else []
-        runs[backend] = launch([sys.executable, str(HERE / "lightning_worker.py"), "--folder", str(folder),
-                                "--backend", backend, "--out", str(out), *then_save], out)
-    save = tmp / "lightning-torchvision" / "save"
-    runs["save"] = save, [json.loads((save / f"rank{r}.json").read_text()) for r in range(2)]
+    out = tmp / "lightning"
+    out.mkdir()
+    launch([sys.executable, str(HERE / "lightning_worker.py"), "--folder", str(folder),
+            "--backends", ",".join(CPU_BACKEND_NAMES), "--out", str(out), "--then-save", "torchvision"], out,
+           timeout=480)
+    runs = {backend: ranks(out / backend) for backend in CPU_BACKEND_NAMES}
+    runs["save"] = out / "save", ranks(out / "save")
     return runs
 
 
@@ -86,8 +89,9 @@ def test_lightning_checkpoint_mid_epoch_resumes_exactly(lightning_runs, data):
     """The save ran after the torchvision fit, in its processes; the resume is a new job, resuming from the
     save's checkpoint."""
     out, saved_runs = lightning_runs["save"]
-    resumed_runs = launch([sys.executable, str(HERE / "lightning_worker.py"), "--folder", str(data[0]),
-                           "--backend", "torchvision", "--out", str(out), "--mode", "resume"], out)
+    launch([sys.executable, str(HERE / "lightning_worker.py"), "--folder", str(data[0]),
+            "--backends", "torchvision", "--out", str(out), "--mode", "resume"], out)
+    resumed_runs = ranks(out)
     for saved, resumed in zip(*(sorted(runs, key=lambda r: r["rank"]) for runs in (saved_runs, resumed_runs))):
         assert list(resumed["seen"]["single"]) == ["1"], "epoch 0 was finished before the checkpoint"
         assert resumed["seen"]["single"]["1"] == saved["seen"]["single"]["1"][4:], "the rest of epoch 1, exactly"

@@ -23,6 +23,7 @@ The rule (the README states it too):
 
 from __future__ import annotations
 
+import numbers
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -140,10 +141,17 @@ class EpochCursor:
             ValueError: naming the first field that differs with both values, an epoch or
                 ``batches_done`` out of range, or a malformed state.
         """
-        try:
-            epoch, done, _ = int(state["epoch"]), int(state["batches_done"]), int(state["seed"])
-        except (KeyError, TypeError, ValueError) as err:
-            raise ValueError(f"load_state_dict: not a gpupipe loader state: {state!r}") from err
+        if not isinstance(state, dict) or any(name not in state for name in ("epoch", "batches_done", "seed")):
+            raise ValueError(f"load_state_dict: not a gpupipe loader state: {state!r}")
+        for name in ("epoch", "batches_done", "seed", "format"):
+            if name in state and (isinstance(state[name], bool) or not isinstance(state[name], numbers.Integral)):
+                raise ValueError(f"load_state_dict: {name} must be an int, the state has {state[name]!r}")
+        if state.get("format", 1) > STATE_FORMAT:
+            raise ValueError(
+                f"load_state_dict: format {state['format']} is newer than this gpupipe's ({STATE_FORMAT}): "
+                "it was written by a later version"
+            )
+        epoch, done = int(state["epoch"]), int(state["batches_done"])
         state = {"world_size": 1, **state}  # format 1 had no world size: a single process
         for name, ours in match.items():
             if name in state and state[name] != ours:

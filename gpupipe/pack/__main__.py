@@ -25,6 +25,9 @@ from . import ConvertSettings, PackSettings, pack, parse_size, verify
 from .packer import barrier
 from .upload import upload, upload_manifest, verify_remote
 
+#: The exit status after Ctrl-C (128 + SIGINT, as a shell reports it).
+EXIT_INTERRUPTED = 130
+
 
 def parse_args(argv: list[str] | None):
     parser = ArgumentParser(
@@ -87,7 +90,8 @@ def parse_args(argv: list[str] | None):
 def main(argv: list[str] | None = None) -> int:
     """Packs or verifies; returns the exit status (1: --verify found problems). An error (a bad input
     with --on-error raise, a missing SRC, a full disk, a server that cannot be reached) raises: run by
-    ``python -m gpupipe.pack`` it ends the command with one line, ``error: ...``, and status 2."""
+    ``python -m gpupipe.pack`` it ends the command with one line, ``error: ...``, and status 2. Ctrl-C
+    ends it with one line saying how to resume, and status 130."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s", stream=sys.stderr)
     args = parse_args(argv)
     retry = Retry()
@@ -125,6 +129,12 @@ def main(argv: list[str] | None = None) -> int:
                 barrier()
             if rank == 0:
                 upload_manifest(local_dst, args.dst, retry)
+    except KeyboardInterrupt:
+        print(
+            f"interrupted: the finished shards are kept in {local_dst}; run the same command again to resume",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
     finally:
         if world_size > 1:
             import torch.distributed as dist

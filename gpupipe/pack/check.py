@@ -35,6 +35,8 @@ def verify(dst) -> list[str]:
     try:
         manifest = shardfmt.read_manifest(dst)
     except ValueError as err:
+        if not (dst / shardfmt.MANIFEST).exists() and any(dst.glob(".pack-journal*.json")):
+            return [f"{err}: an unfinished pack (its journal is here); run the same pack command again to finish it"]
         return [str(err)]
     problems: list[str] = []
     progress = Progress("verify", total=len(manifest["shards"]), unit="shard", logger=logger)

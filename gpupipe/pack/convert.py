@@ -26,6 +26,8 @@ from ..targets import TargetKind
 
 #: EXIF tag of the orientation.
 ORIENTATION = 0x0112
+#: The longest side a JPEG written by libjpeg may have.
+JPEG_MAX_SIDE = 65_500
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,11 @@ def convert_image(data: bytes, settings: ConvertSettings) -> tuple[bytes, tuple[
     width, height = img.size
     orientation = img.getexif().get(ORIENTATION, 1)
     size = target_size(width, height, settings.max_size)
+    if max(size) > JPEG_MAX_SIDE:
+        raise ImageRefused(
+            f"too long for a JPEG: {size[0]}x{size[1]} pixels (as packed), and a JPEG side holds at most "
+            f"{JPEG_MAX_SIDE}"
+        )
     clean = img.format == "JPEG" and img.mode == "RGB" and orientation == 1 and size == (width, height)
     if img.format == "JPEG" and size != (width, height):
         # Let libjpeg decode at 1/2, 1/4 or 1/8 scale when that still covers the target.
@@ -121,7 +128,10 @@ def convert_image(data: bytes, settings: ConvertSettings) -> tuple[bytes, tuple[
     if size != img.size:
         img = img.resize(size, Image.Resampling.BICUBIC, reducing_gap=3.0)
     out = io.BytesIO()
-    img.save(out, "JPEG", quality=settings.quality)
+    try:
+        img.save(out, "JPEG", quality=settings.quality)
+    except (OSError, ValueError) as err:  # in memory: the encoder refused this image, nothing else failed
+        raise ImageRefused(f"cannot encode as JPEG: {err}") from None
     return out.getvalue(), upright, size, False
 
 

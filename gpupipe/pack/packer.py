@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import signal
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -19,7 +20,8 @@ from ..errors import ErrorPolicy, SkipLog, Skipped
 from ..fileio import byte_size
 from ..plan.seeding import pack_order
 from ..shards import format as shardfmt
-from ..sources import FileSource, Source, as_source
+from ..sources import IMAGE_EXTENSIONS, FileSource, Source, as_source
+from ..sources.files import OTHER_IMAGE_EXTENSIONS
 from ..targets import Target
 from . import manifest as mf
 from .convert import Converted, ConvertSettings, Task, convert
@@ -90,7 +92,7 @@ def packable(src, dst: Path) -> FileSource:
     Raises:
         ValueError: ``src`` is already packed, is not made of files, or holds ``dst``.
     """
-    source = as_source(src)
+    source = as_source(src, IMAGE_EXTENSIONS + OTHER_IMAGE_EXTENSIONS)  # converted, so TIFF is an input too
     if not isinstance(source, FileSource):
         raise ValueError(
             f"{src} is already packed"
@@ -153,7 +155,12 @@ def pack(
     source = packable(src, dst)
     problems = list(source.problems)
     errors.apply(problems, source.problem_summary())
-    dst.mkdir(parents=True, exist_ok=True)
+    if dst.exists() and not dst.is_dir():
+        raise PackError(f"the output folder {dst} is a file; name a folder (it is made if missing)")
+    try:
+        dst.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise PackError(f"cannot make the output folder {dst}: {err.strerror or err}") from None
     order = pack_order(settings.seed, len(source))
     start, end = rank * len(order) // world_size, (rank + 1) * len(order) // world_size
     with DstLock(dst, part=rank):
@@ -217,14 +224,33 @@ def _journal(
     inputs = [f"{source.names[order[p]]}\t{_described(source, order[p])}" for p in range(start, end)]
     key = fingerprint({**asdict(settings), "kind": source.kind.value, "part": [rank, world_size]}, inputs)
     journal = Journal(dst / name, key, start)
+    prefix = "shard" if world_size == 1 else f"shard-r{rank:04d}"
+    if not journal.path.exists():
+        _refuse_others(dst, prefix, rank)
+        journal.save()  # from now on every file here is this pack's (a rerun resumes)
     journal.load()
-    for stale in dst.glob(f"{'shard' if world_size == 1 else f'shard-r{rank:04d}'}-*.tmp"):
+    for stale in dst.glob(f"{prefix}-*.tmp"):
         stale.unlink()  # an interrupted shard; it is written again
     if journal.shards:
         logger.info(
             "resuming: %d shards done, continuing at input %d of %d", len(journal.shards), journal.next_input, end
         )
     return journal
+
+
+def _refuse_others(dst: Path, prefix: str, rank: int) -> None:
+    """Refuses to start a pack in ``dst`` where files it would write are there already, not its own.
+
+    Raises:
+        PackError: naming a few of them.
+    """
+    mine = [f"{prefix}-*.tar", f"{prefix}-*.idx"] + ([shardfmt.MANIFEST, mf.SOURCES] if rank == 0 else [])
+    found = sorted({p.name for pattern in mine for p in dst.glob(pattern)})
+    if found:
+        raise PackError(
+            f"{dst} already holds {', '.join(found[:3])}{' ...' if len(found) > 3 else ''}, not written by a "
+            "pack of these inputs (no journal): pack into a new folder (or delete them first); nothing was written"
+        )
 
 
 def _gather(journal: Journal, world_size: int) -> list[Journal]:
@@ -253,8 +279,13 @@ def _converted(tasks: Iterator[Task], settings: ConvertSettings, workers: int) -
     if workers == 1:
         yield from map(work, tasks)
         return
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
+    with multiprocessing.get_context("fork").Pool(workers, initializer=_ignore_ctrl_c) as pool:
         yield from pool.imap(work, tasks, chunksize=4)
+
+
+def _ignore_ctrl_c() -> None:
+    """In a converting process: Ctrl-C is the packer's to handle (it ends the pool), not a traceback each."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class _Shard:

@@ -88,12 +88,20 @@ def join(base: str, name: str) -> str:
     under ``base``'s path once decoded and normalised.
 
     Raises:
-        ValueError: naming ``base`` (credentials redacted) and the name.
+        ValueError: naming ``base`` (credentials redacted) and the name; or ``base`` has a query
+            string or a fragment (a signed URL names one file, never a folder).
     """
     try:
         safe_name(name)
     except ValueError:
         raise ValueError(f"{redact(base)}: the name {name!r} does not stay inside it") from None
+    parts = urlsplit(base) if is_url(base) else None
+    if parts is not None and (parts.query or parts.fragment):
+        raise ValueError(
+            f"{redact(base)}: a URL with a query string or a fragment ('?...', '#...') cannot name a "
+            "folder: file names are added to its path, so a signed URL's token would reach no file; "
+            "give the folder's plain URL and the credentials in storage_options"
+        )
     joined = base.rstrip("/") + "/" + name
     if not _inside(base, joined):
         raise ValueError(f"{redact(base)}: the name {name!r} does not stay inside it")

@@ -82,7 +82,9 @@ def index_tar(
             where = f"{path}#{key}"
             image_ext = next((e for e in image_exts if e in members), None)
             if image_ext is None:
-                out.problems.append((where, f"no image member (.{', .'.join(image_exts)})"))
+                out.problems.append(
+                    (where, f"no image member (.{', .'.join(image_exts)}){_dotted(members, image_exts)}")
+                )
                 continue
             if label_ext not in members:
                 out.problems.append((where, f"no .{label_ext} member for the label"))
@@ -106,6 +108,18 @@ def index_tar(
                 out.bad[len(out.samples) - 1] = err.reason
                 out.sizes.append((-1, -1))
     return out
+
+
+def _dotted(members: dict[str, shardfmt.Member], image_exts: Sequence[str]) -> str:
+    """A hint when an image member's name has a dot before its extension (``a.b.jpg``), else ``""``."""
+    dotted = [m.name for ext, m in members.items() if "." in ext and ext.rsplit(".", 1)[1] in image_exts]
+    if not dotted:
+        return ""
+    key, ext = split_name(dotted[0]) or ("", "")
+    return (
+        f": {dotted[0]!r} is key {key!r} with extension {ext!r}, "
+        "as in WebDataset, where the key ends at the first dot of the file name"
+    )
 
 
 def _groups(fh, path: str, size: int, problems: list[tuple[str, str]]) -> list[tuple[str, dict[str, shardfmt.Member]]]:
@@ -136,6 +150,16 @@ def _groups(fh, path: str, size: int, problems: list[tuple[str, str]]) -> list[t
                     groups[-1][1][ext.lower()] = member
                 else:
                     groups.append((key, {ext.lower(): member}))
+            # tarfile ends its listing quietly at a missing or unreadable header: only an end marker (a
+            # block of zeros) there says the tar is whole, so nothing after a cut goes unnoticed
+            if os.pread(fh.fileno(), tarfile.BLOCKSIZE, tar.offset) != bytes(tarfile.BLOCKSIZE):
+                problems.append(
+                    (
+                        path,
+                        f"no tar header at byte {tar.offset} after {sum(len(g[1]) for g in groups)} members, "
+                        "and no end marker (cut short or damaged?): nothing after it is read",
+                    )
+                )
     except tarfile.TarError as err:
         problems.append((path, f"not a readable tar after {sum(len(g[1]) for g in groups)} members ({err})"))
     return groups
@@ -170,7 +194,7 @@ def _read(fh, member: shardfmt.Member, max_file_size: int) -> bytes:
 def _label(data: bytes, json_field: str):
     """The label in a ``.cls``/``.txt`` member (an int or a class name), or in a JSON member's field."""
     try:
-        text = data.decode("utf-8").strip()
+        text = data.decode("utf-8-sig").strip()  # a BOM is dropped
     except UnicodeDecodeError:
         raise ValueError("the label is not UTF-8 text") from None
     if json_field:

@@ -27,6 +27,24 @@ from .scan import ScanResult, scan
 #: Sample indices as the loader passes them: a sequence of ints or an int array.
 Indices = Sequence[int] | np.ndarray
 
+#: Integer labels imply the classes ``0..largest``; a larger label is refused (an id, not a class).
+MAX_NUMBERED_CLASSES = 10_000_000
+
+
+def numbered_classes(largest: int, what: str, where: str) -> list[str]:
+    """``["0", ..., str(largest)]``: the class names that integer labels up to ``largest`` imply.
+
+    Raises:
+        ValueError: naming ``where`` the label is, when it implies over ``MAX_NUMBERED_CLASSES`` classes.
+    """
+    if largest >= MAX_NUMBERED_CLASSES:
+        raise ValueError(
+            f"{what}: label {largest} ({where}) would make {largest + 1:,} classes, over "
+            f"{MAX_NUMBERED_CLASSES:,}: is it an id rather than a class index? Fix it, or pass "
+            "classes=[...] to name the classes (then it is a bad sample)"
+        )
+    return [str(i) for i in range(largest + 1)]
+
 
 @dataclass(frozen=True)
 class Sample:

@@ -31,14 +31,17 @@ class CocoDetection(FileSource):
 
     Malformed annotations are reported when the source is built and the
     loader refuses or skips them by ``on_error``: an annotation with a
-    negative or empty size, a box outside its image, an unknown category or
-    a box that is not 4 numbers makes its image a bad sample (skipping
+    negative or empty size, a box outside its image, an unknown category,
+    an ``iscrowd`` other than 0 or 1 (a string ``"0"`` is not) or a box that
+    is not 4 numbers makes its image a bad sample (skipping
     leaves the image out rather than train on it with a box missing); an
     annotation of an unknown image id, and an image record whose
     ``file_name`` leads outside ``images`` or whose id repeats, are listed in
-    ``problems``. An image whose size differs from the one annotated is
-    a bad sample. Boxes are in the image's displayed orientation (EXIF
-    applied), as gpupipe decodes it.
+    ``problems``. Image records naming one file make it a bad sample (its
+    boxes split between them) and the later ones are listed in ``problems``.
+    An image whose size differs from the one annotated is a bad sample.
+    Boxes are in the image's displayed orientation (EXIF applied), as
+    gpupipe decodes it.
 
     Args:
         images: the folder the annotations' ``file_name`` are relative to.
@@ -86,6 +89,12 @@ class CocoDetection(FileSource):
             elif include_crowd or not ann.get("iscrowd", 0):
                 boxes[image["id"]].append(box)
                 labels[image["id"]].append(label_of[ann["category_id"]])
+        for ids in _repeated_files(image_of):
+            errors[ids[0]] = f"image ids {', '.join(map(str, ids))} all name this file (its boxes would be split)"
+            for i in ids[1:]:
+                where = f"{self.annotations}#image {i!r}"
+                self.problems.append(Skipped(where, f"names the file of image id {ids[0]!r}"))
+                del image_of[i]
         kept = [i for i in image_of if keep_empty or boxes[i] or i in errors]
         if not kept:
             raise ValueError(f"CocoDetection: {self.annotations} leaves no image to read")
@@ -165,6 +174,14 @@ def _records(data: dict, key: str, path: Path) -> list[dict]:
     return records
 
 
+def _repeated_files(image_of: dict) -> list[list]:
+    """The image ids that name one file, per file named more than once (in record order)."""
+    by_path: dict[str, list] = {}
+    for key, record in image_of.items():
+        by_path.setdefault(record["path"], []).append(key)
+    return [ids for ids in by_path.values() if len(ids) > 1]
+
+
 def _hashable(value) -> object | None:
     """An id usable as a key (an int or a string), or ``None``."""
     return value if isinstance(value, (int, str)) and not isinstance(value, bool) else None
@@ -184,6 +201,8 @@ def _box(ann: dict, image: dict, label_of: dict) -> tuple[list[float] | None, st
     """``(xyxy box, '')`` of an annotation, or ``(None, why it is malformed)``."""
     if _hashable(ann.get("category_id")) not in label_of:
         return None, f"unknown category {ann.get('category_id')!r}"
+    if ann.get("iscrowd", 0) not in (0, 1):  # a string "0" would be taken for a crowd
+        return None, f"iscrowd must be 0 or 1, got {ann.get('iscrowd')!r}"
     bbox = ann.get("bbox")
     if (
         not isinstance(bbox, list)

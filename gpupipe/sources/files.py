@@ -11,16 +11,19 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import PathNotFound
+from ..errors import PathNotFound, Skipped, plural
 from ..fileio import UnreadableFile, read_file
 from ..targets import TargetKind
-from .base import Indices, Source
+from .base import Indices, Source, numbered_classes
 from .sniff import check_list_file
 
 logger = logging.getLogger("gpupipe.sources")
 
 #: File name endings (lower case) an ``ImageFolder`` treats as images.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
+#: Images torchvision's ``ImageFolder`` counts that the loader does not read: listed as problems;
+#: the packer converts them.
+OTHER_IMAGE_EXTENSIONS = (".tif", ".tiff", ".ppm", ".pgm")
 
 PathLike = str | os.PathLike
 LabelArg = int | str | Sequence[int | str]
@@ -36,7 +39,12 @@ def folder_id(path: str) -> tuple[int, int]:
     return st.st_dev, st.st_ino
 
 
-def walk_images(folder: str, extensions: tuple[str, ...], visited: set[tuple[int, int]] | None = None) -> list[str]:
+def walk_images(
+    folder: str,
+    extensions: tuple[str, ...],
+    visited: set[tuple[int, int]] | None = None,
+    unread: list[str] | None = None,
+) -> list[str]:
     """Image files under ``folder``, in ``torchvision.datasets.ImageFolder``'s order.
 
     Hidden files and folders are skipped. Links to folders are followed, but
@@ -47,7 +55,10 @@ def walk_images(folder: str, extensions: tuple[str, ...], visited: set[tuple[int
         folder: where to start (entered even if it is in ``visited``).
         extensions: file endings to accept (lower case).
         visited: folders not to enter (updated with the ones entered).
+        unread: when given, receives the files ending in one of ``OTHER_IMAGE_EXTENSIONS`` that
+            ``extensions`` leaves out.
     """
+    others = tuple(e for e in OTHER_IMAGE_EXTENSIONS if e not in extensions) if unread is not None else ()
     visited = set() if visited is None else visited
     found: list[tuple[str, list[str]]] = []
 
@@ -76,6 +87,8 @@ def walk_images(folder: str, extensions: tuple[str, ...], visited: set[tuple[int
                         folders.append(entry.path)
                     elif name.lower().endswith(extensions):
                         files.append(name)
+                    elif others and name.lower().endswith(others) and unread is not None:
+                        unread.append(entry.path)
         except OSError as err:
             logger.warning("ImageFolder: cannot list %r: %s", path, err.strerror or err)
             return
@@ -93,7 +106,10 @@ class ImageFolder(FileSource):
 
     Classes are the sorted names of the non-hidden folders in ``root``, so
     labels match ``torchvision.datasets.ImageFolder``. Files are matched by
-    extension case-insensitively (``.jpg .jpeg .png .bmp .webp``); hidden
+    extension case-insensitively (``.jpg .jpeg .png .bmp .webp``); other
+    images torchvision's ``ImageFolder`` would count (``.tif .tiff .ppm
+    .pgm``) are listed in ``problems`` (the packer converts them), unless
+    ``extensions`` leaves out one of the defaults (a choice); hidden
     files and folders and other files are ignored; links to folders are
     followed, but never into a folder already listed, the root or another
     class folder (see ``walk_images``).
@@ -116,7 +132,16 @@ class ImageFolder(FileSource):
         with os.scandir(self.root) as entries:
             self.classes = sorted(e.name for e in entries if not e.name.startswith(".") and _is_dir(e))
         if not self.classes:
-            raise ValueError(f"ImageFolder: {str(self.root)!r} has no class folders (expected root/<class>/<image>)")
+            tars = sum(1 for p in self.root.glob("*.tar"))
+            hint = (
+                f"; it holds {plural(tars, '.tar file')} and no manifest.json: a pack not finished or whose "
+                "manifest is missing (run the pack again), or WebDataset shards (read them with gpupipe.WebDataset)"
+                if tars
+                else ""
+            )
+            raise ValueError(
+                f"ImageFolder: {str(self.root)!r} has no class folders (expected root/<class>/<image>){hint}"
+            )
         problem = split_folders_message(root, self.classes)
         if problem:
             raise ValueError(f"ImageFolder: {problem}")
@@ -124,8 +149,9 @@ class ImageFolder(FileSource):
         labels: list[int] = []
         class_dirs = [os.path.join(str(self.root), name) for name in self.classes]
         visited = {folder_id(str(self.root))} | {folder_id(d) for d in class_dirs}
+        unread: list[str] | None = [] if set(IMAGE_EXTENSIONS) <= set(extensions) else None  # else: chosen
         for label, (name, class_dir) in enumerate(zip(self.classes, class_dirs)):
-            found = walk_images(class_dir, extensions, visited)
+            found = walk_images(class_dir, extensions, visited, unread)
             if not found:
                 logger.warning("ImageFolder: class folder %r holds no images", str(self.root / name))
             names.extend(found)
@@ -134,6 +160,14 @@ class ImageFolder(FileSource):
             raise ValueError(f"ImageFolder: no images under {str(self.root)!r} (extensions {', '.join(extensions)})")
         self.names = names
         self.labels = np.asarray(labels, np.int64)
+        self.problems = [
+            Skipped(
+                path,
+                f"a {os.path.splitext(path)[1]} image, which the loader does not read (torchvision's "
+                "ImageFolder does): python -m gpupipe.pack converts it",
+            )
+            for path in sorted(unread or ())
+        ]
 
 
 #: Folder names that mean a dataset split, not a class (compared in lower case).
@@ -233,7 +267,7 @@ class FileList(FileSource):
         self.names = [p if os.path.isabs(p) else os.path.join(base, p) for p, _ in pairs]
         raw = [lbl for _, lbl in pairs]
         if not any(isinstance(v, _SETS) for v in raw):
-            self.classes, index = _numbering(raw, classes)
+            self.classes, index = _numbering(raw, classes, self.names)
             self.labels = np.fromiter(map(index, raw), np.int64, len(raw))
             self.target.check(self, "FileList")
             return
@@ -252,11 +286,14 @@ class FileList(FileSource):
 _SETS = (list, tuple, set, frozenset, np.ndarray)
 
 
-def _numbering(labels: list, classes: Sequence[str] | None):
-    """Class names and a function from a raw label (index or name) to its index."""
+def _numbering(labels: list, classes: Sequence[str] | None, names: Sequence[str] = ()):
+    """Class names and a function from a raw label (index or name) to its index (``names``: the
+    file of each label, for messages)."""
     if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in labels):
         if classes is None:
-            classes = [str(i) for i in range(int(max(labels, default=-1)) + 1)]
+            largest = int(max(labels, default=-1))
+            where = names[labels.index(largest)] if len(names) == len(labels) and labels else "a label"
+            classes = numbered_classes(largest, "FileList", f"of {where!r}")
         return list(classes), int
     if all(isinstance(v, str) for v in labels):
         if classes is None:
@@ -273,7 +310,7 @@ def _read_list_file(list_file: Path) -> Iterator[tuple[str, LabelArg]]:
     """Parses a text (``path label``) or CSV (``path,label``) list file."""
     check_list_file(list_file, "a list file (text, one 'path label' per line)")
     try:
-        text = read_file(str(list_file)).decode("utf-8", "surrogateescape")
+        text = read_file(str(list_file)).decode("utf-8-sig", "surrogateescape")  # a BOM (Excel, Notepad) is dropped
     except UnreadableFile as err:
         raise ValueError(f"FileList: {list_file}: {err.reason}") from None
     if list_file.suffix.lower() == ".csv":
@@ -303,6 +340,8 @@ _CSV_HEADER_LABELS = ("label", "labels", "class", "target")
 
 
 def _labels(text: str, list_file: Path, lineno: int) -> LabelArg:
+    if not text:
+        raise ValueError(f"FileList: {list_file}:{lineno}: the label is empty")
     if "," not in text and ";" not in text:
         return _label(text)
     parts = [p.strip() for p in text.replace(";", ",").split(",")]

@@ -3,22 +3,23 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import PathNotFound
 from ..remote import is_url
 from ..shards import format as shardfmt
 from .base import Source
-from .files import FileList, ImageFolder
+from .files import IMAGE_EXTENSIONS, FileList, ImageFolder
 from .shards import Shards
 from .sniff import check_list_file
 
 PathLike = str | os.PathLike
 
 
-def as_source(source: Source | PathLike) -> Source:
+def as_source(source: Source | PathLike, extensions: Sequence[str] = IMAGE_EXTENSIONS) -> Source:
     """Turns a path into a source: a packed folder (or the URL of one) is ``Shards``, another
-    folder an ``ImageFolder``, a file a ``FileList``.
+    folder an ``ImageFolder`` (of files with these ``extensions``), a file a ``FileList``.
 
     Raises:
         PathNotFound: the path does not exist (a ``FileNotFoundError`` and a ``ValueError``).
@@ -32,7 +33,7 @@ def as_source(source: Source | PathLike) -> Source:
         return Shards(str(source))
     path = Path(source).expanduser()
     if path.is_dir():
-        return Shards(path) if shardfmt.is_packed(path) else ImageFolder(path)
+        return Shards(path) if shardfmt.is_packed(path) else ImageFolder(path, extensions=extensions)
     if path.is_file():
         check_list_file(path, "a folder or a list file", "pass the folder that holds the class folders")
         return FileList(path)

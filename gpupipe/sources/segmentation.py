@@ -23,8 +23,11 @@ class SegmentationFolder(FileSource):
     A mask is a gray PNG (1 to 16 bits) whose values are the class ids, or a
     palette PNG (1 to 8 bits) whose indices are (as Pascal VOC's); see
     ``maskfiles``. ``ignore_index`` marks pixels with no
-    class. An image without a mask, or a mask without an image, is reported
-    when the source is built (``problems``), and a mask whose values
+    class. An image without a mask, a mask without an image, and two images
+    or two masks of one name (``b.jpg`` and ``b.png``: which pairs is
+    ambiguous) are reported when the source is built (``problems``); the
+    masks are never taken for images (both folders may be one). A mask
+    is read as displayed (its EXIF orientation applied), and a mask whose values
     cannot be class ids (RGB, alpha, 16-bit ids above 255) or whose size
     differs from its image's is a bad sample: the loader refuses or skips
     them by ``on_error``.
@@ -63,15 +66,20 @@ class SegmentationFolder(FileSource):
             raise ValueError(f"SegmentationFolder: ignore_index must be an int in 0..255, got {ignore_index!r}")
         self.ignore_index = ignore_index
         self.classes = list(classes) if classes is not None else []
-        found = _by_stem(self.root, tuple(e.lower() for e in extensions))
-        masks_found = _by_stem(self.mask_root, (".png",))
-        self.problems: list[Skipped] = [
+        masks_found, masks_shared = _by_stem(self.mask_root, (".png",))
+        is_mask = {path for paths in (masks_found.values(), *masks_shared.values()) for path in paths}
+        found, shared = _by_stem(self.root, tuple(e.lower() for e in extensions), exclude=is_mask)
+        self.problems: list[Skipped] = _ambiguous(shared, "images", "which one {} belongs to", self.mask_root)
+        self.problems += _ambiguous(masks_shared, "masks", "which one is the mask of {}", self.root)
+        self.problems += [
             Skipped(path, "no mask (expected " + str(self.mask_root / (key + ".png")) + ")")
             for key, path in sorted(found.items())
-            if key not in masks_found
+            if key not in masks_found and key not in masks_shared
         ]
         self.problems += [
-            Skipped(path, "a mask without an image") for key, path in sorted(masks_found.items()) if key not in found
+            Skipped(path, "a mask without an image")
+            for key, path in sorted(masks_found.items())
+            if key not in found and key not in shared
         ]
         paired = sorted(key for key in found if key in masks_found)
         if not paired:
@@ -105,12 +113,28 @@ class SegmentationFolder(FileSource):
         return ScanResult(bad=bad, sizes=images.sizes)
 
 
-def _by_stem(root: Path, extensions) -> dict[str, str]:
-    """``{relative path without extension: file}`` of the files under ``root``."""
+def _by_stem(root: Path, extensions, exclude=frozenset()) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """The files under ``root`` (but those in ``exclude``) by relative path without extension:
+    ``({key: file}, {key: [files]})``, the second for the keys that several files share
+    (``b.jpg`` and ``b.png``, ``c.png`` and ``c.PNG``)."""
     prefix = len(str(root)) + 1
-    return {
-        os.path.splitext(path[prefix:])[0]: path for path in walk_images(str(root), extensions, {folder_id(str(root))})
-    }
+    by_key: dict[str, list[str]] = {}
+    for path in walk_images(str(root), extensions, {folder_id(str(root))}):
+        if path not in exclude:
+            by_key.setdefault(os.path.splitext(path[prefix:])[0], []).append(path)
+    unique = {key: paths[0] for key, paths in by_key.items() if len(paths) == 1}
+    return unique, {key: sorted(paths) for key, paths in by_key.items() if len(paths) > 1}
+
+
+def _ambiguous(shared: dict[str, list[str]], what: str, question: str, other_root: Path) -> list[Skipped]:
+    """One ``Skipped`` per file whose name (without extension) another file shares: neither is paired."""
+    problems = []
+    for key, paths in sorted(shared.items()):
+        names = " and ".join(os.path.basename(p) for p in paths)
+        other = str(other_root / (key + (".png" if what == "images" else "")))
+        reason = f"{what} {names} have the same name: {question.format(other)} is ambiguous (rename one)"
+        problems += [Skipped(path, reason) for path in paths]
+    return problems
 
 
 def _mask_problem(path: str, mask_size: np.ndarray, image_size: np.ndarray) -> str:

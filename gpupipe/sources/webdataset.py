@@ -21,12 +21,14 @@ from ..remote.fetch import remote_info
 from ..remote.urls import redact
 from ..shards import format as shardfmt
 from ..shards.tarindex import TarIndex, index_tar
+from .base import numbered_classes
 from .shards import ShardSource
+from .sniff import SNIFF_BYTES, kind_of
 
 logger = logging.getLogger("gpupipe.sources")
 
 #: Bump when the cached index's content changes.
-INDEX_FORMAT = 1
+INDEX_FORMAT = 2
 IMAGE_MEMBER = "image"
 
 
@@ -46,7 +48,8 @@ class WebDataset(ShardSource):
     ``on_error``; an image whose header cannot be read is a bad sample.
 
     Args:
-        urls: tar paths or URLs, or brace patterns (``"shard-{000000..000099}.tar"``).
+        urls: tar paths or URLs, brace patterns (``"shard-{000000..000099}.tar"``), or local
+            folders (their ``.tar`` files, in name order).
         label: the label member: ``"cls"``, ``"txt"`` (the text is a class index or a class
             name) or ``"json:<field>"`` (a field of the ``.json`` member; ``a.b`` for nested).
         image: image extensions, ``;``-separated, in order of preference.
@@ -135,8 +138,16 @@ def _expand(urls) -> list[str]:
     out: list[str] = []
     for item in items:
         text = str(item)
-        expanded = expand_braces(text)
-        out.extend(e if is_url(e) else str(Path(e).expanduser().absolute()) for e in expanded)
+        for e in expand_braces(text):
+            if is_url(e):
+                out.append(e)
+            elif Path(e).expanduser().is_dir():  # a folder of shards: its tars, in name order
+                tars = sorted(str(p.absolute()) for p in Path(e).expanduser().glob("*.tar") if p.name[0] != ".")
+                if not tars:
+                    raise ValueError(f"WebDataset: no .tar file in the folder {e}")
+                out.extend(tars)
+            else:
+                out.append(str(Path(e).expanduser().absolute()))
     if not out:
         raise ValueError("WebDataset: no tar given")
     return out
@@ -175,13 +186,13 @@ class _Indexer:
         if self.cache is not None:  # the cached copy must be the version the server has now
             pin = self.cache.get(location, size=meta["size"], version=meta["stamp"][1])
             try:
-                index = index_tar(pin.path, self.image_exts, self.label, max_file_size=self.max_file_size)
+                index = _index_tar(pin.path, self.image_exts, self.label, self.max_file_size)
                 meta["sha256"] = self.cache.sha256(location)
             finally:
                 pin.release()
             index.problems = [(n.replace(pin.path, redact(location)), r) for n, r in index.problems]
         else:
-            index = index_tar(location, self.image_exts, self.label, max_file_size=self.max_file_size)
+            index = _index_tar(location, self.image_exts, self.label, self.max_file_size)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         try:
             tmp.write_text(json.dumps({"meta": meta, "index": _to_json(index)}))
@@ -206,6 +217,22 @@ class _Indexer:
         return {"location": location, "size": info["size"], "stamp": [info["size"], info["version"]]}
 
 
+def _index_tar(path: str, image_exts: list[str], label: str, max_file_size: int) -> TarIndex:
+    """``index_tar``, naming what a file that is no tar at all is instead (a ``.tar.gz``, a zip, ...)."""
+    index = index_tar(path, image_exts, label, max_file_size=max_file_size)
+    for k, (where, reason) in enumerate(index.problems):
+        if where == path and reason.startswith("not a readable tar after 0 members"):
+            try:
+                with open(path, "rb") as fh:
+                    what = kind_of(fh.read(SNIFF_BYTES))
+            except OSError:
+                what = None
+            if what is not None and what != "a tar archive":
+                hint = "decompress it: DALI reads uncompressed tars" if what.endswith("archive") else "not a shard"
+                index.problems[k] = (where, f"{what}, not a tar: {hint}")
+    return index
+
+
 def _classes(indexes, classes: Sequence[str] | None, problems: list[Skipped]):
     """Class names, and per tar and sample its label (``None`` where it names no class: listed in ``problems``)."""
     values = [v for _, idx in indexes for _, _, v in idx.samples]
@@ -217,7 +244,11 @@ def _classes(indexes, classes: Sequence[str] | None, problems: list[Skipped]):
     elif names:
         classes = sorted(set(names))
     else:
-        classes = [str(i) for i in range(max(values, default=-1) + 1)]
+        largest = max(values, default=-1)
+        where = next(
+            (f"{redact(m['location'])}#{s.name}" for m, i in indexes for _, s, v in i.samples if v == largest), ""
+        )
+        classes = numbered_classes(largest, "WebDataset", where)
     lookup = {name: i for i, name in enumerate(classes)}
     labels = []
     for meta, idx in indexes:

@@ -17,15 +17,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from ..checks import is_int
 from . import boxmath as bx
 from .base import Indices, Params, SampleSource, Target, check_label_rows, json_member_problem
 from .kinds import TargetKind
+
+if TYPE_CHECKING:
+    import torch
 
 #: The box value of padding rows in a detection batch.
 BOX_PADDING = 0.0
@@ -42,6 +44,8 @@ def pad(boxes: Sequence[torch.Tensor], labels: Sequence[torch.Tensor]) -> dict[s
     Returns:
         ``{"boxes": (B, N, 4) float32, "labels": (B, N) int64}``.
     """
+    import torch
+
     count = max((len(b) for b in boxes), default=0)
     out_boxes = torch.full((len(boxes), count, 4), BOX_PADDING, dtype=torch.float32)
     out_labels = torch.full((len(boxes), count), PADDING_LABEL, dtype=torch.int64)
@@ -59,6 +63,8 @@ def unpad(batch: dict[str, torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tens
 
 def compact(boxes: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Puts each row's surviving boxes first and drops trailing all-padding columns."""
+    import torch
+
     valid = labels != PADDING_LABEL
     order = torch.argsort((~valid).to(torch.int8), dim=1, stable=True)
     labels = torch.gather(labels, 1, order)

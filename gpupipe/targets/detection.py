@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..checks import positive_int
 from .boxes import unpad
+from .kinds import TargetKind
 
 if TYPE_CHECKING:
     import torch
@@ -16,7 +18,7 @@ def to_detection_inputs(images: torch.Tensor, targets: dict[str, torch.Tensor], 
     Each image is cut to its unpadded ``image_sizes`` (a view, no copy); the
     targets come from [`to_detection_targets`][gpupipe.to_detection_targets].
     """
-    sizes = targets["image_sizes"].tolist()
+    sizes = _detection_targets("to_detection_inputs", targets)["image_sizes"].tolist()
     return ([image[:, :h, :w] for image, (h, w) in zip(images, sizes)], to_detection_targets(targets, label_offset))
 
 
@@ -33,7 +35,36 @@ def to_detection_targets(targets: dict[str, torch.Tensor], label_offset: int = 0
         A list of ``B`` dicts ``{"boxes": (n_i, 4) float32, "labels": (n_i,) int64}``
         on the same device, padding removed.
     """
-    return [{"boxes": boxes, "labels": labels + label_offset} for boxes, labels in unpad(targets)]
+    offset = _label_offset("to_detection_targets", label_offset)
+    batch = _detection_targets("to_detection_targets", targets)
+    return [{"boxes": boxes, "labels": labels + offset} for boxes, labels in unpad(batch)]
+
+
+#: The keys of a detection batch's targets.
+_KEYS = ("boxes", "labels", "image_sizes")
+
+
+def _detection_targets(where: str, targets):
+    """``targets``, checked to be a detection batch's dict (a classification or segmentation batch's
+    tensor would fail deep in torch's indexing).
+
+    Raises:
+        ValueError: naming ``where`` and what ``targets`` is.
+    """
+    if not isinstance(targets, dict) or any(key not in targets for key in _KEYS):
+        what = f"a dict of {sorted(targets)}" if isinstance(targets, dict) else type(targets).__name__
+        if hasattr(targets, "shape"):
+            what += f" of shape {tuple(targets.shape)}"
+        raise ValueError(
+            f"{where} takes a detection batch's targets {{'boxes', 'labels', 'image_sizes'}} (a loader over "
+            f"CocoDetection), got {what}"
+        )
+    return targets
+
+
+def _label_offset(where: str, label_offset) -> int:
+    """``label_offset`` checked: an int >= 0 (labels stay ints, and the ``-1`` padding apart from them)."""
+    return positive_int(f"{where}: label_offset", label_offset, 0, 2**31 - 1)
 
 
 class DetectionLists:
@@ -49,8 +80,14 @@ class DetectionLists:
     """
 
     def __init__(self, loader, label_offset: int = 0) -> None:
+        kind = getattr(getattr(loader, "source", None), "kind", None)
+        if kind is not None and kind != TargetKind.BOXES:
+            raise ValueError(
+                f"DetectionLists needs a loader whose targets are boxes (CocoDetection, or a pack of one); "
+                f"this loader's are {getattr(kind, 'title', kind)}"
+            )
         self.loader = loader
-        self.label_offset = label_offset
+        self.label_offset = _label_offset("DetectionLists", label_offset)
 
     def __iter__(self):
         for images, targets in self.loader:

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from ..checks import is_int
 from .base import Indices, SampleSource, Target, check_labels
 from .kinds import TargetKind
+
+if TYPE_CHECKING:
+    import torch
 
 #: Width of the zero-padded ASCII class index in a packed sample's ``.cls`` member.
 CLASS_DIGITS = 8
@@ -36,6 +38,8 @@ class Labels(Target):
         check_labels(source.labels, len(source.classes), what, source.names.__getitem__)
 
     def batch(self, source: SampleSource, indices: Indices) -> torch.Tensor:
+        import torch
+
         return torch.from_numpy(source.labels[np.asarray(indices, np.int64)])
 
     def bytes_per_sample(self, source: SampleSource) -> int:

@@ -6,7 +6,9 @@ One rule, used by the scan, the torchvision backend, the DALI feed and the packe
   must fit ``0..255``);
 * a palette PNG of 1, 2, 4 or 8 bits: the palette indices are the ids (the colours, and any
   transparency, are ignored);
-* anything else (RGB, gray with alpha, ...) cannot keep its ids and is refused, naming the file.
+* anything else (RGB, gray with alpha, ...) cannot keep its ids and is refused, naming the file;
+* a mask is read as displayed: its EXIF orientation (a PNG ``eXIf`` chunk) is applied, as DALI's
+  decoder applies it and as an image's is.
 
 PIL scales 2- and 4-bit gray to 8 bits and DALI's decoders scale every low-bit PNG (and
 expand palettes to colours), so neither decoder's output is taken as it is: ``decode_mask``
@@ -55,7 +57,7 @@ def decode_mask(data: bytes) -> np.ndarray:
         ValueError: a mode whose values are not class ids (RGB, alpha, float), or 16-bit ids above 255.
         OSError, SyntaxError: PIL cannot read the data.
     """
-    from PIL import Image
+    from PIL import Image, ImageOps
 
     layout = png_layout(data)
     if layout is not None and layout[1] not in MASK_DEPTHS.get(layout[0], ()):
@@ -64,7 +66,7 @@ def decode_mask(data: bytes) -> np.ndarray:
         mode = img.mode
         if mode not in ("1", "L", "P", "I", "I;16", "I;16B", "I;16L", "I;16N"):
             raise ValueError(f"a mask must be a single-channel gray or palette image (class ids), got mode {mode}")
-        values = np.asarray(img)
+        values = np.asarray(ImageOps.exif_transpose(img))
     if mode == "L" and layout is not None and layout[1] in _PIL_GRAY_SCALE:
         return (values // _PIL_GRAY_SCALE[layout[1]]).astype(np.uint8)
     if values.dtype != np.uint8:

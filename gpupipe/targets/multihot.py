@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from ..checks import is_int
 from .base import Indices, SampleSource, Target, check_label_rows, json_member_problem
 from .kinds import TargetKind
+
+if TYPE_CHECKING:
+    import torch
 
 
 class MultiHot(Target):
@@ -29,6 +31,8 @@ class MultiHot(Target):
         check_label_rows(source.label_sets(range(len(source))), len(source.classes), what, source.names)
 
     def batch(self, source: SampleSource, indices: Indices) -> torch.Tensor:
+        import torch
+
         out = torch.zeros(len(indices), len(source.classes), dtype=torch.float32)
         for row, labels in enumerate(source.label_sets(np.asarray(indices, np.int64))):
             out[row, torch.from_numpy(np.asarray(labels, np.int64))] = 1.0
