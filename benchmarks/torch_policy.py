@@ -139,7 +139,8 @@ def costs(device: torch.device, batch: int, size: int, levels: int = 2, repeats:
         height = (torch.randint(size // 8, size // 2, (batch,), generator=generator) * on).to(device)
         width = torch.randint(size // 8, size // 2, (batch,), generator=generator).to(device)
         top = torch.randint(0, size // 2, (batch,), generator=generator).to(device)
-        return erase(images, top, top, height, width)
+        left = torch.randint(0, size // 2, (batch,), generator=generator).to(device)
+        return erase(images, top, left, height, width)
 
     return {"RandAugment": _ms(randaugment, device, repeats), "RandomErasing": _ms(erasing, device, repeats)}
 

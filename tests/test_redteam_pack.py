@@ -125,14 +125,18 @@ def _folder_with_tiff(root: Path) -> Path:
     return root
 
 
-def test_images_torchvision_would_read_are_listed_not_silently_dropped(tmp_path):
-    # Was: .tif/.tiff/.ppm/.pgm files (torchvision's ImageFolder counts them) vanished without a word.
+def test_images_torchvision_would_read_are_listed_not_silently_dropped(tmp_path, caplog):
+    # Was: .tif/.tiff/.ppm/.pgm files (torchvision's ImageFolder counts them) vanished without a word. They are
+    # left out with a warning naming them, not refused: a folder with a stray scan loads as it did before.
     src = _folder_with_tiff(tmp_path / "src")
-    source = ImageFolder(src)
-    assert len(source) == 2
-    assert sorted(p.path for p in source.problems) == [str(src / "a" / "scan.tif"), str(src / "b" / "old.pgm")]
-    assert all("python -m gpupipe.pack" in p.reason for p in source.problems)
-    assert list(ImageFolder(src, extensions=[".png"]).problems) == []  # a narrower choice is the user's
+    with caplog.at_level("WARNING", logger="gpupipe.sources"):
+        source = ImageFolder(src)
+    assert len(source) == 2 and list(source.problems) == []
+    assert source.left_out == [str(src / "a" / "scan.tif"), str(src / "b" / "old.pgm")]
+    (record,) = [r for r in caplog.records if "left out" in r.getMessage()]
+    assert "2 images" in record.getMessage() and "scan.tif" in record.getMessage()
+    assert "python -m gpupipe.pack" in record.getMessage()
+    assert ImageFolder(src, extensions=[".png"]).left_out == []  # a narrower choice is the user's
 
 
 def test_the_packer_converts_every_image_torchvision_would_read(tmp_path):
@@ -183,6 +187,17 @@ def test_a_tar_that_stops_early_between_members_is_reported_not_silently_short(t
     [problem] = source.problems
     assert problem.path == str(tmp_path / "bad.tar")
     assert "after 6 members" in problem.reason and str(fourth) in problem.reason
+
+
+def test_a_tar_ending_after_a_whole_member_without_its_end_marker_says_both_readings(tmp_path):
+    whole = _five_samples(tmp_path / "whole.tar").read_bytes()
+    with tarfile.open(tmp_path / "whole.tar") as tar:
+        end = max(m.offset_data + -(-m.size // 512) * 512 for m in tar.getmembers())
+    (tmp_path / "bare.tar").write_bytes(whole[:end])  # every member, no end marker
+    source = WebDataset(str(tmp_path / "bare.tar"), cache_dir=tmp_path / "cache")
+    assert len(source) == 5
+    [problem] = source.problems
+    assert "written without one, or cut at a member boundary" in problem.reason and str(end) in problem.reason
 
 
 def test_a_whole_tar_has_no_problem(tmp_path):

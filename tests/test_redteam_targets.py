@@ -52,10 +52,12 @@ def test_masks_in_the_images_folder_are_not_taken_for_images(tmp_path):
     for k in range(3):
         Image.fromarray(np.full((10, 12, 3), 200, np.uint8)).save(folder / f"p{k}.jpg")
         Image.fromarray(np.full((10, 12), k, np.uint8), "L").save(folder / f"p{k}.png")
-    source = gpupipe.SegmentationFolder(folder, folder)
-    assert [Path(n).name for n in source.names] == ["p0.jpg", "p1.jpg", "p2.jpg"]
-    assert [Path(n).name for n in source.mask_names] == ["p0.png", "p1.png", "p2.png"]
-    assert source.problems == []
+    (tmp_path / "link").symlink_to(folder)
+    for masks in (folder, tmp_path / "link", folder / ".." / "data"):  # one folder, named three ways
+        source = gpupipe.SegmentationFolder(folder, masks)
+        assert [Path(n).name for n in source.names] == ["p0.jpg", "p1.jpg", "p2.jpg"], masks
+        assert [Path(n).name for n in source.mask_names] == ["p0.png", "p1.png", "p2.png"], masks
+        assert source.problems == [], masks
 
 
 def _rotated_png(path: Path, pixels: np.ndarray, orientation: int) -> None:
@@ -213,6 +215,12 @@ def test_a_state_with_a_fractional_count_or_a_newer_format_is_refused(tmp_path):
     ):
         with pytest.raises(ValueError, match=f"load_state_dict: .*{field}"):
             make().load_state_dict({**state, field: value})
+    import types
+
+    import torch
+
+    for kind in (types.MappingProxyType, dict):  # any mapping (a config object), ints as numpy or 0-d tensors
+        make().load_state_dict(kind({**state, "batches_done": torch.tensor(1), "seed": np.int64(state["seed"])}))
     resumed = make()
     resumed.load_state_dict(state)
     assert len(list(resumed)) == 2

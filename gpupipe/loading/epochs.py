@@ -23,9 +23,9 @@ The rule (the README states it too):
 
 from __future__ import annotations
 
-import numbers
+import operator
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,11 +141,17 @@ class EpochCursor:
             ValueError: naming the first field that differs with both values, an epoch or
                 ``batches_done`` out of range, or a malformed state.
         """
-        if not isinstance(state, dict) or any(name not in state for name in ("epoch", "batches_done", "seed")):
+        if not isinstance(state, Mapping) or any(name not in state for name in ("epoch", "batches_done", "seed")):
             raise ValueError(f"load_state_dict: not a gpupipe loader state: {state!r}")
+        state = dict(state)
         for name in ("epoch", "batches_done", "seed", "format"):
-            if name in state and (isinstance(state[name], bool) or not isinstance(state[name], numbers.Integral)):
-                raise ValueError(f"load_state_dict: {name} must be an int, the state has {state[name]!r}")
+            if name in state:  # an int, a numpy int or a 0-d integer tensor; not a bool, a float or a string
+                try:
+                    if isinstance(state[name], bool):
+                        raise TypeError
+                    state[name] = operator.index(state[name])
+                except TypeError:
+                    raise ValueError(f"load_state_dict: {name} must be an int, the state has {state[name]!r}") from None
         if state.get("format", 1) > STATE_FORMAT:
             raise ValueError(
                 f"load_state_dict: format {state['format']} is newer than this gpupipe's ({STATE_FORMAT}): "

@@ -244,7 +244,8 @@ def _refuse_others(dst: Path, prefix: str, rank: int) -> None:
     Raises:
         PackError: naming a few of them.
     """
-    mine = [f"{prefix}-*.tar", f"{prefix}-*.idx"] + ([shardfmt.MANIFEST, mf.SOURCES] if rank == 0 else [])
+    # the manifest and sources on every rank: one rank refusing alone would leave the others waiting for it
+    mine = [f"{prefix}-*.tar", f"{prefix}-*.idx", shardfmt.MANIFEST, mf.SOURCES]
     found = sorted({p.name for pattern in mine for p in dst.glob(pattern)})
     if found:
         raise PackError(

@@ -153,13 +153,15 @@ def _groups(fh, path: str, size: int, problems: list[tuple[str, str]]) -> list[t
             # tarfile ends its listing quietly at a missing or unreadable header: only an end marker (a
             # block of zeros) there says the tar is whole, so nothing after a cut goes unnoticed
             if os.pread(fh.fileno(), tarfile.BLOCKSIZE, tar.offset) != bytes(tarfile.BLOCKSIZE):
-                problems.append(
-                    (
-                        path,
-                        f"no tar header at byte {tar.offset} after {sum(len(g[1]) for g in groups)} members, "
-                        "and no end marker (cut short or damaged?): nothing after it is read",
-                    )
+                read = sum(len(g[1]) for g in groups)
+                why = (
+                    f"no end marker after {read} members (byte {tar.offset}, the end of the file): written "
+                    "without one, or cut at a member boundary (then later members are missing)"
+                    if tar.offset == size
+                    else f"no tar header at byte {tar.offset} after {read} members, and no end marker (cut short "
+                    "or damaged?): nothing after it is read"
                 )
+                problems.append((path, why))
     except tarfile.TarError as err:
         problems.append((path, f"not a readable tar after {sum(len(g[1]) for g in groups)} members ({err})"))
     return groups

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import PathNotFound, Skipped, plural
+from ..errors import PathNotFound, plural
 from ..fileio import UnreadableFile, read_file
 from ..targets import TargetKind
 from .base import Indices, Source, numbered_classes
@@ -108,8 +108,9 @@ class ImageFolder(FileSource):
     labels match ``torchvision.datasets.ImageFolder``. Files are matched by
     extension case-insensitively (``.jpg .jpeg .png .bmp .webp``); other
     images torchvision's ``ImageFolder`` would count (``.tif .tiff .ppm
-    .pgm``) are listed in ``problems`` (the packer converts them), unless
-    ``extensions`` leaves out one of the defaults (a choice); hidden
+    .pgm``) are left out with a warning naming them, in ``left_out`` (the
+    packer converts them), unless ``extensions`` leaves out one of the
+    defaults (a choice); hidden
     files and folders and other files are ignored; links to folders are
     followed, but never into a folder already listed, the root or another
     class folder (see ``walk_images``).
@@ -160,14 +161,15 @@ class ImageFolder(FileSource):
             raise ValueError(f"ImageFolder: no images under {str(self.root)!r} (extensions {', '.join(extensions)})")
         self.names = names
         self.labels = np.asarray(labels, np.int64)
-        self.problems = [
-            Skipped(
-                path,
-                f"a {os.path.splitext(path)[1]} image, which the loader does not read (torchvision's "
-                "ImageFolder does): python -m gpupipe.pack converts it",
+        self.left_out = sorted(unread or ())
+        if self.left_out:
+            shown = ", ".join(self.left_out[:3]) + (" ..." if len(self.left_out) > 3 else "")
+            logger.warning(
+                "ImageFolder: %s left out (%s): torchvision's ImageFolder reads these formats, the loader does "
+                "not; python -m gpupipe.pack converts them",
+                plural(len(self.left_out), "image"),
+                shown,
             )
-            for path in sorted(unread or ())
-        ]
 
 
 #: Folder names that mean a dataset split, not a class (compared in lower case).

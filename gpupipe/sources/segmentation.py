@@ -67,7 +67,11 @@ class SegmentationFolder(FileSource):
         self.ignore_index = ignore_index
         self.classes = list(classes) if classes is not None else []
         masks_found, masks_shared = _by_stem(self.mask_root, (".png",))
-        is_mask = {path for paths in (masks_found.values(), *masks_shared.values()) for path in paths}
+        # where the folders overlap, compared as real paths: one folder named two ways (a link, "d/../d") is one
+        roots = os.path.realpath(self.root), os.path.realpath(self.mask_root)
+        overlap = any(os.path.commonpath([a, b]) == b for a, b in (roots, roots[::-1]))
+        mask_paths = (path for paths in (masks_found.values(), *masks_shared.values()) for path in paths)
+        is_mask = {os.path.realpath(path) for path in mask_paths} if overlap else set()
         found, shared = _by_stem(self.root, tuple(e.lower() for e in extensions), exclude=is_mask)
         self.problems: list[Skipped] = _ambiguous(shared, "images", "which one {} belongs to", self.mask_root)
         self.problems += _ambiguous(masks_shared, "masks", "which one is the mask of {}", self.root)
@@ -120,7 +124,7 @@ def _by_stem(root: Path, extensions, exclude=frozenset()) -> tuple[dict[str, str
     prefix = len(str(root)) + 1
     by_key: dict[str, list[str]] = {}
     for path in walk_images(str(root), extensions, {folder_id(str(root))}):
-        if path not in exclude:
+        if not exclude or os.path.realpath(path) not in exclude:
             by_key.setdefault(os.path.splitext(path[prefix:])[0], []).append(path)
     unique = {key: paths[0] for key, paths in by_key.items() if len(paths) == 1}
     return unique, {key: sorted(paths) for key, paths in by_key.items() if len(paths) > 1}

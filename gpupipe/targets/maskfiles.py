@@ -66,7 +66,8 @@ def decode_mask(data: bytes) -> np.ndarray:
         mode = img.mode
         if mode not in ("1", "L", "P", "I", "I;16", "I;16B", "I;16L", "I;16N"):
             raise ValueError(f"a mask must be a single-channel gray or palette image (class ids), got mode {mode}")
-        values = np.asarray(ImageOps.exif_transpose(img))
+        turned = img.getexif().get(0x0112, 1) not in (0, 1)  # exif_transpose copies an upright image too
+        values = np.asarray(ImageOps.exif_transpose(img) if turned else img)
     if mode == "L" and layout is not None and layout[1] in _PIL_GRAY_SCALE:
         return (values // _PIL_GRAY_SCALE[layout[1]]).astype(np.uint8)
     if values.dtype != np.uint8:
