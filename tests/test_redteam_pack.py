@@ -359,3 +359,28 @@ def test_ctrl_c_mid_pack_says_how_to_resume_and_the_rerun_finishes_it(tmp_path):
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert "resumed after" in rerun.stdout
     assert json.loads((tmp_path / "dst" / "manifest.json").read_text())["totals"]["samples"] == 600
+
+
+def test_a_float_16_bit_or_multi_page_tiff_is_skipped_and_named_not_packed_black(tmp_path):
+    # Review of the change that packs TIFFs: a float TIFF packed all black, a 12-bit one as 0..15, a multi-page one
+    # as its first page, without a word.
+    import io
+
+    from gpupipe.images import ImageRefused
+    from gpupipe.pack.convert import ConvertSettings, convert_image
+
+    def tiff(img, **kw):
+        out = io.BytesIO()
+        img.save(out, format="TIFF", **kw)
+        return out.getvalue()
+
+    pages = [Image.fromarray(np.full((8, 8, 3), v, np.uint8)) for v in (0, 9)]
+    refused = {
+        "F pixels": tiff(Image.fromarray(np.random.rand(8, 8).astype(np.float32))),
+        "I;16 pixels": tiff(Image.fromarray(np.arange(64, dtype=np.uint16).reshape(8, 8) * 60)),
+        "2 pages": tiff(pages[0], save_all=True, append_images=pages[1:]),
+    }
+    for what, data in refused.items():
+        with pytest.raises(ImageRefused, match=what):
+            convert_image(data, ConvertSettings())
+    assert convert_image(tiff(pages[1]), ConvertSettings())[1] == (8, 8)
