@@ -115,8 +115,9 @@ def convert_image(data: bytes, settings: ConvertSettings) -> tuple[bytes, tuple[
     if img.mode == "F" or (img.mode.startswith("I;16") and img.format == "TIFF"):
         # a float or 16-bit TIFF (microscopy, remote sensing) has no one 8-bit reading: scaling it is the user's call
         raise ImageRefused(f"a {img.format} of {img.mode} pixels has no one 8-bit RGB reading; convert it first")
-    if getattr(img, "n_frames", 1) > 1 and img.format == "TIFF":
-        raise ImageRefused(f"a TIFF of {img.n_frames} pages: which one to pack is the user's call; split it first")
+    pages = getattr(img, "n_frames", 1)
+    if pages > 1 and img.format == "TIFF":
+        raise ImageRefused(f"a TIFF of {pages} pages: which one to pack is the user's call; split it first")
     clean = img.format == "JPEG" and img.mode == "RGB" and orientation == 1 and size == (width, height)
     if img.format == "JPEG" and size != (width, height):
         # Let libjpeg decode at 1/2, 1/4 or 1/8 scale when that still covers the target.
