@@ -344,8 +344,15 @@ def test_ctrl_c_mid_pack_says_how_to_resume_and_the_rerun_finishes_it(tmp_path):
     args = [sys.executable, "-m", "gpupipe.pack", str(src), str(tmp_path / "dst"), "-q", "--workers", "2",
             "--shard-size", "64KB"]
     proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
+
+    def a_shard_is_journaled() -> bool:  # a finished shard (not only its files): the rerun then resumes after it
+        try:
+            return bool(json.loads((tmp_path / "dst" / ".pack-journal.json").read_text())["shards"])
+        except (OSError, ValueError, KeyError):
+            return False
+
     deadline = time.monotonic() + 120
-    while not list((tmp_path / "dst").glob("shard-*.idx")) and proc.poll() is None and time.monotonic() < deadline:
+    while not a_shard_is_journaled() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
     if proc.poll() is not None:
         pytest.skip("the pack finished before it could be interrupted")
