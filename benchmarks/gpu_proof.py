@@ -42,9 +42,7 @@ import argparse
 import importlib.util
 import json
 import logging
-import os
 import statistics
-import subprocess
 import sys
 import time
 import traceback
@@ -56,6 +54,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
+from gpu_quick import run_logged  # noqa: E402
 from gpu_results import TARGETS, judge  # noqa: E402,F401 -- TARGETS: the targets' one home, re-exported
 
 logger = logging.getLogger("gpu_proof")
@@ -105,6 +104,14 @@ class Proof:
     def write(self, name: str, data) -> None:
         (self.out / name).write_text(json.dumps(data, indent=2) + "\n")
 
+    def process(self, name: str, cmd: List[str], timeout: float = 400) -> None:
+        """Runs ``cmd`` in its own process (``gpu_quick.run_logged``: the repository on ``PYTHONPATH``, stopped after
+        ``timeout`` seconds) with its output in ``OUT/<name>.log``; raises ``RuntimeError`` where it exits other
+        than 0 (124: stopped)."""
+        code = run_logged(cmd, self.out / f"{name}.log", timeout)
+        if code != 0:
+            raise RuntimeError(f"{name} exited {code}" + (f" (stopped after {timeout:.0f} s)" if code == 124 else ""))
+
     # -- the steps ------------------------------------------------------------------
 
     def tests(self) -> None:
@@ -113,7 +120,7 @@ class Proof:
                *selection]
         if importlib.util.find_spec("pytest_timeout"):
             cmd += ["--timeout", "240"]
-        exit_code = _run_logged(cmd, self.out / "tests.log", TESTS_TIMEOUT_S)
+        exit_code = run_logged(cmd, self.out / "tests.log", TESTS_TIMEOUT_S)
         tail = ((self.out / "tests.log").read_text().strip().splitlines() or ["?"])[-1]
         self.figures["tests"] = {"exit": exit_code, "summary": tail}
         if exit_code != 0:
@@ -141,25 +148,27 @@ class Proof:
     def stream_safety(self) -> None:
         """Each batch is read only after a long GPU delay, by a kernel queued without synchronising:
         if a buffer went back to DALI's pool while the kernel was queued, its checksum would change."""
+        from peer_compare import environ
+
         import gpupipe
 
         pipeline = gpupipe.presets.val(224)
         reference = [x.double().sum().item() for x, _ in self.loader(pipeline=pipeline, shuffle=False)]
         results = {}
         for keep_alive in (True, False):
-            os.environ["GPUPIPE_NO_KEEPALIVE"] = "0" if keep_alive else "1"
             late = []
-            for images, _ in self.loader(pipeline=pipeline, shuffle=False):
-                if self.device == "cuda":
-                    torch.cuda._sleep(20_000_000)  # ~10 ms of GPU time before the read is reached
-                late.append(images.double().sum())  # queued, not synchronised
-                del images
+            # the switch is read when the loader builds its backend; put back as it was after the pass, failed or not
+            with environ("GPUPIPE_NO_KEEPALIVE", "0" if keep_alive else "1"):
+                for images, _ in self.loader(pipeline=pipeline, shuffle=False):
+                    if self.device == "cuda":
+                        torch.cuda._sleep(20_000_000)  # ~10 ms of GPU time before the read is reached
+                    late.append(images.double().sum())  # queued, not synchronised
+                    del images
             if self.device == "cuda":
                 torch.cuda.synchronize()
             checksums = [v.item() for v in late]
             results["with_keep_alive" if keep_alive else "without_keep_alive"] = {
                 "batches": len(checksums), "differing_batches": sum(a != b for a, b in zip(checksums, reference))}
-        os.environ.pop("GPUPIPE_NO_KEEPALIVE", None)
         self.figures["stream_safety"] = results
         self.write("stream_safety.json", results)
         if results["with_keep_alive"]["differing_batches"]:
@@ -242,11 +251,7 @@ class Proof:
             k = args.index("--backends") + 1
             names = ["dali-cpu" if n == "dali" else n for n in args[k].split(",")]
             args[k] = ",".join(dict.fromkeys(names))
-        cmd = [sys.executable, "-m", "gpupipe.bench", "--out", str(out), *small, *args]
-        exit_code = _run_logged(cmd, self.out / f"bench-{name}.log", 400,
-                                env={**os.environ, "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"})
-        if exit_code != 0:
-            raise RuntimeError(f"bench {name} exited {exit_code}")
+        self.process(f"bench-{name}", [sys.executable, "-m", "gpupipe.bench", "--out", str(out), *small, *args])
         report = json.loads((out / "bench.json").read_text())
         self.figures.setdefault("bench", {})[name] = report
         return report
@@ -254,11 +259,7 @@ class Proof:
     def script(self, name: str, script: str, *args: str) -> None:
         """Runs ``benchmarks/<script> ... --out OUT/<name>.json`` (its log: ``<name>.log``)."""
         out = self.out / f"{name}.json"
-        cmd = [sys.executable, str(ROOT / "benchmarks" / script), *args, "--out", str(out)]
-        exit_code = _run_logged(cmd, self.out / f"{name}.log", 400,
-                                env={**os.environ, "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"})
-        if exit_code != 0:
-            raise RuntimeError(f"{script} exited {exit_code}")
+        self.process(name, [sys.executable, str(ROOT / "benchmarks" / script), *args, "--out", str(out)])
         self.figures[name] = json.loads(out.read_text())
 
     def run(self, wanted: List[str]) -> None:
@@ -300,18 +301,6 @@ def machine() -> Dict:
 
     return {"gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
             "cpu_cores_usable": env.cores(), "cpu": cpu_info()["model"], "versions": env.versions()}
-
-
-def _run_logged(cmd: List[str], log: Path, timeout: float, env=None) -> int:
-    """Runs ``cmd`` with its output going straight into ``log`` (kept if it hangs); its exit code, or
-    124 after ``timeout`` seconds."""
-    with log.open("w") as fh:
-        try:
-            return subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT, env=env,
-                                  timeout=timeout).returncode
-        except subprocess.TimeoutExpired:
-            fh.write(f"\n(stopped after {timeout:.0f} s)\n")
-            return 124
 
 
 def _sync(device: str):

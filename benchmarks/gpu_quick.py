@@ -20,7 +20,7 @@ after every step, so a run cut short still returns what it measured. Time budget
 | tests | ``pytest -n 4 -m cuda`` (serial without pytest-xdist), those no committed GPU run passed first, each test's outcome and the slowest 30 | 200 | 200 (cut) |
 | hw_decoder_load | ``"auto"`` against 0, 0.35, 0.65 and 1.0, loader alone, 2 rounds | 60 | 40 |
 | resnet50 | ResNet-50 end to end against its model-only ceiling: gpupipe, gpupipe prefetching 4, gpupipe with host-synchronised outputs, hand-written | 120 | 90 |
-| op_costs | heavy against standard preset, ms per batch each op adds, DALI's own form of the ops (``--peer``), RandAugment in the CPU form (``--forms``), both ops as batched torch ops (``--torch``) | 90 | 75 |
+| op_costs | heavy against standard preset, ms per batch each op adds, DALI's own form of the ops (``--peer``), RandAugment in the CPU form (``--forms``), the heavy setting in the torch form (``--torch``) | 90 | 75 |
 | total | | 420 | ~560 (the last steps cut; the first H200 run: 465 s) |
 
 Data: generating one demo photo takes 0.10 s of one core (measured on the 2-core CPU VM), so 12,800
@@ -81,8 +81,6 @@ IMAGES, GENERATE_S = 50 * 256, 40
 DATA_AFTER_GENERATE_S = 12
 #: A stderr line that is a warning (DALI's, nvImageCodec's, or anyone's): what the targets count.
 WARNING = re.compile(r"warn|fancy upsampling", re.IGNORECASE)
-#: pytest's last line: ``==== 3 passed, 1 skipped in 2.0s ====`` (also after an interrupt).
-PYTEST_SUMMARY = re.compile(r"^=+ .*\b(passed|failed|error|errors|skipped|deselected|no tests ran)\b.* in [\d.]+s")
 
 
 class Quick:
@@ -223,13 +221,11 @@ class Quick:
         seen = [] if self.rehearse else sorted(gpu_tests_seen.passed_on_a_gpu())
         listed = self.out / "tests-seen.txt"
         listed.write_text("".join(f"{node}\n" for node in seen))
-        split = ["-p", "gpu_tests_seen"] if seen else []
-        passes = {"tests": [str(ROOT / "tests" / "test_gpu_readiness.py"), "-k", "refuses"] if self.rehearse else
-                  ["-m", "cuda", *split, "tests"]}
-        if seen:
-            passes["tests-seen"] = ["-m", "cuda", *split, "tests"]
+        # both passes select the same tests; the plugin keeps each pass's share (GPUPIPE_TESTS_PASS, below)
+        selection = [str(ROOT / "tests" / "test_gpu_readiness.py"), "-k", "refuses"] if self.rehearse else \
+            ["-m", "cuda", *(["-p", "gpu_tests_seen"] if seen else []), "tests"]
         started, figures = time.monotonic(), {"exit": 0, "parallel": bool(xdist), "passed_before": len(seen)}
-        for name, selection in passes.items():
+        for name in ("tests", "tests-seen") if seen else ("tests",):
             left = cap - (time.monotonic() - started)
             if name != "tests" and left < MIN_STEP_S:
                 figures.setdefault("not_run", []).append(name)
@@ -241,7 +237,7 @@ class Quick:
             code = run_logged([sys.executable, "-m", "pytest", "-v", "-rfE", "--durations=30", "-p", "no:cacheprovider",
                                *xdist, "--junitxml", str(self.out / f"{name}.xml"), *selection], self.out / f"{name}.log",
                               left, split_env if seen else None)
-            outcome = pytest_outcome((self.out / f"{name}.log").read_text(errors="replace"))
+            outcome = gpu_tests_seen.run_outcome((self.out / f"{name}.log").read_text(errors="replace"))
             if code not in (0, 5):  # 5: nothing collected (every cuda test passed before)
                 figures["exit"] = code
             figures["summary"] = "; ".join(filter(None, [figures.get("summary"), outcome["summary"]]))
@@ -276,24 +272,15 @@ class Quick:
                              *sizes)
         prefix = {row["op"]: row["prefix_ms_per_batch"] for row in result["rows"]}
         result["heavy_over_standard"] = round(prefix["HorizontalFlip"] / result["rows"][-1]["prefix_ms_per_batch"], 3)
-
-
-def pytest_outcome(log: str) -> Dict:
-    """``summary``: pytest's last line (or the log's, when it wrote none); ``outcomes``: tests per outcome, counted
-    from ``-v`` lines, serial (``tests/x.py::t PASSED``) or under xdist (``[gw0] [ 5%] PASSED tests/x.py::t``)."""
-    summary = [line.strip("= ") for line in log.splitlines() if PYTEST_SUMMARY.match(line)]
-    outcomes = {}
-    for word in ("PASSED", "FAILED", "ERROR", "SKIPPED"):
-        pattern = rf"(?m)^(?:\[gw\d+\] \[ *\d+%\] {word} tests/\S+|tests/\S+ {word}\b)"
-        outcomes[word.lower()] = len(re.findall(pattern, log))
-    return {"summary": summary[-1] if summary else (log.strip().splitlines() or ["?"])[-1], "outcomes": outcomes}
+        result["heavy_over_standard_torch"] = round(prefix["HorizontalFlip"] / result["torch_rows"][-1]["prefix_ms_per_batch"], 3)
 
 
 def run_logged(cmd: List[str], log: Path, timeout: float, extra_env: Optional[Dict[str, str]] = None) -> int:
     """Runs ``cmd`` in its own process group with its output going straight into ``log``; its exit code, or 124
     after ``timeout`` seconds. At ``timeout - grace`` the process gets SIGINT (pytest then stops its workers and
     writes its summary and JUnit XML; a script stops as on Ctrl-C), at ``timeout`` the whole group is killed
-    (DALI's threads, pytest's workers)."""
+    (DALI's threads, pytest's workers). Stopped itself (Ctrl-C, which the group's own session does not get), it
+    kills the group before it goes."""
     grace = min(INTERRUPT_GRACE_S, timeout / 4)
     paths = [*(extra_env or {}).get("PYTHONPATH", str(ROOT)).split(os.pathsep), os.environ.get("PYTHONPATH")]
     env = {**os.environ, **(extra_env or {}), "PYTHONPATH": os.pathsep.join(filter(None, paths)), "PYTHONUNBUFFERED": "1"}
@@ -303,17 +290,25 @@ def run_logged(cmd: List[str], log: Path, timeout: float, extra_env: Optional[Di
             return proc.wait(timeout=timeout - grace)
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGINT)
+        except BaseException:
+            _kill_group(proc)
+            raise
         try:
             proc.wait(timeout=grace)
         except subprocess.TimeoutExpired:
             pass
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # what is left of the group (or the process itself)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+        finally:
+            _kill_group(proc)  # what is left of the group (or the process itself)
         fh.write(f"\n(stopped after {timeout:.0f} s)\n")
         return 124
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def _write(path: Path, data) -> None:

@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+#: The committed runs, one folder each (``benchmarks/results/<gpu>-<date>/``).
+RESULTS = Path(__file__).resolve().parent / "results"
 #: Issue #25's and #36's targets (one H100 or H200, 16 cores): ``key: (what, bound)``. A key in
 #: :data:`AT_MOST` is met at or under its bound, every other at or over it. The documentation lists
 #: them from here (docs/hooks.py).
@@ -126,9 +128,12 @@ def section(folder: Path, title_level: str = "###") -> str:
     costs = figures.get("op_costs", {}).get("rows")
     if costs:
         costs = costs + [row for key in ("form_rows", "peer_rows", "torch_rows") for row in figures["op_costs"].get(key, [])]
+        torch_share = figures["op_costs"].get("heavy_over_standard_torch")
         parts += ["Heavy setting, milliseconds per batch each op adds (loader alone; `[cpu form]` rows, where "
-                  "measured: the op lowered as on `dali-cpu`; `hand:` rows: the same ops in DALI's own form; `torch:` "
-                  "rows: as batched torch ops on the batch, prefixes from the standard preset's):",
+                  "measured: the op lowered as on `dali-cpu`; `hand:` rows: the same ops in DALI's own form; "
+                  "`[torch form]` rows: `GPUPIPE_DALI_FORM=torch`, the policy and erasing as batched torch ops on "
+                  "DALI's uint8 batch" + (f", the whole heavy setting at {torch_share:.0%} of standard" if torch_share
+                                          else "") + "):",
                   _table(["op", "ms per batch", "prefix ms per batch"],
                          [[r["op"], f"{r['op_ms_per_batch']:.2f}", f"{r['prefix_ms_per_batch']:.2f}"] for r in costs])]
     tests = figures.get("tests", {})
@@ -141,18 +146,26 @@ def section(folder: Path, title_level: str = "###") -> str:
     return "\n\n".join(parts)
 
 
+def is_gpu_run(folder: Path) -> bool:
+    """Whether ``folder`` holds a GPU run, not a CPU rehearsal: its quick proof's ``quick.json`` (or, without
+    one, the full proof's ``summary.md``) is not a rehearsal's. A folder with neither holds no proof run."""
+    quick, summary = Path(folder) / "quick.json", Path(folder) / "summary.md"
+    if quick.is_file():
+        return not json.loads(quick.read_text()).get("rehearsal")
+    return summary.is_file() and "rehearsal" not in summary.read_text()
+
+
 def sections(results: Path) -> str:
     """:func:`section` for every ``results/*/quick.json`` that is a GPU result, newest label last; a
     sentence where there is none yet."""
-    folders = sorted(p.parent for p in Path(results).glob("*/quick.json")
-                     if not json.loads(p.read_text()).get("rehearsal"))
+    folders = sorted(p.parent for p in Path(results).glob("*/quick.json") if is_gpu_run(p.parent))
     if not folders:
         return ("No GPU result is committed yet: `benchmarks/NOTES.md` (\"From a bare GPU machine to committed "
                 "results\") says how the next GPU session makes one.")
     return "\n\n".join(section(f) for f in folders)
 
 
-__all__ = ["TARGETS", "AT_MOST", "judge", "quick_measured", "section", "sections"]
+__all__ = ["RESULTS", "TARGETS", "AT_MOST", "is_gpu_run", "judge", "quick_measured", "section", "sections"]
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -160,7 +173,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(description="The committed GPU results as Markdown, with their targets.")
-    parser.add_argument("results", nargs="?", type=Path, default=Path(__file__).resolve().parent / "results",
+    parser.add_argument("results", nargs="?", type=Path, default=RESULTS,
                         help="the results folder (default: benchmarks/results)")
     print(sections(parser.parse_args(argv).results))
     return 0

@@ -2,7 +2,7 @@
 first: a GPU window's 200 s reach about half of the ``cuda`` tests, and each window used to start again from the
 top of the same order.
 
-Read from every ``benchmarks/results/*/`` folder that holds a GPU run (its ``quick.json`` is not a rehearsal's):
+Read from every ``benchmarks/results/*/`` folder that holds a GPU run (``gpu_results.is_gpu_run``: not a rehearsal):
 the JUnit XML (``tests*.xml``: a test case with no failure, error or skipped element) and pytest's ``-v`` lines
 in the logs (``tests*.log``: ``tests/x.py::t PASSED`` serially, ``[gw0] [ 5%] PASSED tests/x.py::t`` under
 xdist), which runs stopped before pytest wrote its XML left.
@@ -15,32 +15,39 @@ the run is simply not there (passed as arguments, pytest would stop at it: "not 
 
 from __future__ import annotations
 
-import json
-import re
 import os
+import re
 from pathlib import Path
 from xml.etree import ElementTree
 
-RESULTS = Path(__file__).resolve().parent / "results"
-_PASSED = re.compile(r"^(?:\[gw\d+\] \[ *\d+%\] PASSED (tests/.+?::.+?)|(tests/.+?::.+?) PASSED\b.*)$")
+from gpu_results import RESULTS, is_gpu_run
+
+#: pytest's last line: ``==== 3 passed, 1 skipped in 2.0s ====`` (also after an interrupt).
+PYTEST_SUMMARY = re.compile(r"^=+ .*\b(passed|failed|error|errors|skipped|deselected|no tests ran)\b.* in [\d.]+s")
 
 
-def _is_gpu_run(folder: Path) -> bool:
-    quick = folder / "quick.json"
-    if quick.is_file():
-        return not json.loads(quick.read_text()).get("rehearsal")
-    return (folder / "summary.md").is_file() and "rehearsal" not in (folder / "summary.md").read_text()
+def outcome_lines(log: str, word: str) -> list[str]:
+    """Node ids of the tests whose ``-v`` line in ``log`` says ``word`` (``PASSED``, ``FAILED``, ``ERROR``,
+    ``SKIPPED``): ``tests/x.py::t PASSED [ 5%]`` serially, ``[gw0] [ 5%] PASSED tests/x.py::t`` under xdist; an id
+    may hold spaces (in its parameters)."""
+    line = re.compile(rf"^(?:\[gw\d+\] \[ *\d+%\] {word} (tests/.+?::.+?)|(tests/.+?::.+?) {word}\b.*)$")
+    return [m.group(1) or m.group(2) for text in log.splitlines() if (m := line.match(text.rstrip()))]
+
+
+def run_outcome(log: str) -> dict:  # not pytest_*: this module is a pytest plugin, which takes those for hooks
+    """``summary``: pytest's last line (or the log's, when it wrote none); ``outcomes``: tests per outcome, counted
+    from the ``-v`` lines (:func:`outcome_lines`)."""
+    summary = [line.strip("= ") for line in log.splitlines() if PYTEST_SUMMARY.match(line)]
+    outcomes = {word.lower(): len(outcome_lines(log, word)) for word in ("PASSED", "FAILED", "ERROR", "SKIPPED")}
+    return {"summary": summary[-1] if summary else (log.strip().splitlines() or ["?"])[-1], "outcomes": outcomes}
 
 
 def passed_on_a_gpu(results: Path = RESULTS) -> set[str]:
     """Node ids (``tests/x.py::name[params]``) of the tests that passed in a committed GPU run."""
     passed: set[str] = set()
-    for folder in sorted(p for p in Path(results).iterdir() if p.is_dir() and _is_gpu_run(p)):
+    for folder in sorted(p for p in Path(results).iterdir() if p.is_dir() and is_gpu_run(p)):
         for log in folder.glob("tests*.log"):
-            for line in log.read_text(errors="replace").splitlines():
-                match = _PASSED.match(line.rstrip())
-                if match:
-                    passed.add(match.group(1) or match.group(2))
+            passed.update(outcome_lines(log.read_text(errors="replace"), "PASSED"))
         for xml in folder.glob("tests*.xml"):
             for case in ElementTree.parse(xml).iter("testcase"):
                 if len(case) == 0 and case.get("classname", "").startswith("tests."):

@@ -9,7 +9,8 @@ MixUp/CutMix), whose ops on the GPU are the subject of issue #25.
 
 Usage:
     python benchmarks/op_costs.py FOLDER [--backend dali|dali-cpu] [--batch 256] [--rounds 3] [--batches 20]
-                                  [--hw-decoder-load auto|0.65] [--peer] [--forms] [--threads N] [--out benchmarks/results/LABEL/op_costs.json]
+                                  [--hw-decoder-load auto|0.65] [--peer] [--forms] [--torch] [--threads N]
+                                  [--out benchmarks/results/LABEL/op_costs.json]
 
 ``--peer``: the same image ops written by hand in DALI (``peer_compare.HandDali``: DALI's own
 ``auto_aug.rand_augment`` and ``fn.erase``), timed in the same rounds, prefix by prefix: whether an op
@@ -21,9 +22,10 @@ one; ``GPUPIPE_DALI_FORM``), timed in the same rounds: the row ``RandAugment [cp
 op costs in the other form. (Random erasing had two forms until the H200 run of 2026-11-27 measured its
 mask form at three times ``fn.erase``'s cost.)
 
-``--torch``: RandAugment and random erasing as batched torch ops on a uint8 batch of the same size
-(``torch_policy.py``, the cost model of running them after DALI's crop), rows ``torch: RandAugment`` and
-``torch: RandomErasing``, their prefixes counted from the standard preset's.
+``--torch``: the prefixes from RandAugment on again in the ``"torch"`` form (``GPUPIPE_DALI_FORM=torch``,
+``gpupipe.backends.dali.torch_form``: DALI's graph stops after the flip, and the policy and random erasing run
+as batched torch ops on its uint8 batch), timed in the same rounds: rows ``RandAugment [torch form]`` and on,
+the first one's cost counted from the ``HorizontalFlip`` prefix; the last one is the whole heavy setting.
 
 ``--hw-decoder-load``: the loaders' setting (``auto``, the default, measures it once per prefix;
 a number skips that).
@@ -81,34 +83,42 @@ def table(names, times) -> list:
 FORM_OPS = ("RandAugment",)
 
 
-def other_form_loaders(args, steps, device, load) -> dict:
-    """The prefixes of ``FORM_OPS`` with the DALI forms the backend does not choose by itself."""
+def form_loaders(args, steps, device, load, form: str, names) -> dict:
+    """The prefixes ``names`` of ``steps`` built with ``GPUPIPE_DALI_FORM=form``, as ``"{name} [{form} form]"``."""
     from peer_compare import environ
 
-    from gpupipe.backends.dali.forms import FORM_VARIABLE, lowering_form
+    from gpupipe.backends.dali.forms import FORM_VARIABLE
+
+    with environ(FORM_VARIABLE, form):
+        return {f"{name} [{form} form]": gpupipe.loader(args.folder, prefix, batch_size=args.batch,
+                                                        backend=args.backend, device=device, drop_last=True,
+                                                        hw_decoder_load=load, num_threads=args.threads)
+                for name, prefix in steps if name in names}
+
+
+def other_form_loaders(args, steps, device, load) -> dict:
+    """The prefixes of ``FORM_OPS`` with the DALI forms the backend does not choose by itself."""
+    from gpupipe.backends.dali.forms import lowering_form
 
     other = "cpu" if lowering_form(gpu=args.backend == "dali") == "gpu" else "gpu"
-    with environ(FORM_VARIABLE, other):
-        return {f"{name} [{other} form]": gpupipe.loader(args.folder, prefix, batch_size=args.batch,
-                                                         backend=args.backend, device=device, drop_last=True,
-                                                         hw_decoder_load=load, num_threads=args.threads)
-                for name, prefix in steps if name in FORM_OPS}
+    return form_loaders(args, steps, device, load, other, FORM_OPS)
 
 
-def torch_policy_rows(rows: list, device: torch.device, args) -> list:
-    """``--torch``: RandAugment (n=2, m=9) and random erasing as batched torch ops on a uint8 batch of the same
-    size on the same device (``torch_policy.costs``), each row's prefix counted from the standard preset's
-    (the ``HorizontalFlip`` row), as if they ran after DALI's decode, crop and flip."""
-    from torch_policy import costs
+def torch_form_loaders(args, steps, device, load) -> dict:
+    """``--torch``: every prefix from the first auto-augment policy on, in the ``"torch"`` form."""
+    names = [name for name, _ in steps]
+    return form_loaders(args, steps, device, load, "torch", names[names.index(FORM_OPS[0]):])
 
-    measured = costs(device, args.batch, args.size, repeats=args.batches)
-    prefix = next(row["prefix_ms_per_batch"] for row in rows if row["op"] == "HorizontalFlip")
-    out = []
-    for name, ms in measured.items():
-        prefix += ms
-        out.append({"op": f"torch: {name}", "prefix_ms_per_batch": round(prefix, 3), "op_ms_per_batch": round(ms, 3),
-                    "spread_ms": 0.0})
-    return out
+
+def form_table(names, times, steps) -> list:
+    """``table`` of prefixes in another form; the first one's cost is against the prefix before it in the
+    backend's own form."""
+    rows = table(names, times)
+    if rows:
+        own = [name for name, _ in steps]
+        before = statistics.median(times[own[own.index(names[0].split(" [")[0]) - 1]])
+        rows[0]["op_ms_per_batch"] = round(rows[0]["prefix_ms_per_batch"] - before, 3)
+    return rows
 
 
 def time_per_batch(loader, batches: int, device: torch.device) -> float:
@@ -137,7 +147,7 @@ def main() -> None:
     parser.add_argument("--peer", action="store_true", help="also the same ops written by hand in DALI")
     parser.add_argument("--forms", action="store_true", help="also RandAugment in the other DALI form")
     parser.add_argument("--torch", action="store_true",
-                        help="also RandAugment and random erasing as batched torch ops (torch_policy.py)")
+                        help="also the prefixes from RandAugment on in the torch form (GPUPIPE_DALI_FORM=torch)")
     parser.add_argument("--threads", type=int, default=default_threads())
     parser.add_argument("--out")
     args = parser.parse_args()
@@ -150,6 +160,8 @@ def main() -> None:
                for name, prefix in steps}
     forms = other_form_loaders(args, steps, device, load) if args.forms else {}
     loaders.update(forms)
+    torch_forms = torch_form_loaders(args, steps, device, load) if args.torch else {}
+    loaders.update(torch_forms)
     peers = {}
     if args.peer:
         from pathlib import Path
@@ -166,12 +178,8 @@ def main() -> None:
             times[name].append(time_per_batch(loaders[name], args.batches, device))
     rows = table([name for name, _ in steps], times)
     peer_rows = table([name for name, _ in PEER_PREFIXES], times) if args.peer else []
-    form_rows = table(list(forms), times)  # each op in the other form, after the one before it in that form
-    if form_rows:  # the first one's cost is against the prefix before it in the backend's own form
-        names = [name for name, _ in steps]
-        before = statistics.median(times[names[names.index(FORM_OPS[0]) - 1]])
-        form_rows[0]["op_ms_per_batch"] = round(form_rows[0]["prefix_ms_per_batch"] - before, 3)
-    torch_rows = torch_policy_rows(rows, device, args) if args.torch else []
+    form_rows = form_table(list(forms), times, steps)
+    torch_rows = form_table(list(torch_forms), times, steps)
     print(f"{'op':28s} {'ms/batch':>9s} {'prefix':>9s} {'spread':>8s}")
     for row in rows + form_rows + peer_rows + torch_rows:
         print(f"{row['op']:28s} {row['op_ms_per_batch']:9.2f} {row['prefix_ms_per_batch']:9.2f} {row['spread_ms']:8.2f}")

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from . import cli, ops, pack, presets, remote
 from ._compat import package_attribute as __getattr__  # noqa: F401 -- names imported on first use, and old names
+from ._compat import package_dir as __dir__  # noqa: F401 -- dir() lists the names imported on first use
 from ._version import __version__
 from .errors import Error, OnError, SampleError, Skipped
 from .ops import AutoAugment as AutoAugment

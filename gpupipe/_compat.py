@@ -123,6 +123,13 @@ def package_attribute(name: str) -> Any:
     return value
 
 
+def package_dir() -> list[str]:
+    """``dir(gpupipe)`` (the package's ``__dir__``): its names with those of ``__all__`` not imported yet
+    (``LAZY``), so tab completion shows the whole public API."""
+    package = sys.modules["gpupipe"]
+    return sorted(set(vars(package)) | set(package.__all__))
+
+
 def moved_attribute(name: str) -> Any:
     """``gpupipe.<name>`` for a name ``gpupipe`` no longer has: a name of ``gpupipe.ops`` it no longer
     exports, or a module that moved (the package's ``__getattr__``, asked only for missing names).

@@ -14,9 +14,12 @@ from dataclasses import dataclass
 from typing import BinaryIO, Literal
 
 import numpy as np
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, UnidentifiedImageError
 
 from .errors import Error
+
+#: EXIF tag of the orientation.
+ORIENTATION = 0x0112
 
 
 class ImageRefused(Error, ValueError):
@@ -74,7 +77,30 @@ def decode_rgb(data: bytes) -> np.ndarray:
         OSError, ValueError, SyntaxError: PIL cannot read the data.
     """
     with Image.open(io.BytesIO(data)) as img:
-        return np.asarray(to_rgb8(ImageOps.exif_transpose(img)))
+        return np.asarray(to_rgb8(upright(img)))
+
+
+#: EXIF orientation -> the transpose that shows the stored pixels as displayed (as ``ImageOps.exif_transpose``).
+_TRANSPOSE = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}
+
+
+def upright(img: Image.Image, orientation: int | None = None) -> Image.Image:
+    """``img`` as displayed: decoded, its EXIF ``orientation`` (by default read once from ``img``) applied
+    (``img`` itself when upright).
+
+    Decoded first, so that a PNG's ``eXIf`` chunk after its pixels counts (PIL reads it at the end).
+    """
+    img.load()
+    method = _TRANSPOSE.get(img.getexif().get(ORIENTATION, 1) if orientation is None else orientation)
+    return img if method is None else img.transpose(method)
 
 
 @dataclass(frozen=True)
@@ -145,9 +171,10 @@ def header_at(read_at: ReadAt, open_file: Callable[[], BinaryIO], max_pixels: in
 
 
 def _jpeg_header(read_at: ReadAt, head: bytes) -> Header:
-    """Walks the JPEG marker segments up to the frame header, noting the EXIF orientation."""
+    """Walks the JPEG marker segments up to the scan, noting the frame header and every EXIF orientation
+    (an ``APP1`` may follow the frame header: every decoder reads it there too)."""
     at = _reader(read_at, head)
-    pos, orientation = 2, 1
+    pos, frame, orientations = 2, b"", list[int]()
     for _ in range(10_000):
         marker = at(pos, 4)
         if len(marker) < 2 or marker[0] != 0xFF:
@@ -164,15 +191,19 @@ def _jpeg_header(read_at: ReadAt, head: bytes) -> Header:
         length = int.from_bytes(marker[2:4], "big")
         if length < 2:
             break
-        if kind in _SOF:
+        if kind in _SOF and not frame:
             frame = at(pos + 4, 5)
             if len(frame) < 5:
                 break
-            return Header("JPEG", int.from_bytes(frame[3:5], "big"), int.from_bytes(frame[1:3], "big"), orientation)
-        if kind == 0xE1 and orientation == 1:
-            orientation = _exif_orientation(at(pos + 4, min(length - 2, 1 << 16)))
+        if kind == 0xE1:
+            segment = at(pos + 4, min(length - 2, 1 << 16))
+            if segment[:6] == b"Exif\x00\x00":  # (an APP1 may hold XMP instead)
+                orientations.append(_exif_orientation(segment))
         pos += 2 + length
-    raise ImageRefused("unreadable image header: no JPEG frame header")
+    if len(frame) < 5:
+        raise ImageRefused("unreadable image header: no JPEG frame header")
+    width, height = int.from_bytes(frame[3:5], "big"), int.from_bytes(frame[1:3], "big")
+    return Header("JPEG", width, height, _one_orientation(orientations, "EXIF segments"))
 
 
 def _reader(read_at: ReadAt, head: bytes) -> ReadAt:
@@ -186,19 +217,44 @@ def _reader(read_at: ReadAt, head: bytes) -> ReadAt:
     return at
 
 
+#: Chunks read at most in a PNG (each header one small read); a PNG with more is refused.
+MAX_PNG_CHUNKS = 100_000
+
+
 def _png_orientation(at: ReadAt) -> int:
-    """The EXIF orientation of a PNG's ``eXIf`` chunk (before ``IDAT``, as the PNG spec puts it; both
-    decoders turn the image by it), 1 when there is none."""
-    pos = 8
-    for _ in range(1_000):
+    """The EXIF orientation of a PNG's ``eXIf`` chunk, 1 when there is none.
+
+    Every chunk up to ``IEND`` is looked at: the chunk may follow the pixels (PNG's third edition
+    allows it), and PIL and DALI both turn the image by it there.
+
+    Raises:
+        ImageRefused: more than ``MAX_PNG_CHUNKS`` chunks, or ``eXIf`` chunks that disagree.
+    """
+    pos, orientations = 8, list[int]()
+    for _ in range(MAX_PNG_CHUNKS):
         chunk = at(pos, 8)
-        if len(chunk) < 8 or chunk[4:8] in (b"IDAT", b"IEND"):
-            break
+        if len(chunk) < 8 or chunk[4:8] == b"IEND":
+            return _one_orientation(orientations, "eXIf chunks")
         length = int.from_bytes(chunk[:4], "big")
         if chunk[4:8] == b"eXIf":
-            return _exif_orientation(b"Exif\x00\x00" + at(pos + 8, min(length, 1 << 16)))
+            orientations.append(_exif_orientation(b"Exif\x00\x00" + at(pos + 8, min(length, 1 << 16))))
         pos += 12 + length
-    return 1
+    raise ImageRefused(f"unreadable image header: more than {MAX_PNG_CHUNKS:,} PNG chunks")
+
+
+def _one_orientation(orientations: list[int], what: str) -> int:
+    """The one EXIF orientation of a file (1 when it has none).
+
+    Raises:
+        ImageRefused: when its EXIF blocks disagree: decoders differ on which one applies (PIL takes
+            the first or the last, DALI gives pixels turned by one and laid out by another).
+    """
+    if len(set(orientations)) > 1:
+        found = ", ".join(map(str, orientations))
+        raise ImageRefused(
+            f"{len(orientations)} {what} with different EXIF orientations ({found}): decoders differ on which applies"
+        )
+    return orientations[0] if orientations else 1
 
 
 def _exif_orientation(app1: bytes) -> int:
@@ -218,7 +274,7 @@ def _exif_orientation(app1: bytes) -> int:
         entry = tiff[ifd + 2 + 12 * k : ifd + 14 + 12 * k]
         if len(entry) < 12:
             break
-        if int.from_bytes(entry[:2], order) == 0x0112:
+        if int.from_bytes(entry[:2], order) == ORIENTATION:
             value = int.from_bytes(entry[8:10], order)
             return value if 1 <= value <= 8 else 1
     return 1

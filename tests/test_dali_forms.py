@@ -153,7 +153,7 @@ def test_erasing_has_one_form_and_erases_the_share_of_samples_asked(folder, p, b
 
 
 def test_the_form_follows_the_device_unless_the_variable_names_one(monkeypatch):
-    from gpupipe.backends.dali.forms import lowering_form
+    from gpupipe.backends.dali.forms import graph_form, lowering_form
     from gpupipe.backends.dali.graph import uses_conditionals
     from gpupipe.plan.spec import build_spec
 
@@ -164,7 +164,12 @@ def test_the_form_follows_the_device_unless_the_variable_names_one(monkeypatch):
     monkeypatch.setenv("GPUPIPE_DALI_FORM", "GPU ")
     assert lowering_form(gpu=False) == "gpu"
     monkeypatch.setenv("GPUPIPE_DALI_FORM", "fused")
-    with pytest.raises(ValueError, match="GPUPIPE_DALI_FORM='fused': expected one of gpu, cpu"):
+    with pytest.raises(ValueError, match="GPUPIPE_DALI_FORM='fused': expected one of gpu, cpu, torch"):
         lowering_form(gpu=True)
+    monkeypatch.setenv("GPUPIPE_DALI_FORM", "torch")
+    assert lowering_form(gpu=True) == "torch"
+    # what the torch form leaves in DALI's graph takes the device's form
+    assert (graph_form("torch", gpu=True), graph_form("torch", gpu=False), graph_form("cpu", gpu=True)) == (
+        "gpu", "cpu", "cpu")
     spec = build_spec([Decode(), Resize(size=SIZE), RandAugment()])
     assert uses_conditionals(spec, "cpu") and not uses_conditionals(spec, "gpu")

@@ -84,3 +84,32 @@ def test_committed_gpu_results_generate_their_tables(tmp_path, monkeypatch):
 def test_without_a_committed_gpu_result_the_page_says_so(tmp_path):
     assert hooks.gpu_results(tmp_path).startswith("No GPU result is committed yet")
     assert "gpu_results" in hooks.CALLS and "gpu_results()" in (ROOT / "docs" / "cpu-gpu.md").read_text()
+
+
+def test_one_rule_says_which_committed_folder_is_a_gpu_run(tmp_path):
+    """The documentation's tables (``sections``) and the quick proof's order of the cuda tests (``gpu_tests_seen``)
+    take the same folders for GPU runs: ``gpu_results.is_gpu_run``, the one rule."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_results
+    import gpu_tests_seen
+
+    folders = {
+        "h100-2026-11-27": {"quick.json": json.dumps(FIGURES)},
+        "quick-rehearsal": {"quick.json": json.dumps({**FIGURES, "rehearsal": True})},
+        "proof-h100": {"summary.md": "# GPU proof\n\nMachine: NVIDIA H100\n"},
+        "proof-rehearsal": {"summary.md": "# GPU proof (CPU rehearsal: not a GPU result)\n"},
+        "cpu-2core": {"bench.json": "{}"},
+    }
+    for name, files in folders.items():
+        (tmp_path / name).mkdir()
+        for file, text in files.items():
+            (tmp_path / name / file).write_text(text)
+        (tmp_path / name / "tests.log").write_text(f"tests/test_x.py::test_{name.replace('-', '_')} PASSED\n")
+    assert {name for name in folders if gpu_results.is_gpu_run(tmp_path / name)} == {"h100-2026-11-27", "proof-h100"}
+    assert gpu_tests_seen.passed_on_a_gpu(tmp_path) == {"tests/test_x.py::test_h100_2026_11_27",
+                                                        "tests/test_x.py::test_proof_h100"}
+    text = gpu_results.sections(tmp_path)
+    assert "`h100-2026-11-27`" in text and "rehearsal" not in text and "proof-h100" not in text
+    assert gpu_tests_seen.RESULTS == gpu_results.RESULTS == ROOT.resolve() / "benchmarks" / "results"

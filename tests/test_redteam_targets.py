@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from exif_helpers import scene, turned_png
 from helpers import CPU_BACKENDS
 from PIL import Image
 
@@ -60,31 +61,18 @@ def test_masks_in_the_images_folder_are_not_taken_for_images(tmp_path):
         assert source.problems == [], masks
 
 
-def _rotated_png(path: Path, pixels: np.ndarray, orientation: int) -> None:
-    """``pixels`` (as displayed) stored rotated, with the EXIF ``orientation`` (3, 6 or 8) that shows them
-    upright, in a PNG ``eXIf`` chunk (phones' and converters' PNGs carry one)."""
-    turn = {3: Image.Transpose.ROTATE_180, 6: Image.Transpose.ROTATE_90, 8: Image.Transpose.ROTATE_270}
-    exif = Image.Exif()
-    exif[0x0112] = orientation
-    Image.fromarray(pixels).transpose(turn[orientation]).save(path, exif=exif)
+#: Where a PNG's ``eXIf`` chunk lies: before its pixels (as PIL writes it) or after them (PNG's third edition).
+WHERE = ["before", "after"]
 
 
-def _scene() -> tuple[np.ndarray, np.ndarray]:
-    """A 40x24 image with a white rectangle, and its mask (class 3 in the rectangle, 1 elsewhere)."""
-    image = np.zeros((24, 40, 3), np.uint8)
-    image[3:9, 4:14] = 255
-    mask = np.ones((24, 40), np.uint8)
-    mask[3:9, 4:14] = 3
-    return image, mask
-
-
+@pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("backend", DECODING_BACKENDS)
-def test_a_png_with_an_exif_orientation_is_planned_at_its_displayed_size(tmp_path, backend):
+def test_a_png_with_an_exif_orientation_is_planned_at_its_displayed_size(tmp_path, backend, where):
     # Both decoders turn such a PNG upright, but its size was read unturned: crops took the wrong window.
-    image, _ = _scene()
+    image, _ = scene()
     (tmp_path / "c").mkdir()
     for k, orientation in enumerate((6, 8, 3)):
-        _rotated_png(tmp_path / "c" / f"{k}.png", image, orientation)
+        (tmp_path / "c" / f"{k}.png").write_bytes(turned_png(image, orientation, **{where: True}))
     Image.fromarray(image).save(tmp_path / "c" / "upright.png")
     for pipeline in (
         [gpupipe.Decode(), gpupipe.CenterCrop((20, 30))],
@@ -96,30 +84,26 @@ def test_a_png_with_an_exif_orientation_is_planned_at_its_displayed_size(tmp_pat
             assert (images[k].int() - images[3].int()).abs().max() <= 2, (pipeline[1], k)
 
 
+@pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("backend", DECODING_BACKENDS)
-def test_a_mask_with_an_exif_orientation_is_turned_upright_like_an_image(tmp_path, backend):
+def test_a_mask_with_an_exif_orientation_is_turned_upright_like_an_image(tmp_path, backend, where):
     # DALI turned such a mask upright and torchvision did not (120 pixels off), and a mask turned a quarter
-    # was refused as the wrong size.
-    image, mask = _scene()
+    # was refused as the wrong size; a crop planned at the stored size took another window of image and mask.
+    image, mask = scene()
     for sub in ("images", "masks"):
         (tmp_path / sub).mkdir()
     for k, orientation in enumerate((6, 3, 8)):
-        _rotated_png(tmp_path / "images" / f"{k}.png", image, orientation)
-        _rotated_png(tmp_path / "masks" / f"{k}.png", mask, orientation)
+        (tmp_path / "images" / f"{k}.png").write_bytes(turned_png(image, orientation, **{where: True}))
+        (tmp_path / "masks" / f"{k}.png").write_bytes(turned_png(mask, orientation, **{where: True}))
     source = gpupipe.SegmentationFolder(tmp_path / "images", tmp_path / "masks")
-    loader = gpupipe.loader(
-        source,
-        [gpupipe.Decode(), gpupipe.Resize((24, 40))],
-        batch_size=3,
-        backend=backend,
-        shuffle=False,
-        dtype="uint8",
-    )
-    images, masks = next(iter(loader))
-    assert masks.shape == (3, 24, 40)
-    for k in range(3):
-        assert np.array_equal(masks[k].numpy(), mask), k
-        assert (images[k].float().mean(0) > 128).numpy().tolist() == (mask == 3).tolist(), k
+    for op, window in ((gpupipe.Resize((24, 40)), mask), (gpupipe.CenterCrop((20, 30)), mask[2:22, 5:35])):
+        loader = gpupipe.loader(source, [gpupipe.Decode(), op], batch_size=3, backend=backend, shuffle=False,
+                                dtype="uint8")
+        images, masks = next(iter(loader))
+        assert masks.shape == (3, *window.shape)
+        for k in range(3):
+            assert np.array_equal(masks[k].numpy(), window), (op, k)
+            assert (images[k].float().mean(0) > 128).numpy().tolist() == (window == 3).tolist(), (op, k)
 
 
 def _coco(root: Path) -> gpupipe.CocoDetection:

@@ -18,7 +18,13 @@ logger = logging.getLogger("gpupipe.loader")
 
 
 def resolve_inputs(
-    source: Any, pipeline: Any, fallback: str | None = None, backend: str = "auto"
+    source: Any,
+    pipeline: Any,
+    fallback: str | None = None,
+    backend: str = "auto",
+    *,
+    max_pixels: int = 100_000_000,
+    max_file_size: int | None = None,
 ) -> tuple[Any, Any, Any | None, str]:
     """``(source, pipeline, dataset, backend)`` for [`gpupipe.loader`][gpupipe.loader].
 
@@ -27,7 +33,9 @@ def resolve_inputs(
     timm transform becomes its ops (``from_torchvision``);
     ``dataset`` is the user's dataset object (``None`` for a path or a source). With
     ``fallback="torchvision"`` a transform that cannot be compiled runs as it is
-    (``gpupipe.interop.fallback``), and ``backend`` becomes that backend.
+    (``gpupipe.interop.fallback``), and ``backend`` becomes that backend. ``max_pixels`` and
+    ``max_file_size`` are the loader's: a transform that gives no one size reads the image sizes from the
+    scan the loader then reuses (the same limits), not from a scan of its own.
 
     Raises:
         UnsupportedDataset: a dataset object gpupipe cannot read, or one without a transform
@@ -59,7 +67,7 @@ def resolve_inputs(
     if is_transform(pipeline) or (fallback and callable(pipeline)):
         try:
             ops = from_torchvision(pipeline)
-            source, pipeline = _one_size(source, ops)
+            source, pipeline = _one_size(source, ops, max_pixels, max_file_size)
         except UnsupportedTransform as err:
             if fallback is None:
                 raise
@@ -68,18 +76,21 @@ def resolve_inputs(
     return source, pipeline, dataset, backend
 
 
-def _one_size(source: Any, ops: list[Op]) -> tuple[Any, list[Op]]:
+def _one_size(source: Any, ops: list[Op], max_pixels: int, max_file_size: int | None) -> tuple[Any, list[Op]]:
     """``(source, ops)``, the ops giving one size where a compiled transform has no resize or crop
     but every image has the same size (CIFAR's ``ToTensor()`` + ``Normalize()`` over 32 x 32 PNGs, which
-    torch's default collate batches): a ``CenterCrop`` of that size, which changes no pixel, after ``Decode``."""
+    torch's default collate batches): a ``CenterCrop`` of that size, which changes no pixel, after ``Decode``.
+
+    The sizes come from the source's scan with the loader's limits, the one the loader then reuses (a source
+    keeps its scan per limits): every header is read once, and a file the loader refuses has no size here."""
     size = None
     for op in ops:
         size = op.output_size(size)
     if size is not None:
         return source, ops
     source = as_source(source)
-    sizes = source.sizes()
-    found = np.unique(sizes[sizes[:, 0] > 0], axis=0)  # (-1, -1): a bad file, left to the scan's verdict
+    sizes = source.scan(max_pixels, max_file_size).sizes
+    found = np.unique(sizes[sizes[:, 0] > 0], axis=0)  # (-1, -1): a bad file, left to the loader's on_error
     if len(found) != 1:
         return source, ops  # images of several sizes: refused when the loader is built, as torch's collate fails
     height, width = (int(v) for v in found[0])

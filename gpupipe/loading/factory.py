@@ -138,7 +138,9 @@ def loader(
         reduced_decode=reduced_decode,
     )
     auto_device = device is None
-    source, pipeline, dataset, backend = resolve_inputs(source, pipeline, fallback, backend)  # torchvision's
+    source, pipeline, dataset, backend = resolve_inputs(  # torchvision's
+        source, pipeline, fallback, backend, max_pixels=config.max_pixels, max_file_size=config.max_file_size
+    )
     device, backend, why = steps.choose_device_and_backend(device, backend, config.num_threads)
     world = env.resolve_world(rank, world_size)
     if not isinstance(pipeline, str) and not hasattr(pipeline, "__iter__"):

@@ -130,10 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             if rank == 0:
                 upload_manifest(local_dst, args.dst, retry)
     except KeyboardInterrupt:
-        print(
-            f"interrupted: the finished shards are kept in {local_dst}; run the same command again to resume",
-            file=sys.stderr,
-        )
+        print(interrupted(local_dst), file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
         if world_size > 1:
@@ -152,6 +149,14 @@ def main(argv: list[str] | None = None) -> int:
         f"copied as they were) in {summary.seconds:.1f} s: {summary.images_per_s:.0f} images/s"
     )
     return 0
+
+
+def interrupted(dst: Path) -> str:
+    """What Ctrl-C left: nothing before the pack's journal is written (while the inputs are listed), else
+    the finished shards, which a rerun keeps."""
+    if not any(dst.glob(".pack-journal*.json")):
+        return f"interrupted before packing began: nothing was written to {dst}; run the same command again"
+    return f"interrupted: the finished shards are kept in {dst}; run the same command again to resume"
 
 
 def staging_dir(url: str) -> Path:

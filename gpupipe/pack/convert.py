@@ -16,16 +16,14 @@ import io
 from dataclasses import dataclass
 from typing import Any
 
-from PIL import Image, ImageOps
+from PIL import Image
 
 from .. import targets
 from ..fileio import DEFAULT_MAX_FILE_SIZE, UnreadableFile, read_file
-from ..images import ImageRefused, open_checked, to_rgb8
+from ..images import ORIENTATION, ImageRefused, open_checked, read_header, to_rgb8, upright
 from ..shards import format as shardfmt
 from ..targets import TargetKind
 
-#: EXIF tag of the orientation.
-ORIENTATION = 0x0112
 #: The longest side a JPEG written by libjpeg may have.
 JPEG_MAX_SIDE = 65_500
 
@@ -105,7 +103,10 @@ def convert_image(data: bytes, settings: ConvertSettings) -> tuple[bytes, tuple[
         raise ImageRefused("empty file (0 bytes)")
     img = open_checked(io.BytesIO(data), settings.max_pixels)
     width, height = img.size
-    orientation = img.getexif().get(ORIENTATION, 1)
+    if img.format in ("JPEG", "PNG"):  # the scan's rule (every EXIF block, wherever it lies; refused if they differ)
+        orientation = read_header(io.BytesIO(data), settings.max_pixels).orientation
+    else:
+        orientation = img.getexif().get(ORIENTATION, 1)
     size = target_size(width, height, settings.max_size)
     if max(size) > JPEG_MAX_SIDE:
         raise ImageRefused(
@@ -126,11 +127,11 @@ def convert_image(data: bytes, settings: ConvertSettings) -> tuple[bytes, tuple[
         img.load()  # the full decode, once: finds truncated and corrupt files
     except (OSError, SyntaxError, ValueError) as err:
         raise ImageRefused(f"cannot decode: {err}") from None
-    upright = (height, width) if orientation in (5, 6, 7, 8) else (width, height)
+    shown = (height, width) if orientation in (5, 6, 7, 8) else (width, height)
     if clean:
-        return data, upright, upright, True
-    img = to_rgb8(ImageOps.exif_transpose(img))
-    size = target_size(*upright, settings.max_size)
+        return data, shown, shown, True
+    img = to_rgb8(upright(img, orientation))
+    size = target_size(*shown, settings.max_size)
     if size != img.size:
         img = img.resize(size, Image.Resampling.BICUBIC, reducing_gap=3.0)
     out = io.BytesIO()
@@ -138,7 +139,7 @@ def convert_image(data: bytes, settings: ConvertSettings) -> tuple[bytes, tuple[
         img.save(out, "JPEG", quality=settings.quality)
     except (OSError, ValueError) as err:  # in memory: the encoder refused this image, nothing else failed
         raise ImageRefused(f"cannot encode as JPEG: {err}") from None
-    return out.getvalue(), upright, size, False
+    return out.getvalue(), shown, size, False
 
 
 def convert(task: Task, settings: ConvertSettings) -> Converted:

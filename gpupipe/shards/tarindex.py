@@ -123,48 +123,85 @@ def _dotted(members: dict[str, shardfmt.Member], image_exts: Sequence[str]) -> s
 
 
 def _groups(fh, path: str, size: int, problems: list[tuple[str, str]]) -> list[tuple[str, dict[str, shardfmt.Member]]]:
-    """Consecutive members by key; members DALI's index cannot hold are left out (and listed)."""
+    """Consecutive members by key; members DALI's index cannot hold are left out (and listed).
+
+    Tars written back to back (``cat a.tar b.tar``) are read whole, as ``tar -i`` reads them: an
+    archive's end marker is followed by the next archive's first header.
+    """
     groups: list[tuple[str, dict[str, shardfmt.Member]]] = []
+    start: int | None = 0
     try:
-        with tarfile.open(fileobj=fh, mode="r:", tarinfo=_CappedTarInfo) as tar:
-            for info in tar:
-                where = f"{path}#{info.name}"
-                if not info.isfile():
-                    continue
-                parts = split_name(info.name)
-                if parts is None:
-                    problems.append((where, "no extension: not part of a WebDataset sample"))
-                    continue
-                if any(c.isspace() for c in info.name):
-                    problems.append((where, "a name with white space, which DALI's tar index cannot hold"))
-                    continue
-                if info.offset_data + info.size > size:
-                    problems.append((where, "lies past the end of the tar (cut short?)"))
-                    continue
-                key, ext = parts
-                member = shardfmt.Member(info.name, info.offset_data, info.size)
-                if groups and groups[-1][0] == key:
-                    if ext.lower() in groups[-1][1]:
-                        problems.append((where, f"a second .{ext} member in sample {key}"))
-                        continue
-                    groups[-1][1][ext.lower()] = member
-                else:
-                    groups.append((key, {ext.lower(): member}))
+        while start is not None:
+            fh.seek(start)
+            with tarfile.open(fileobj=fh, mode="r:", tarinfo=_CappedTarInfo) as tar:
+                for info in tar:
+                    _add_member(groups, info, path, size, problems)
+                end = tar.offset
             # tarfile ends its listing quietly at a missing or unreadable header: only an end marker (a
             # block of zeros) there says the tar is whole, so nothing after a cut goes unnoticed
-            if os.pread(fh.fileno(), tarfile.BLOCKSIZE, tar.offset) != bytes(tarfile.BLOCKSIZE):
+            if os.pread(fh.fileno(), tarfile.BLOCKSIZE, end) != bytes(tarfile.BLOCKSIZE):
                 read = sum(len(g[1]) for g in groups)
                 why = (
-                    f"no end marker after {read} members (byte {tar.offset}, the end of the file): written "
+                    f"no end marker after {read} members (byte {end}, the end of the file): written "
                     "without one, or cut at a member boundary (then later members are missing)"
-                    if tar.offset == size
-                    else f"no tar header at byte {tar.offset} after {read} members, and no end marker (cut short "
+                    if end == size
+                    else f"no tar header at byte {end} after {read} members, and no end marker (cut short "
                     "or damaged?): nothing after it is read"
                 )
                 problems.append((path, why))
+                break
+            start = _next_archive(fh, path, end, problems)
     except tarfile.TarError as err:
         problems.append((path, f"not a readable tar after {sum(len(g[1]) for g in groups)} members ({err})"))
     return groups
+
+
+def _add_member(groups, info: tarfile.TarInfo, path: str, size: int, problems: list[tuple[str, str]]) -> None:
+    """Adds a regular file member to its sample (the last group when it has the same key)."""
+    where = f"{path}#{info.name}"
+    if not info.isfile():
+        return
+    parts = split_name(info.name)
+    if parts is None:
+        problems.append((where, "no extension: not part of a WebDataset sample"))
+        return
+    if any(c.isspace() for c in info.name):
+        problems.append((where, "a name with white space, which DALI's tar index cannot hold"))
+        return
+    if info.offset_data + info.size > size:
+        problems.append((where, "lies past the end of the tar (cut short?)"))
+        return
+    key, ext = parts
+    member = shardfmt.Member(info.name, info.offset_data, info.size)
+    if groups and groups[-1][0] == key:
+        if ext.lower() in groups[-1][1]:
+            problems.append((where, f"a second .{ext} member in sample {key}"))
+            return
+        groups[-1][1][ext.lower()] = member
+    else:
+        groups.append((key, {ext.lower(): member}))
+
+
+def _next_archive(fh, path: str, end: int, problems: list[tuple[str, str]]) -> int | None:
+    """Where the next archive starts after the end marker at ``end`` (the first block that is not
+    zeros), or ``None`` at the end of the file; data there that is no tar header is listed, not read."""
+    pos = end
+    while True:
+        data = os.pread(fh.fileno(), 1 << 20, pos)
+        if not data:
+            return None
+        stripped = data.lstrip(b"\x00")
+        if stripped:
+            block = pos + len(data) - len(stripped)
+            block -= block % tarfile.BLOCKSIZE
+            break
+        pos += len(data)
+    try:
+        tarfile.TarInfo.frombuf(os.pread(fh.fileno(), tarfile.BLOCKSIZE, block), "utf-8", "surrogateescape")
+    except tarfile.HeaderError:
+        problems.append((path, f"data after the end marker at byte {block} is not a tar header: not read"))
+        return None
+    return block
 
 
 class _CappedTarInfo(tarfile.TarInfo):

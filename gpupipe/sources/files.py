@@ -274,7 +274,8 @@ class FileList(FileSource):
             self.target.check(self, "FileList")
             return
         sets = [list(v) if isinstance(v, _SETS) else [v] for v in raw]
-        self.classes, index = _numbering([v for s in sets for v in s], classes)
+        owners = [name for name, s in zip(self.names, sets) for _ in s]  # each label's file, for messages
+        self.classes, index = _numbering([v for s in sets for v in s], classes, owners)
         self.label_lists = [np.fromiter(map(index, s), np.int64, len(s)) for s in sets]
         self.kind = TargetKind.MULTI_LABEL
         self.columns = ("names", "labels", "label_lists")
@@ -294,8 +295,8 @@ def _numbering(labels: list, classes: Sequence[str] | None, names: Sequence[str]
     if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in labels):
         if classes is None:
             largest = int(max(labels, default=-1))
-            where = names[labels.index(largest)] if len(names) == len(labels) and labels else "a label"
-            classes = numbered_classes(largest, "FileList", f"of {where!r}")
+            where = f"of {names[labels.index(largest)]!r}" if len(names) == len(labels) and labels else "in the list"
+            classes = numbered_classes(largest, "FileList", where)
         return list(classes), int
     if all(isinstance(v, str) for v in labels):
         if classes is None:

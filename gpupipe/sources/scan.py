@@ -41,7 +41,7 @@ from ..progress import Progress
 
 logger = logging.getLogger("gpupipe.scan")
 
-CACHE_VERSION = 3
+CACHE_VERSION = 4  # 4: a PNG's eXIf chunk after its pixels, and EXIF after a JPEG's frame header, count
 #: How far from the end an end-of-image marker may sit (some writers pad files).
 _TAIL_BYTES = 4096
 #: Below this many files to check (or to stat), a scan stays in this process.

@@ -57,7 +57,9 @@ def decode_mask(data: bytes) -> np.ndarray:
         ValueError: a mode whose values are not class ids (RGB, alpha, float), or 16-bit ids above 255.
         OSError, SyntaxError: PIL cannot read the data.
     """
-    from PIL import Image, ImageOps
+    from PIL import Image
+
+    from ..images import upright
 
     layout = png_layout(data)
     if layout is not None and layout[1] not in MASK_DEPTHS.get(layout[0], ()):
@@ -66,8 +68,7 @@ def decode_mask(data: bytes) -> np.ndarray:
         mode = img.mode
         if mode not in ("1", "L", "P", "I", "I;16", "I;16B", "I;16L", "I;16N"):
             raise ValueError(f"a mask must be a single-channel gray or palette image (class ids), got mode {mode}")
-        turned = img.getexif().get(0x0112, 1) not in (0, 1)  # exif_transpose copies an upright image too
-        values = np.asarray(ImageOps.exif_transpose(img) if turned else img)
+        values = np.asarray(upright(img))  # as the image: its orientation read once, after the pixels too
     if mode == "L" and layout is not None and layout[1] in _PIL_GRAY_SCALE:
         return (values // _PIL_GRAY_SCALE[layout[1]]).astype(np.uint8)
     if values.dtype != np.uint8:

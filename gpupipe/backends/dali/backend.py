@@ -32,11 +32,13 @@ from ...plan.spec import PipelineSpec
 from ...sources import Source
 from ..base import EpochRead, Placement
 from ..common import BadSamples, batch_slots
+from .forms import lowering_form
 from .graph import Pipelines
 from .lifetime import cuda_keep_alive
 from .readers import remove_stale_folders
 from .recovery import suspects_of
 from .run import BatchRef, Run, RunFailed, padded, to_torch
+from .torch_form import tail_of
 
 logger = logging.getLogger(__name__)
 
@@ -79,11 +81,15 @@ class DaliBackend:
         self.target = source.target
         # dali-cpu feeding a GPU: uint8 batches, normalised on the GPU while the previous step runs.
         self.finish_on_gpu = not gpu and device.type == "cuda"
-        self.graph_spec = (
-            dataclasses.replace(spec, output=Output("uint8", channels_last=spec.output.channels_last))
-            if self.finish_on_gpu
-            else spec
-        )
+        # the "torch" form: the trailing policies and erasing as torch ops on the graph's uint8 batch
+        self.tail = tail_of(spec, targets_move=self.target.moves_with_pixels) if lowering_form(gpu) == "torch" else None
+        if self.tail is not None:
+            self.graph_spec = self.tail.graph_spec()
+            self._finish = finisher(spec)
+        elif self.finish_on_gpu:
+            self.graph_spec = dataclasses.replace(spec, output=Output("uint8", channels_last=spec.output.channels_last))
+        else:
+            self.graph_spec = spec
         self.bad = BadSamples(source, errors)
         self.pipelines = Pipelines(
             source,
@@ -94,6 +100,7 @@ class DaliBackend:
             gpu=gpu,
             planner=Planner(spec, config.seed),
             sizes=source.sizes(),
+            tail=self.tail,
         )
         self._run: Run | None = None
         self._next: Future | None = None
@@ -254,7 +261,12 @@ class DaliBackend:
         images = raw.permute(0, 3, 1, 2) if self.graph_spec.output.channels_last else raw
         if n < images.shape[0]:
             images = images[:n]
-        if images.dtype != self.graph_spec.output.torch_dtype:
+        if self.tail is not None:
+            assert ref.tail_params is not None  # planned with the run
+            images = self.tail.apply(images, to_device(ref.tail_params[:n], images.device))
+            if not self.finish_on_gpu:
+                images = self._finish(images)
+        elif images.dtype != self.graph_spec.output.torch_dtype:
             images = images.to(self.graph_spec.output.torch_dtype)
         targets: Any
         if self.target.moves_with_pixels:

@@ -11,6 +11,9 @@ cost 20.3 ms against ``fn.erase``'s 6.6 ms and was removed.)
 
 ``dali`` uses the ``"gpu"`` forms and ``dali-cpu`` the ``"cpu"`` ones; ``GPUPIPE_DALI_FORM=gpu`` or
 ``cpu`` overrides that (for the benchmarks that compare them: ``benchmarks/op_costs.py --forms``).
+``GPUPIPE_DALI_FORM=torch`` runs a spec's trailing policies and random erasing as batched torch ops on
+DALI's uint8 output instead (``torch_form``; image-level targets only), the rest of the graph in the
+device's form: the candidate for the heavy setting, opt-in until a GPU run measures it.
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ import os
 
 #: The environment variable that overrides the choice of forms.
 FORM_VARIABLE = "GPUPIPE_DALI_FORM"
-FORMS = ("gpu", "cpu")
+FORMS = ("gpu", "cpu", "torch")
 
 
 def lowering_form(gpu: bool) -> str:
-    """``"gpu"`` where the image ops run on the GPU, else ``"cpu"``, unless ``GPUPIPE_DALI_FORM`` names one.
+    """``"gpu"`` where the image ops run on the GPU, else ``"cpu"``, unless ``GPUPIPE_DALI_FORM`` names one
+    (``"torch"`` too).
 
     Raises:
         ValueError: the variable names neither form.
@@ -36,4 +40,12 @@ def lowering_form(gpu: bool) -> str:
     return chosen
 
 
-__all__ = ["FORM_VARIABLE", "FORMS", "lowering_form"]
+def graph_form(form: str, gpu: bool) -> str:
+    """The form of the ops inside DALI's graph: ``form``, or the device's where ``form`` is ``"torch"``
+    (the ops it cannot take after the graph stay there)."""
+    if form == "torch":
+        return "gpu" if gpu else "cpu"
+    return form
+
+
+__all__ = ["FORM_VARIABLE", "FORMS", "graph_form", "lowering_form"]

@@ -33,7 +33,7 @@ from ..base import Placement
 from .augment_fused import POLICIES, host_params
 from .calibrate import DEFAULT_LOAD, remembered_hw_decoder_load
 from .decoder import decoder_kwargs, decoder_settings
-from .forms import lowering_form
+from .forms import graph_form, lowering_form
 from .lifetime import track
 from .lowering import Graph, lower, quiet_auto_aug
 from .params import ParamLayout, RunParams
@@ -41,6 +41,7 @@ from .readers import ReaderFiles, reader_for
 from .recovery import Prober
 from .run import BatchRef, Run, RunFailed
 from .targets import TARGETS
+from .torch_form import TorchTail
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +64,8 @@ class Pipelines:
         gpu: decode with ``device="mixed"`` and run the image ops on the GPU.
         planner: draws the parameters.
         sizes: ``(N, 2)`` the samples' image sizes.
+        tail: the spec's trailing ops that run as torch ops after the graph (the ``"torch"`` form), whose
+            parameters each planned ``BatchRef`` then carries (``tail_params``).
     """
 
     def __init__(
@@ -76,16 +79,17 @@ class Pipelines:
         gpu: bool,
         planner: Planner,
         sizes: np.ndarray,
+        tail: TorchTail | None = None,
     ) -> None:
         self.source, self.spec, self.graph_spec, self.config, self.gpu = source, spec, graph_spec, config, gpu
-        self.placement = placement
+        self.placement, self.tail = placement, tail
         self.planner, self.sizes = planner, sizes
         self.decoder = decoder_settings(config, sizes)
         self.reader = reader_for(source)
         self.target = TARGETS.of(source.target)  # the target's DALI lowering (refuses a kind it lacks)
         # what the external source feeds besides the parameters: the target, unless the reader reads it
         self.fed = 0 if self.reader.reads_target else self.target.feeds
-        self.form = lowering_form(gpu)
+        self.form = graph_form(lowering_form(gpu), gpu)
         self.layout = self._used_params()
         load = self.decoder.hw_decoder_load
         self.hw_decoder_load: float | None = None if load == "auto" else float(load)
@@ -111,7 +115,7 @@ class Pipelines:
             k = min(info.iteration, len(refs) - 1)
             return params.feed(k) + self._feed(refs[k])
 
-        @pipeline_def(enable_conditionals=uses_conditionals(self.spec, self.form))
+        @pipeline_def(enable_conditionals=uses_conditionals(self.graph_spec, self.form))
         def graph():
             nodes = self.reader(indices, files)
             captured["expected"] = nodes.expected
@@ -201,7 +205,7 @@ class Pipelines:
         return Prober(self._probe_pipeline, read, prepare)
 
     def _probe_pipeline(self, prober: Prober):
-        @pipeline_def(enable_conditionals=uses_conditionals(self.spec, self.form))
+        @pipeline_def(enable_conditionals=uses_conditionals(self.graph_spec, self.form))
         def graph():
             encoded = fn.external_source(source=lambda info: prober.current[0], batch=True, batch_info=True)
             inputs = self._external(lambda info: prober.current[1], fed=self.target.feeds)  # no reader here
@@ -228,7 +232,7 @@ class Pipelines:
         every = ParamLayout(steps, [(j, name) for j, step in enumerate(steps) for name in sorted(step)])
         recorded: list = []
 
-        @pipeline_def(enable_conditionals=uses_conditionals(self.spec, self.form))
+        @pipeline_def(enable_conditionals=uses_conditionals(self.graph_spec, self.form))
         def trace():
             inputs = self._external(lambda info: None, every, fed=self.target.feeds)
             params = every.nodes(inputs[: every.outputs])
@@ -307,8 +311,13 @@ class Pipelines:
             epochs, positions, self.sizes[indices], self.source.target.planning_boxes(self.source, indices)
         )
         content = self.planner.content_sizes(plan)
+        tail = None if self.tail is None else torch.from_numpy(self.tail.pack(plan.steps, len(indices)))
+        if tail is not None and self.placement.device.type == "cuda":
+            tail = tail.pin_memory()  # here, on the planning thread: the batch's copy is then an async one
         for m, ref in enumerate(refs):
             ref.content_sizes = content[m * bs : (m + 1) * bs]
+            if tail is not None:
+                ref.tail_params = tail[m * bs : (m + 1) * bs]
         return self.layout.pack(self._host_steps(plan.steps), len(indices))
 
     def _feed(self, ref: BatchRef) -> list:

@@ -32,6 +32,8 @@ class BatchRef:
             last real one repeated to fill a short batch.
         count: the real samples.
         content_sizes: ``(batch_size, 2)`` the output images' content sizes (without padding), set when planned.
+        tail_params: ``(batch_size, P)`` float32, the parameters of the ops run after the graph (``torch_form``),
+            set when planned (in pinned memory where the batches go to a GPU).
     """
 
     epoch: int
@@ -40,6 +42,7 @@ class BatchRef:
     positions: np.ndarray
     count: int
     content_sizes: np.ndarray | None = None
+    tail_params: torch.Tensor | None = None
 
     @property
     def key(self) -> tuple[int, int]:
