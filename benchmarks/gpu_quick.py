@@ -190,8 +190,9 @@ class Quick:
     def peer(self, cap: float) -> None:
         small = ["--tiny-models", "--size", "64", "--batch-size", "8", "--steps", "3", "--train-steps", "2",
                  "--warmup", "2", "--rounds", "1"]
+        # 3 rounds: the median then drops one slow round (window A's 0.93x was one round of two at 8,698 img/s)
         full = ["--models", "resnet18", "--batch-size", "256", "--steps", "40", "--train-steps", "30", "--warmup",
-                "10", "--rounds", "2"]
+                "10", "--rounds", "3"]
         # then gpupipe in the ResNet-18 loop once more, next() profiled by the wall clock: where the loop waits
         self.script("peer", cap, "peer_compare.py", "--data", str(self.folder), "--loaders", "gpupipe,hand",
                     "--profile-wall", str(self.out / "profile_next_wall.txt"), "--out", str(self.out / "peer.json"),
