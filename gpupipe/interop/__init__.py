@@ -2,7 +2,7 @@
 
 * ``from_torchvision``: a ``torchvision.transforms`` (v1 or v2) or timm transform as gpupipe ops;
 * ``as_dataset_source``: a ``torchvision.datasets.ImageFolder`` / ``DatasetFolder`` (or a
-  ``Subset`` of one) as a gpupipe source, with its transform;
+  ``Subset`` or ``ConcatDataset`` of those) as a gpupipe source, with its transform;
 * ``DataLoader``: ``torch.utils.data.DataLoader``'s signature, building a gpupipe loader.
 """
 

@@ -65,9 +65,9 @@ def from_torchvision(transform: Any) -> list[Op]:
     """The gpupipe ops with the meaning of a torchvision (v1 or v2) or timm transform.
 
     Args:
-        transform: a ``Compose`` (nested ``Compose`` and ``RandomApply`` included) or one
-            transform, applied as a ``torchvision.datasets.ImageFolder`` applies it: to the PIL
-            image of each file.
+        transform: a ``Compose`` (nested ``Compose`` and ``RandomApply`` included), a
+            ``torch.nn.Sequential`` of transforms, or one transform, applied as a
+            ``torchvision.datasets.ImageFolder`` applies it: to the PIL image of each file.
 
     Returns:
         ``[Decode(), ...]``: the pipeline, ending with ``Output("uint8")`` when the transform

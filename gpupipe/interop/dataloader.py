@@ -1,8 +1,8 @@
 """``gpupipe.DataLoader``: ``torch.utils.data.DataLoader``'s signature and defaults, building a gpupipe loader.
 
 The swap is ``from gpupipe import DataLoader``: the dataset (a torchvision
-``ImageFolder`` / ``DatasetFolder``, a ``Subset`` of one, a path or a gpupipe
-source) is read with its own transform compiled to gpupipe ops. Arguments
+``ImageFolder`` / ``DatasetFolder``, a ``Subset`` or ``ConcatDataset`` of those, a
+path or a gpupipe source) is read with its own transform compiled to gpupipe ops. Arguments
 that have no meaning for gpupipe are accepted; those it cannot honour are
 refused by name (``UnsupportedArgument``), before any work starts.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ..checks import is_int
 from ..errors import Error
 from .fallback import NAME as FALLBACK
 
@@ -152,8 +153,8 @@ def DataLoader(  # noqa: N802 -- torch's name, for a one-import swap
     """A gpupipe loader with ``torch.utils.data.DataLoader``'s signature and defaults.
 
     Args:
-        dataset: a torchvision ``ImageFolder`` / ``DatasetFolder``, a ``Subset`` of one, a path or
-            a gpupipe source; its ``transform`` becomes the pipeline (``gpupipe.from_torchvision``).
+        dataset: a torchvision ``ImageFolder`` / ``DatasetFolder``, a ``Subset`` or ``ConcatDataset``
+            of those, a path or a gpupipe source; its ``transform`` becomes the pipeline (``gpupipe.from_torchvision``).
         batch_size: samples per batch (per process).
         shuffle: a new order every epoch (``None``: no).
         sampler: ``None`` (every process reads every sample, as torch's), a ``DistributedSampler``
@@ -181,7 +182,7 @@ def DataLoader(  # noqa: N802 -- torch's name, for a one-import swap
 
     Raises:
         UnsupportedArgument: ``batch_size=None``, a ``batch_sampler``, a ``collate_fn``, a
-            ``timeout``, another sampler, each named.
+            ``timeout``, a negative ``num_workers``, another sampler, each named.
         UnsupportedTransform, UnsupportedDataset: see [`gpupipe.loader`][gpupipe.loader].
     """
     from ..loading.factory import loader
@@ -194,6 +195,8 @@ def DataLoader(  # noqa: N802 -- torch's name, for a one-import swap
         raise _refuse("collate_fn", collate_fn, "gpupipe batches images itself (images (B, 3, H, W), labels (B,))")
     if timeout:
         raise _refuse("timeout", timeout, "gpupipe has no per-batch timeout")
+    if not is_int(num_workers) or num_workers < 0:
+        raise _refuse("num_workers", num_workers, "must be an int >= 0, as torch's DataLoader requires")
     chosen = _sampler_options(sampler, dataset, bool(shuffle), bool(drop_last), generator, batch_size)
     indices = chosen.pop("indices", None)
     if prefetch_factor is not None:

@@ -1,7 +1,7 @@
 """torchvision's folder datasets as gpupipe sources: the same samples, classes and labels.
 
 ``torchvision.datasets.ImageFolder`` and ``DatasetFolder`` (and a
-``torch.utils.data.Subset`` of one, nested or not) become a
+``torch.utils.data.Subset`` or ``ConcatDataset`` of those, nested or not) become a
 [`FileList`][gpupipe.FileList] of their own ``samples`` with their own
 ``classes``, so labels and order are theirs exactly. Their ``transform``
 becomes the pipeline when no other is given. What gpupipe cannot keep, a
@@ -20,7 +20,8 @@ from ..errors import Error
 from ..sources import FileList, Source
 
 ACCEPTED = (
-    "a path, a gpupipe Source, torchvision.datasets.ImageFolder or DatasetFolder, or a torch.utils.data.Subset of one"
+    "a path, a gpupipe Source, torchvision.datasets.ImageFolder or DatasetFolder, or a torch.utils.data.Subset "
+    "or ConcatDataset of those"
 )
 
 
@@ -88,10 +89,11 @@ def _unwrap(dataset: Any) -> tuple[Any, list[int] | None]:
 
 
 def as_dataset_source(dataset: Any) -> tuple[Source, Any]:
-    """``(source, transform)`` of a torchvision folder dataset or a ``Subset`` of one.
+    """``(source, transform)`` of a torchvision folder dataset or a ``Subset`` / ``ConcatDataset`` of those.
 
     Args:
-        dataset: ``ImageFolder``, ``DatasetFolder``, or a ``Subset`` (of a ``Subset``...) of one.
+        dataset: ``ImageFolder``, ``DatasetFolder``, or a ``Subset`` (of a ``Subset``...) or a
+            ``ConcatDataset`` of those, nested in any way.
 
     Returns:
         A [`FileList`][gpupipe.FileList] of the dataset's samples (in its order, with its
@@ -99,12 +101,47 @@ def as_dataset_source(dataset: Any) -> tuple[Source, Any]:
 
     Raises:
         UnsupportedDataset: another dataset, a subclass with its own ``__getitem__`` (or
-            ``__getitems__``, or a ``len()`` other than its samples'), a ``target_transform``, or a
-            file loader other than torchvision's PIL loader, each named.
+            ``__getitems__``, or a ``len()`` other than its samples'), a ``target_transform``, a
+            file loader other than torchvision's PIL loader, or a ``ConcatDataset`` whose parts differ
+            in their classes or their transform, each named.
     """
     folder, indices = _unwrap(dataset)
     if isinstance(folder, SourceDataset):  # a gpupipe loader's own ``dataset`` (or a Subset of it)
         return (folder.source if indices is None else folder.source.subset(indices)), None
+    samples, classes, transform = _read(dataset)
+    if not samples:
+        raise UnsupportedDataset(f"the {type(folder).__name__} (or its Subset) holds no samples")
+    return FileList(samples, classes=classes), transform
+
+
+def _read(dataset: Any) -> tuple[list[tuple[str, int]], list[str], Any]:
+    """``(samples, classes, transform)`` of a folder dataset, or of a ``Subset`` or ``ConcatDataset`` of those."""
+    from torch.utils.data import ConcatDataset
+
+    folder, indices = _unwrap(dataset)
+    if isinstance(folder, ConcatDataset):
+        _check_not_overridden(folder, ConcatDataset, range(folder.cumulative_sizes[-1] if folder.datasets else 0))
+        parts = [_read(part) for part in folder.datasets]
+        samples = [sample for part in parts for sample in part[0]]
+        for k, (_, classes, transform) in enumerate(parts[1:], 1):
+            if classes != parts[0][1]:
+                raise UnsupportedDataset(
+                    f"ConcatDataset: datasets[{k}] has the classes {classes}, datasets[0] {parts[0][1]}: a label "
+                    "would name another class in each; gpupipe gives one classes list to every sample"
+                )
+            if transform is not parts[0][2]:
+                raise UnsupportedDataset(
+                    f"ConcatDataset: datasets[{k}] has another transform than datasets[0] ({transform!r}, "
+                    f"{parts[0][2]!r}); gpupipe runs one pipeline: give every part the same transform object"
+                )
+        classes, transform = (parts[0][1], parts[0][2]) if parts else ([], None)
+    else:
+        samples, classes, transform = _read_folder(folder)
+    return (samples if indices is None else [samples[i] for i in indices]), classes, transform
+
+
+def _read_folder(folder: Any) -> tuple[list[tuple[str, int]], list[str], Any]:
+    """``(samples, classes, transform)`` of an ``ImageFolder`` / ``DatasetFolder``; refuses what gpupipe loses."""
     base = _folder_class()
     if base is None or not isinstance(folder, base):
         raise refuse_dataset(folder)
@@ -122,11 +159,7 @@ def as_dataset_source(dataset: Any) -> tuple[Source, Any]:
             f"{name}(loader={getattr(folder.loader, '__name__', folder.loader)!r}): gpupipe decodes the files "
             "itself; only torchvision's default (PIL) loader has its meaning"
         )
-    samples = folder.samples if indices is None else [folder.samples[i] for i in indices]
-    if not samples:
-        raise UnsupportedDataset(f"the {name} (or its Subset) holds no samples")
-    source = FileList([(path, int(label)) for path, label in samples], classes=list(folder.classes))
-    return source, folder.transform
+    return [(path, int(label)) for path, label in folder.samples], list(folder.classes), folder.transform
 
 
 class DatasetGuard:
@@ -138,7 +171,8 @@ class DatasetGuard:
     where torch's ``DataLoader`` reads the new.
 
     Args:
-        dataset: the user's dataset (``ImageFolder`` / ``DatasetFolder``, or a ``Subset`` of one).
+        dataset: the user's dataset (``ImageFolder`` / ``DatasetFolder``, or a ``Subset`` or ``ConcatDataset``
+            of those).
         transform_compiled: whether the loader's pipeline is the dataset's ``transform``.
     """
 
@@ -147,15 +181,19 @@ class DatasetGuard:
         self.transform_compiled = transform_compiled
         self.seen = self._state()
 
-    def _state(self) -> list[tuple[str, Any, int]]:
-        """``(what, object, length)`` of everything read once: each layer's indices, the samples, the transform."""
-        from torch.utils.data import Subset
+    def _state(self, layer: Any = None) -> list[tuple[str, Any, int]]:
+        """``(what, object, length)`` of everything read once: each layer's indices (or parts), the samples,
+        the transform."""
+        from torch.utils.data import ConcatDataset, Subset
 
         state: list[tuple[str, Any, int]] = []
-        layer = self.dataset
+        layer = self.dataset if layer is None else layer
         while isinstance(layer, Subset):
             state.append(("Subset.indices", layer.indices, len(layer.indices)))
             layer = layer.dataset
+        if isinstance(layer, ConcatDataset):
+            state.append(("ConcatDataset.datasets", layer.datasets, len(layer.datasets)))
+            return state + [entry for part in layer.datasets for entry in self._state(part)]
         name = type(layer).__name__
         state.append((f"{name}.samples", layer.samples, len(layer.samples)))
         for what in ("transform", "target_transform", "loader") if self.transform_compiled else ("target_transform",):

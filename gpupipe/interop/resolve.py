@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..ops import CenterCrop, Decode, Op, PadTo
+from ..ops import CenterCrop, Decode, Op, PadTo, RandomCrop, Resize
 from ..sources import as_source
 from .compile import UnsupportedTransform, from_torchvision
 from .datasets import UnsupportedDataset, as_dataset_source, guard_of, is_dataset, refuse_dataset
@@ -28,7 +28,7 @@ def resolve_inputs(
 ) -> tuple[Any, Any, Any | None, str]:
     """``(source, pipeline, dataset, backend)`` for [`gpupipe.loader`][gpupipe.loader].
 
-    A torchvision folder dataset (or a ``Subset`` of one) becomes its source, and
+    A torchvision folder dataset (or a ``Subset`` or ``ConcatDataset`` of those) becomes its source, and
     its ``transform`` the pipeline when ``pipeline`` is ``None``; a torchvision or
     timm transform becomes its ops (``from_torchvision``);
     ``dataset`` is the user's dataset object (``None`` for a path or a source). With
@@ -68,6 +68,7 @@ def resolve_inputs(
         try:
             ops = from_torchvision(pipeline)
             source, pipeline = _one_size(source, ops, max_pixels, max_file_size)
+            source = _crops_fit(source, pipeline, max_pixels, max_file_size)
         except UnsupportedTransform as err:
             if fallback is None:
                 raise
@@ -95,6 +96,63 @@ def _one_size(source: Any, ops: list[Op], max_pixels: int, max_file_size: int | 
         return source, ops  # images of several sizes: refused when the loader is built, as torch's collate fails
     height, width = (int(v) for v in found[0])
     return source, [ops[0], CenterCrop((height, width)), *ops[1:]]
+
+
+def _through(op: Op, size: tuple[int, int]) -> tuple[int, int] | None:
+    """The ``(h, w)`` after ``op`` of an image of ``size`` (``None``: not known before it is read)."""
+    if isinstance(op, Resize):
+        return op.resized(*size)
+    if isinstance(op, CenterCrop):  # torchvision pads an image smaller than the crop
+        return op.size
+    try:
+        return op.output_size(size)
+    except ValueError:
+        return None
+
+
+def _crops_fit(source: Any, ops: list[Op], max_pixels: int, max_file_size: int | None) -> Any:
+    """``source``, once every compiled ``RandomCrop`` is known to fit the images it receives.
+
+    torchvision's ``RandomCrop`` (without ``pad_if_needed``, which gpupipe refuses) raises ``ValueError``
+    for an image smaller than its size, where gpupipe's op would pad it: refused here, when the loader is
+    built, naming the images. The sizes come from the loader's one scan (as ``_one_size``'s), followed
+    through the ops before the crop; a size fixed by those ops needs no scan.
+
+    Raises:
+        UnsupportedTransform: a ``RandomCrop`` larger than some of its images, naming the first.
+    """
+    for k, crop in enumerate(ops):
+        if not isinstance(crop, RandomCrop):
+            continue
+        before, fixed = ops[1:k], None
+        for op in before:
+            fixed = op.size if isinstance(op, CenterCrop) else op.output_size(fixed)
+        if fixed is not None:  # the ops before the crop give every image one size
+            sizes, names, before = [fixed], [""], []
+        else:
+            source = as_source(source)
+            sizes, names = source.scan(max_pixels, max_file_size).sizes.tolist(), list(source.names)
+        small = []
+        for name, (height, width) in zip(names, sizes):
+            size: tuple[int, int] | None = (height, width) if height > 0 else None  # -1: a bad file
+            for op in before:
+                size = None if size is None else _through(op, size)
+            if size is not None and (size[0] < crop.size[0] or size[1] < crop.size[1]):
+                small.append((name, size))
+        if small:
+            first, (height, width) = small[0]
+            which = (
+                f"the {fixed} images the transforms before it give"
+                if fixed is not None
+                else f"{len(small)} of the {len(names)} images it receives (the first: {first}, {height} x {width} "
+                "before the crop)"
+            )
+            why = (
+                f"larger than {which}; torchvision's RandomCrop raises ValueError for them (gpupipe's would pad "
+                "them): crop smaller, or resize first"
+            )
+            raise UnsupportedTransform([("RandomCrop", f"(size={crop.size})", why)])
+    return source
 
 
 __all__ = ["resolve_inputs"]

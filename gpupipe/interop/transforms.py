@@ -92,15 +92,25 @@ def family(transform: Any) -> str | None:
     return None
 
 
+def _is_sequential(obj: Any) -> bool:
+    """Whether ``obj`` is a ``torch.nn.Sequential`` (torchvision's documented scriptable ``Compose``)."""
+    import torch
+
+    return isinstance(obj, torch.nn.Sequential)
+
+
 def is_transform(obj: Any) -> bool:
-    """Whether ``obj`` is a torchvision or timm transform (what ``from_torchvision`` takes)."""
-    return family(obj) is not None
+    """Whether ``obj`` is a torchvision or timm transform, or a ``torch.nn.Sequential`` of transforms
+    (what ``from_torchvision`` takes; a member that is not a transform is refused by name there)."""
+    return family(obj) is not None or _is_sequential(obj)
 
 
 def _containers(transform: Any) -> list[Any] | None:
-    """The transforms inside a ``Compose`` (v1, v2 or timm's), else ``None``."""
+    """The transforms inside a ``Compose`` (v1, v2 or timm's) or a ``torch.nn.Sequential``, else ``None``."""
     if type(transform).__name__ == "Compose" and family(transform):
         return list(transform.transforms)
+    if _is_sequential(transform):
+        return list(transform)
     return None
 
 
@@ -109,7 +119,7 @@ def walk(transform: Any, state: State, where: str) -> None:
     inner = _containers(transform)
     if inner is not None:
         for i, t in enumerate(inner):
-            walk(t, state, f"{where}[{i}]" if where else f"Compose[{i}]")
+            walk(t, state, f"{where}[{i}]" if where else f"{type(transform).__name__}[{i}]")
         return
     name = type(transform).__name__
     where = where or name

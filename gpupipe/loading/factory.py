@@ -58,8 +58,8 @@ def loader(
     Args:
         source: an image folder (``root/<class>/<image>``), a list file, a
             packed folder, a ``Source``, or a
-            ``torchvision.datasets.ImageFolder`` / ``DatasetFolder`` (or a ``Subset`` of
-            one; see ``gpupipe.interop``), kept as [`Loader.dataset`][gpupipe.Loader.dataset].
+            ``torchvision.datasets.ImageFolder`` / ``DatasetFolder`` (or a ``Subset`` or
+            ``ConcatDataset`` of those; see ``gpupipe.interop``), kept as [`Loader.dataset`][gpupipe.Loader.dataset].
         pipeline: a preset name: ``"train"`` or ``"val"`` (ImageNet classification
             at 224 px), ``"segmentation-train"`` or ``"segmentation-val"``,
             ``"detection-ssd"`` or ``"detection-val"`` (see [`presets`][gpupipe.presets]); a

@@ -28,6 +28,7 @@ from nvidia.dali import math as dmath
 from ... import ops as O
 from ...targets.base import Kernel
 from .augment import one_fill, quiet_auto_aug  # importing it registers the auto-augment lowerings
+from .hue import shift_hue
 from .table import LOWERINGS, Graph, lowering
 
 #: DALI dtype that ``crop_mirror_normalize`` emits for each output dtype;
@@ -170,7 +171,8 @@ def _rotate(g: Graph, j: int, op: O.RandomRotation) -> None:
 @lowering(O.ColorJitter)
 def _color_jitter(g: Graph, j: int, op: O.ColorJitter) -> None:
     """Brightness and contrast as torchvision computes them (contrast around each image's mean
-    gray level: ``c * x + (1 - c) * mean``), then saturation and hue with ``hsv``; one fixed order."""
+    gray level: ``c * x + (1 - c) * mean``), saturation with ``hsv``, hue as torchvision shifts it
+    (``hue.shift_hue``); one fixed order."""
     if op.brightness or op.contrast:
         x = fn.cast(g.images, dtype=types.FLOAT)
         if op.brightness:
@@ -182,8 +184,10 @@ def _color_jitter(g: Graph, j: int, op: O.ColorJitter) -> None:
             )
             x = dmath.clamp(c * x + (1.0 - c) * fn.reductions.mean(fn.cast(gray, dtype=types.FLOAT)), 0.0, 255.0)
         g.images = fn.cast(x, dtype=types.UINT8)
-    if op.saturation or op.hue:
-        g.images = fn.hsv(g.images, saturation=g.p(j, "saturation"), hue=g.p(j, "hue") * 360.0)
+    if op.saturation:
+        g.images = fn.hsv(g.images, saturation=g.p(j, "saturation"))
+    if op.hue:  # torchvision's HSV shift: DALI's hsv turns hue in YIQ, far from it at larger angles
+        g.images = shift_hue(g.images, g.on_device(g.p(j, "hue")))
 
 
 @lowering(O.RandomGrayscale)
