@@ -7,7 +7,8 @@ them and gives the uint8 batch; each level is then the same chain as ``augment_f
 per-sample parameters (``host_params``, worked out on the planning thread), as a few kernels over the whole batch:
 
 1. DALI's ``warp_affine`` (the shears, translations and rotation) as gathers from the batch (pixel centres
-   at ``+0.5``, taps outside the image take the fill);
+   at ``+0.5``, taps outside the image take the fill; each centre mapped in the float arithmetic of DALI's kernel
+   on that device, which decides the pixel read where a point falls on a pixel's edge);
 2. DALI's ``saturation`` (its colour-twist matrix) and a per-sample 3x3 ``filter`` (borders reflected as
    DALI's ``reflect_101``);
 3. the per-channel ``x * A + B`` of Brightness, Contrast and AutoContrast;
@@ -69,10 +70,18 @@ class TorchTail:
     Attributes:
         spec: the whole pipeline.
         start: the index of the first op of the tail in ``spec.ops``.
+
+    Raises:
+        ValueError: a policy's ``fill`` differs per channel (``augment.one_fill``).
     """
 
     spec: PipelineSpec
     start: int
+
+    def __post_init__(self) -> None:
+        for op in self.ops:  # refused when the loader is built, as the graph's lowering refuses it
+            if isinstance(op, POLICIES):
+                one_fill(op)
 
     @property
     def ops(self) -> tuple[O.Op, ...]:
@@ -111,7 +120,7 @@ class TorchTail:
                         )
                         value = np.linalg.inv(forward)[:, :2].reshape(count, 6)
                     columns.append(value.astype(np.float32))
-        return np.concatenate(columns, 1)
+        return np.concatenate(columns, 1) if columns else np.zeros((count, 0), np.float32)  # num_ops=0: none
 
     def apply(self, images: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
         """The tail on ``images`` uint8 ``(B, 3, H, W)`` with ``pack``'s ``params`` ``(B, P)`` (same device)."""
@@ -122,7 +131,7 @@ class TorchTail:
                 col += 4
                 continue
             assert isinstance(op, POLICIES)
-            fill, nearest = one_fill(op), op.interpolation == "nearest"
+            fill, nearest = _fill_level(op), op.interpolation == "nearest"
             for _ in range(levels_of(op)):
                 level = {}
                 for name, width in _LEVEL:
@@ -130,6 +139,12 @@ class TorchTail:
                     col += width
                 x = policy_level(x, level, fill, nearest)
         return x
+
+
+def _fill_level(op: O.Op) -> float:
+    """The uint8 level DALI's ``warp_affine`` fills with for the policy ``op``: its one ``fill`` value rounded
+    to the nearest level, halves away from zero, and saturated (a fill of 0.5 reads 1, not 0.5 or 0)."""
+    return float(min(max(np.floor(one_fill(op) + 0.5), 0.0), 255.0))
 
 
 def tail_of(spec: PipelineSpec, *, targets_move: bool) -> TorchTail | None:
@@ -163,11 +178,7 @@ def warp(x: torch.Tensor, inverse: torch.Tensor, fill: float, nearest: bool) -> 
     Sampled as DALI's samplers do (nearest: the pixel under the point; linear: two horizontal blends, then a
     vertical one, from the point less half a pixel), so that the images are DALI's to the rounding."""
     b, c, h, w = x.shape
-    inverse = inverse.reshape(b, 2, 3, 1, 1)
-    rows = torch.arange(h, dtype=torch.float32, device=x.device).view(1, h, 1) + 0.5
-    cols = torch.arange(w, dtype=torch.float32, device=x.device).view(1, 1, w) + 0.5
-    px = inverse[:, 0, 0] * cols + inverse[:, 0, 1] * rows + inverse[:, 0, 2]  # (B, H, W)
-    py = inverse[:, 1, 0] * cols + inverse[:, 1, 1] * rows + inverse[:, 1, 2]
+    px, py = _source_points(inverse.reshape(b, 2, 3), h, w)
     flat = x.reshape(b, c, h * w).float()
 
     def tap(col: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
@@ -186,6 +197,33 @@ def warp(x: torch.Tensor, inverse: torch.Tensor, fill: float, nearest: bool) -> 
     return _to_uint8(upper + (lower - upper) * qy)
 
 
+def _source_points(inverse: torch.Tensor, h: int, w: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(x, y)`` ``(B, H, W)`` float32: where each output pixel's centre maps to in the source, rounded as DALI
+    rounds it: ``t + a * x + b * y`` (``inverse`` ``(B, 2, 3)``, rows ``(a, b, t)``), summed left to right. DALI's
+    GPU kernel maps every centre, its products fused into the sums (``nvcc``'s default FMA contraction, made
+    here in float64: a float32 product is exact there); its CPU kernel maps each row's first centre and adds
+    ``a`` pixel by pixel. Where a point falls on a pixel's edge (a shear of 0.2 puts whole columns there) each
+    rounding reads another pixel, so each device's is followed."""
+    gpu = inverse.device.type != "cpu"
+    kind = torch.float64 if gpu else torch.float32
+    rows = torch.arange(h, dtype=kind, device=inverse.device).view(1, h, 1) + 0.5
+    points = []
+    for k in range(2):
+        a, b, t = (inverse[:, k, j].to(kind).view(-1, 1, 1) for j in range(3))
+        if gpu:
+            cols = torch.arange(w, dtype=kind, device=inverse.device).view(1, 1, w) + 0.5
+            first = (t + a * cols).float().double()  # fma(a, x, t), rounded to float32
+            points.append((first + b * rows).float())  # fma(b, y, first)
+            continue
+        point = (t + a * 0.5) + b * rows  # (B, H, 1): each row's first centre
+        columns = [point]
+        for _ in range(w - 1):
+            point = point + a
+            columns.append(point)
+        points.append(torch.cat(columns, 2))
+    return points[0], points[1]
+
+
 def saturation(x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     """DALI's ``saturation`` with per-sample ``s`` ``(B, 1)``."""
     eye = torch.eye(3, device=x.device)
@@ -197,9 +235,19 @@ def saturation(x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
 def filter3x3(x: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
     """DALI's ``filter`` with a per-sample 3x3 ``kernel`` ``(B, 9)``, borders ``reflect_101``."""
     b, c, h, w = x.shape
-    padded = F.pad(x.float().reshape(1, b * c, h, w), (1, 1, 1, 1), mode="reflect")
+    rows, cols = _reflect_101(h, x.device), _reflect_101(w, x.device)
+    padded = x.float().reshape(1, b * c, h, w).index_select(2, rows).index_select(3, cols)
     weight = kernel.reshape(b, 1, 1, 3, 3).expand(b, c, 1, 3, 3).reshape(b * c, 1, 3, 3)
     return _to_uint8(F.conv2d(padded, weight, groups=b * c).reshape(b, c, h, w))
+
+
+def _reflect_101(n: int, device: torch.device) -> torch.Tensor:
+    """The indices ``-1 .. n`` of a side of ``n`` pixels reflected as DALI's ``reflect_101`` (``F.pad``'s
+    ``"reflect"`` refuses a side of one pixel, which DALI reads as its one pixel)."""
+    if n == 1:
+        return torch.zeros(3, dtype=torch.long, device=device)
+    i = torch.arange(-1, n + 1, device=device).abs()
+    return torch.where(i >= n, 2 * (n - 1) - i, i)
 
 
 def brightness_contrast_autocontrast(x: torch.Tensor, p: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -222,8 +270,10 @@ def equalize(x: torch.Tensor) -> torch.Tensor:
     """Per image and channel histogram equalisation of uint8 ``(B, C, H, W)``, as DALI's ``equalize``."""
     b, c, h, w = x.shape
     flat = x.reshape(b * c, h * w).long()
-    ones = torch.ones(1, 1, device=x.device).expand(b * c, h * w)  # (bincount would wait for the GPU: its size)
-    hist = torch.zeros(b * c, 256, device=x.device).scatter_add_(1, flat, ones)
+    # (bincount would wait for the GPU: its size); integer counts, exact in any order: under
+    # torch.use_deterministic_algorithms a float scatter_add_ on CUDA takes torch's slower sorted route
+    ones = torch.ones(1, 1, dtype=torch.int32, device=x.device).expand(b * c, h * w)
+    hist = torch.zeros(b * c, 256, dtype=torch.int32, device=x.device).scatter_add_(1, flat, ones)
     cdf = hist.cumsum(1)
     first = cdf.gather(1, (hist > 0).float().argmax(1, keepdim=True))  # the count of the lowest level present
     scale = 255 / (h * w - first).clamp(min=1)
