@@ -16,9 +16,42 @@ def _leaning(param):
     return lambda magnitude: -np.asarray(param(magnitude), dtype=np.float32)
 
 
-def _whole_pixels(param):
-    """torchvision translates by ``int(magnitude)`` pixels: the offset truncated towards 0."""
-    return lambda magnitude: np.asarray(param(np.trunc(magnitude)), dtype=np.float32)
+def _torchvision_magnitudes(op: Any, name: str, size: tuple[int, int]) -> np.ndarray:
+    """The magnitudes of torchvision's policy for op ``name``, one per bin (its ``_AUGMENTATION_SPACE``)."""
+    from torchvision.transforms import v2
+
+    policy = {O.RandAugment: v2.RandAugment, O.TrivialAugment: v2.TrivialAugmentWide, O.AutoAugment: v2.AutoAugment}
+    space = policy[type(op)]._AUGMENTATION_SPACE[name][0]
+    return space(op.num_magnitude_bins, *size).double().numpy()
+
+
+def _as_torchvision(lo: float, hi: float, table: np.ndarray):
+    """DALI's bin magnitude (numpy's float32 ``linspace(lo, hi, bins)``, sign kept) mapped to torchvision's
+    value of that bin, ``table[bin]``. The float32 ``torch.linspace`` rounds the last bit otherwise, which
+    moves a whole pixel or a solarize threshold where one side falls on an integer: TrivialAugment Wide's
+    shift at bin 15 of 31 is 16.0 in numpy, 15.999999 in torch (so 15 px)."""
+    bins = len(table)
+
+    def to_torchvision(magnitude) -> np.ndarray:
+        m = np.asarray(magnitude, dtype=np.float64)
+        k = np.clip(np.rint((np.abs(m) - lo) / (hi - lo) * (bins - 1)), 0, bins - 1).astype(np.int64)
+        return np.where(m < 0, -table[k], table[k])
+
+    return to_torchvision
+
+
+def _whole_pixels(param, top: float, table: np.ndarray):
+    """torchvision translates by ``int(magnitude)`` pixels: its bin's magnitude truncated towards 0."""
+    to_torchvision = _as_torchvision(0.0, top, table)
+    return lambda magnitude: np.asarray(param(np.trunc(to_torchvision(magnitude))), dtype=np.float32)
+
+
+def _threshold(table: np.ndarray):
+    """torchvision solarizes pixels ``>= 255 * magnitude`` (its magnitudes run from 1 to 0; older releases
+    gave 255 to 0 directly): the threshold of each bin as it computes it."""
+    scaled = table * 255.0 if table.max() <= 1.0 else table
+    to_torchvision = _as_torchvision(255.0, 0.0, scaled)
+    return lambda magnitude: np.asarray(to_torchvision(magnitude), dtype=np.float32)
 
 
 def suite(op: Any, names: tuple[str, ...], size: tuple[int, int]) -> list:
@@ -27,7 +60,8 @@ def suite(op: Any, names: tuple[str, ...], size: tuple[int, int]) -> list:
     The ranges are those of torchvision's ``_AUGMENTATION_SPACE`` (RandAugment and AutoAugment: shear 0.3,
     rotation 30 degrees, translation 150/331 of the side, enhancements 0.9, posterize to 4 bits;
     TrivialAugment Wide: 0.99, 135 degrees, 32 pixels, 0.99, 2 bits; solarize thresholds 255 to 0), with
-    torchvision's shear direction and whole-pixel translations.
+    torchvision's shear direction and whole-pixel translations, and its own bins (``torch.linspace``) for the
+    translations and solarize thresholds.
 
     Args:
         op: a ``RandAugment``, ``TrivialAugment`` or ``AutoAugment``.
@@ -40,19 +74,22 @@ def suite(op: Any, names: tuple[str, ...], size: tuple[int, int]) -> list:
     h, w = size
     shear, rotate, enhance, bits = (0.99, 135.0, 0.99, 2) if wide else (0.3, 30.0, 0.9, 4)
     tx, ty = (32.0, 32.0) if wide else (150.0 / 331.0 * w, 150.0 / 331.0 * h)
+    tv = {name: _torchvision_magnitudes(op, name, size) for name in ("TranslateX", "TranslateY", "Solarize")}
+    shift_x = _whole_pixels(a.warp_x_param, tx, tv["TranslateX"])
+    shift_y = _whole_pixels(a.warp_y_param, ty, tv["TranslateY"])
     table = {
         "Identity": a.identity,
         "ShearX": a.shear_x.augmentation((0, shear), True, _leaning(a.warp_x_param)),
         "ShearY": a.shear_y.augmentation((0, shear), True, _leaning(a.warp_y_param)),
-        "TranslateX": a.translate_x_no_shape.augmentation((0, tx), True, _whole_pixels(a.warp_x_param)),
-        "TranslateY": a.translate_y_no_shape.augmentation((0, ty), True, _whole_pixels(a.warp_y_param)),
+        "TranslateX": a.translate_x_no_shape.augmentation((0, tx), True, shift_x),
+        "TranslateY": a.translate_y_no_shape.augmentation((0, ty), True, shift_y),
         "Rotate": a.rotate.augmentation((0, rotate), True),
         "Brightness": a.brightness.augmentation((0, enhance), True, a.shift_enhance_range),
         "Color": a.color.augmentation((0, enhance), True, a.shift_enhance_range),
         "Contrast": a.contrast.augmentation((0, enhance), True, a.shift_enhance_range),
         "Sharpness": a.sharpness.augmentation((0, enhance), True, a.sharpness_kernel),
         "Posterize": a.posterize.augmentation((8, bits), False, a.poster_mask_uint8),
-        "Solarize": a.solarize.augmentation((255, 0), False),
+        "Solarize": a.solarize.augmentation((255, 0), False, _threshold(tv["Solarize"])),
         "AutoContrast": a.auto_contrast,
         "Equalize": a.equalize,
         "Invert": a.invert,
