@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import warnings
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO, Literal
@@ -142,17 +143,18 @@ def read_header(fh: BinaryIO, max_pixels: int) -> Header:
         fh.seek(offset)
         return fh.read(size)
 
-    return header_at(read_at, lambda: fh, max_pixels)
+    return header_at(read_at, lambda: fh, max_pixels, fh.seek(0, io.SEEK_END))
 
 
-def header_at(read_at: ReadAt, open_file: Callable[[], BinaryIO], max_pixels: int) -> Header:
-    """``read_header`` over ``read_at(offset, size)``; ``open_file()`` gives PIL a file for other formats."""
+def header_at(read_at: ReadAt, open_file: Callable[[], BinaryIO], max_pixels: int, size: int | None = None) -> Header:
+    """``read_header`` over ``read_at(offset, size)``; ``open_file()`` gives PIL a file for other formats;
+    ``size``: the file's length, which spares a PNG's scan its every chunk (``None``: unknown)."""
     head = read_at(0, HEAD_BYTES)
     if head[:3] == b"\xff\xd8\xff":
         header = _jpeg_header(read_at, head)
     elif head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR" and len(head) >= 24:
         width, height = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
-        header = Header("PNG", width, height, _png_orientation(_reader(read_at, head)))
+        header = Header("PNG", width, height, _png_orientation(_reader(read_at, head), size))
     else:
         fh = open_file()
         fh.seek(0)
@@ -217,18 +219,24 @@ def _reader(read_at: ReadAt, head: bytes) -> ReadAt:
     return at
 
 
-#: Chunks read at most in a PNG (each header one small read); a PNG with more is refused.
-MAX_PNG_CHUNKS = 100_000
+#: Chunk headers walked at most before a PNG's pixels (its ``IDAT`` chunks).
+MAX_PNG_CHUNKS = 1_000
+#: Bytes read at a PNG's end for the chunks after its pixels (where writers put an ``eXIf`` chunk that follows
+#: them: metadata appended last, before ``IEND``).
+PNG_TAIL_BYTES = 1 << 16
 
 
-def _png_orientation(at: ReadAt) -> int:
-    """The EXIF orientation of a PNG's ``eXIf`` chunk, 1 when there is none.
+def _png_orientation(at: ReadAt, size: int | None) -> int:
+    """The EXIF orientation of a PNG's ``eXIf`` chunks, 1 when there is none.
 
-    Every chunk up to ``IEND`` is looked at: the chunk may follow the pixels (PNG's third edition
-    allows it), and PIL and DALI both turn the image by it there.
+    The chunks before the pixels are walked; after them, an ``eXIf`` chunk is allowed (PNG's third edition)
+    and PIL and DALI both turn the image by it there. A photo's pixels come in hundreds of ``IDAT``
+    chunks, and walking their headers would cost the scan a read each (the whole file, on cold storage):
+    so the file's last ``PNG_TAIL_BYTES`` (``size``: the file's length; unknown, every chunk is walked) are
+    searched for ``eXIf`` chunks, each recognised by its length and CRC.
 
     Raises:
-        ImageRefused: more than ``MAX_PNG_CHUNKS`` chunks, or ``eXIf`` chunks that disagree.
+        ImageRefused: more than ``MAX_PNG_CHUNKS`` chunks before the pixels, or ``eXIf`` chunks that disagree.
     """
     pos, orientations = 8, list[int]()
     for _ in range(MAX_PNG_CHUNKS):
@@ -236,10 +244,46 @@ def _png_orientation(at: ReadAt) -> int:
         if len(chunk) < 8 or chunk[4:8] == b"IEND":
             return _one_orientation(orientations, "eXIf chunks")
         length = int.from_bytes(chunk[:4], "big")
+        if chunk[4:8] == b"IDAT":
+            break
         if chunk[4:8] == b"eXIf":
             orientations.append(_exif_orientation(b"Exif\x00\x00" + at(pos + 8, min(length, 1 << 16))))
         pos += 12 + length
-    raise ImageRefused(f"unreadable image header: more than {MAX_PNG_CHUNKS:,} PNG chunks")
+    else:
+        raise ImageRefused(f"unreadable image header: more than {MAX_PNG_CHUNKS:,} PNG chunks before its pixels")
+    if size is None:
+        orientations += _walked_exif(at, pos)
+    else:
+        start = max(pos, size - PNG_TAIL_BYTES)
+        orientations += _exif_chunks_in(at(start, size - start))
+    return _one_orientation(orientations, "eXIf chunks")
+
+
+def _walked_exif(at: ReadAt, pos: int) -> list[int]:
+    """The orientations of the ``eXIf`` chunks from ``pos`` (a chunk's start) to ``IEND``, walking every chunk."""
+    found: list[int] = []
+    while True:
+        chunk = at(pos, 8)
+        if len(chunk) < 8 or chunk[4:8] == b"IEND":
+            return found
+        length = int.from_bytes(chunk[:4], "big")
+        if chunk[4:8] == b"eXIf":
+            found.append(_exif_orientation(b"Exif\x00\x00" + at(pos + 8, min(length, 1 << 16))))
+        pos += 12 + length
+
+
+def _exif_chunks_in(data: bytes) -> list[int]:
+    """The orientations of the whole ``eXIf`` chunks in ``data`` (a PNG's end): its type, with a length before it
+    that fits and a CRC after that matches (compressed pixels holding the four letters are not taken for one)."""
+    found: list[int] = []
+    k = data.find(b"eXIf", 4)
+    while k >= 0:
+        length = int.from_bytes(data[k - 4 : k], "big")
+        body, crc = data[k + 4 : k + 4 + length], data[k + 4 + length : k + 8 + length]
+        if len(body) == length and len(crc) == 4 and zlib.crc32(b"eXIf" + body) == int.from_bytes(crc, "big"):
+            found.append(_exif_orientation(b"Exif\x00\x00" + body[: 1 << 16]))
+        k = data.find(b"eXIf", k + 4)
+    return found
 
 
 def _one_orientation(orientations: list[int], what: str) -> int:

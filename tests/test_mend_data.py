@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from helpers import CPU_BACKENDS
 from PIL import Image
-from exif_helpers import TURN, chunk, jpeg_with_exif, png_with_exif, scene, turned_png
+from exif_helpers import TURN, chunk, exif_block, jpeg_with_exif, png_with_exif, scene, turned_png
 from wds_helpers import add, png
 
 import gpupipe
@@ -235,3 +235,44 @@ def test_the_packer_does_not_copy_a_jpeg_whose_late_exif_segment_turns_it():
     jpeg, decoded, written, copied = convert_image(jpeg_with_exif(stored, ("after-frame", 6)), ConvertSettings())
     assert decoded == written == (40, 24) and not copied
     assert Image.open(io.BytesIO(jpeg)).size == (40, 24)
+
+
+def test_the_scan_reads_a_pngs_end_not_each_of_its_pixel_chunks():
+    """A photo's pixels come in hundreds of IDAT chunks: the scan reads the chunks before them and the file's
+    end (where an eXIf chunk after the pixels lies), not one header per chunk (the whole file on cold storage)."""
+    from gpupipe.images import header_at
+
+    noise = np.random.default_rng(0).integers(0, 256, (64, 80, 3), dtype=np.uint8)  # ~15 KB compressed
+    data = turned_png(noise, 6, after=True)
+    body, pos, parts = data[8:], 0, [data[:8]]
+    while pos < len(body):  # the pixels in chunks of 64 bytes: hundreds of them
+        length, kind = int.from_bytes(body[pos : pos + 4], "big"), body[pos + 4 : pos + 8]
+        payload = body[pos + 8 : pos + 8 + length]
+        parts += [chunk(b"IDAT", payload[k : k + 64]) for k in range(0, len(payload), 64)] if kind == b"IDAT" else \
+            [body[pos : pos + 12 + length]]
+        pos += 12 + length
+    split = b"".join(parts)
+    reads = []
+
+    def read_at(offset, size):
+        reads.append(offset)
+        return split[offset : offset + size]
+
+    header = header_at(read_at, lambda: io.BytesIO(split), 1 << 30, len(split))
+    assert header.oriented == (64, 80) and len(parts) > 100
+    assert len(reads) <= 4, len(reads)
+    walked = []
+    assert header_at(lambda o, n: walked.append(o) or split[o : o + n], lambda: io.BytesIO(split), 1 << 30) == header
+    assert len(walked) > 100  # without the length, every chunk is walked: the same answer
+
+
+def test_four_letters_in_a_pngs_end_are_no_exif_chunk_without_their_crc():
+    from gpupipe.images import header_at
+
+    image, _ = scene()
+    data = png_with_exif(image)
+    fake = b"\x00\x00\x00\x0ceXIf" + exif_block(6)[:12] + b"\x00\x00\x00\x00"  # a wrong CRC
+    end = data.rindex(b"IEND") - 4
+    data = data[:end] + chunk(b"tEXt", b"note\x00" + fake) + data[end:]
+    header = header_at(lambda o, n: data[o : o + n], lambda: io.BytesIO(data), 1 << 30, len(data))
+    assert header.orientation == 1 and header.oriented == (24, 40)

@@ -256,7 +256,7 @@ def _image_size(fh, member: shardfmt.Member, max_pixels: int) -> tuple[int, int]
         size = max(0, min(size, member.size - offset))
         return os.pread(fh.fileno(), size, member.offset + offset)
 
-    header = header_at(read_at, lambda: cast(BinaryIO, _MemberFile(fh.fileno(), member)), max_pixels)
+    header = header_at(read_at, lambda: cast(BinaryIO, _MemberFile(fh.fileno(), member)), max_pixels, member.size)
     return header.oriented
 
 

@@ -78,7 +78,9 @@ def check_file(path: str, *, max_pixels: int, max_file_size: int) -> tuple[str |
         check_regular(st, max_file_size)
         if st.st_size == 0:
             return "empty file (0 bytes)", -1, -1
-        header = header_at(lambda offset, n: os.pread(fd, n, offset), lambda: os.fdopen(os.dup(fd), "rb"), max_pixels)
+        header = header_at(
+            lambda offset, n: os.pread(fd, n, offset), lambda: os.fdopen(os.dup(fd), "rb"), max_pixels, st.st_size
+        )
         tail = os.pread(fd, _TAIL_BYTES, max(0, st.st_size - _TAIL_BYTES))
     except (UnreadableFile, ImageRefused) as refused:
         return refused.reason, -1, -1
