@@ -40,23 +40,22 @@ def test_a_bench_steps_machine_record_is_read_as_well(gpu_proof, tmp_path):
     assert machine_line(gpu_proof.summary(proof)).startswith("Machine: NVIDIA H100 80GB HBM3, 16 cores (AMD EPYC)")
 
 
-def test_the_peer_comparison_and_op_costs_run_in_the_rehearsal(tmp_path, proof_cache):
-    """The two comparison steps of issue #25 run (on dali-cpu, tiny) and land in figures and summary."""
+def test_the_peer_comparison_runs_in_the_rehearsal(tmp_path, proof_cache):
+    """The peer comparison step of issue #25 runs (on dali-cpu, tiny) and lands in figures and summary (its
+    ``op_costs`` step runs the script the quick proof's rehearsal runs, rows checked there)."""
     import json
     import subprocess
     import sys
 
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--rehearse", "--steps",
-                           "peer_compare,op_costs"], capture_output=True, text=True, timeout=900,
+                           "peer_compare"], capture_output=True, text=True, timeout=900,
                           env={**os.environ, "GPUPIPE_CACHE": str(proof_cache)})
     assert proc.returncode == 0, proc.stderr[-2000:]
     figures = json.loads((out / "figures.json").read_text())
     assert set(figures["peer_compare"]["results"]) >= {"gpupipe-dali-cpu loader alone", "hand-dali-cpu loader alone"}
-    ops = [row["op"] for row in figures["op_costs"]["rows"]]
-    assert ops == ["Decode+RandomResizedCrop", "HorizontalFlip", "RandAugment", "RandomErasing", "MixUp", "CutMix"]
     summary = (out / "summary.md").read_text()
-    assert "- peer comparison: {" in summary and "RandAugment" in summary and "Failed steps" not in summary
+    assert "- peer comparison: {" in summary and "Failed steps" not in summary
 
 
 def test_the_targets_are_the_ones_of_issue_25_and_judged_from_the_figures(gpu_proof):
