@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import warnings
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO, Literal
 
@@ -159,7 +159,7 @@ def header_at(read_at: ReadAt, open_file: Callable[[], BinaryIO], max_pixels: in
         fh = open_file()
         fh.seek(0)
         with open_checked(fh, max_pixels) as img:
-            orientation = img.getexif().get(0x0112, 1) if img.format == "WEBP" else 1
+            orientation = img.getexif().get(ORIENTATION, 1) if img.format == "WEBP" else 1
             header = Header(img.format or "?", img.width, img.height, orientation)
     if header.width < 1 or header.height < 1:
         raise ImageRefused(f"unreadable image header: size {header.width}x{header.height}")
@@ -238,37 +238,37 @@ def _png_orientation(at: ReadAt, size: int | None) -> int:
     Raises:
         ImageRefused: more than ``MAX_PNG_CHUNKS`` chunks before the pixels, or ``eXIf`` chunks that disagree.
     """
-    pos, orientations = 8, list[int]()
-    for _ in range(MAX_PNG_CHUNKS):
-        chunk = at(pos, 8)
-        if len(chunk) < 8 or chunk[4:8] == b"IEND":
-            return _one_orientation(orientations, "eXIf chunks")
-        length = int.from_bytes(chunk[:4], "big")
-        if chunk[4:8] == b"IDAT":
+    orientations: list[int] = []
+    pixels = None
+    for count, (pos, kind, length) in enumerate(_png_chunks(at, 8)):
+        if kind == b"IDAT":
+            pixels = pos
             break
-        if chunk[4:8] == b"eXIf":
-            orientations.append(_exif_orientation(b"Exif\x00\x00" + at(pos + 8, min(length, 1 << 16))))
-        pos += 12 + length
-    else:
-        raise ImageRefused(f"unreadable image header: more than {MAX_PNG_CHUNKS:,} PNG chunks before its pixels")
-    if size is None:
-        orientations += _walked_exif(at, pos)
-    else:
-        start = max(pos, size - PNG_TAIL_BYTES)
+        if count == MAX_PNG_CHUNKS:
+            raise ImageRefused(f"unreadable image header: more than {MAX_PNG_CHUNKS:,} PNG chunks before its pixels")
+        if kind == b"eXIf":
+            orientations.append(_exif_chunk(at, pos, length))
+    if pixels is not None and size is None:
+        orientations += [_exif_chunk(at, pos, n) for pos, kind, n in _png_chunks(at, pixels) if kind == b"eXIf"]
+    elif pixels is not None and size is not None:
+        start = max(pixels, size - PNG_TAIL_BYTES)
         orientations += _exif_chunks_in(at(start, size - start))
     return _one_orientation(orientations, "eXIf chunks")
 
 
-def _walked_exif(at: ReadAt, pos: int) -> list[int]:
-    """The orientations of the ``eXIf`` chunks from ``pos`` (a chunk's start) to ``IEND``, walking every chunk."""
-    found: list[int] = []
+def _exif_chunk(at: ReadAt, pos: int, length: int) -> int:
+    """The orientation in the ``eXIf`` chunk at ``pos`` of ``length`` bytes."""
+    return _exif_orientation(b"Exif\x00\x00" + at(pos + 8, min(length, 1 << 16)))
+
+
+def _png_chunks(at: ReadAt, pos: int) -> Iterator[tuple[int, bytes, int]]:
+    """``(offset, type, length)`` of a PNG's chunks from ``pos`` (a chunk's start) up to ``IEND`` or the end."""
     while True:
         chunk = at(pos, 8)
         if len(chunk) < 8 or chunk[4:8] == b"IEND":
-            return found
+            return
         length = int.from_bytes(chunk[:4], "big")
-        if chunk[4:8] == b"eXIf":
-            found.append(_exif_orientation(b"Exif\x00\x00" + at(pos + 8, min(length, 1 << 16))))
+        yield pos, chunk[4:8], length
         pos += 12 + length
 
 
