@@ -12,7 +12,9 @@ round builds both loaders afresh in a new order, warms them up past DALI's
 prefetch queue and times ``--steps`` batches inside one epoch, summing
 ``time.thread_time()`` around each ``next()`` (CPU time of the consumer thread only:
 waiting, and the other processes on a shared machine, do not count). Reports the
-median and range over the rounds of milliseconds per batch and their ratio.
+median and range over the rounds of milliseconds per batch and their ratio, and the
+ratio within each round (its two loaders timed back to back, under the same load:
+the steadier figure on a shared machine).
 
 ``--profile FILE``: after the rounds, one gpupipe epoch with the consumer thread's
 ``next()`` calls under the ``profile`` module (this thread only); the top 25 functions by cumulative time go to FILE.
@@ -124,13 +126,13 @@ def main(argv: List[str] = None) -> Dict:
     on_gpu = torch.cuda.is_available()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, help="image folder (default: tiny generated JPEGs in the cache)")
-    parser.add_argument("--images", type=int, default=256 * 24, help="images generated when --data is not given")
+    parser.add_argument("--images", type=int, default=256 * 40, help="images generated when --data is not given")
     parser.add_argument("--backend", default="dali" if on_gpu else "dali-cpu")
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--size", type=int, default=32, help="output side of the train preset")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=16, help="timed batches per loader and round")
+    parser.add_argument("--steps", type=int, default=32, help="timed batches per loader and round")
     parser.add_argument("--threads", type=int, default=default_threads())
     parser.add_argument("--only", choices=("gpupipe", "hand"), help="time one of the two only")
     parser.add_argument("--profile", type=Path, help="profile of one gpupipe epoch's next() calls into this file")
@@ -158,6 +160,9 @@ def main(argv: List[str] = None) -> Dict:
     ours, hand = f"gpupipe-{args.backend}", f"hand-{args.backend}"
     if ours in results and hand in results:
         out["gpupipe_over_hand"] = round(results[ours]["median_ms"] / results[hand]["median_ms"], 3)
+        paired = [a / b for a, b in zip(runs[ours], runs[hand])]  # one round's two loaders met the same load
+        out["ratio_per_round"] = {"median": round(statistics.median(paired), 3), "min": round(min(paired), 3),
+                                  "max": round(max(paired), 3)}
     if args.profile is not None:
         make = makers(args.backend, args.size, device)[ours]
         out["profile"] = profile_epoch(make, args, args.profile)

@@ -6,8 +6,12 @@ and ``arg`` (the op and its argument) are joined as ``"name: arg"``.
 
 from __future__ import annotations
 
+import difflib
+import functools
+import inspect
 import math
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -46,3 +50,41 @@ def probability(name: str, p: float, arg: str = "p") -> float:
 def is_int(value: Any) -> bool:
     """A JSON integer (not a bool)."""
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def did_you_mean(given: str, choices: Iterable[str], quote: bool = True) -> str:
+    """`` (did you mean 'X'?)`` naming the one choice closest to a mistyped ``given``, or ``""`` when none is close.
+
+    For error messages: ``f"unknown preset {name!r}{did_you_mean(name, PRESETS)}; choose one of ..."``;
+    ``quote=False`` names a command-line flag as it is typed (``--batch-size``).
+    """
+    close = difflib.get_close_matches(given, list(choices), n=1, cutoff=0.75)
+    if not close:
+        return ""
+    return f" (did you mean {close[0]!r}?)" if quote else f" (did you mean {close[0]}?)"
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def explained_keywords(hints: dict[str, str]) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """A decorator: a keyword the function does not take raises ``TypeError`` naming the one meant (``did_you_mean``),
+    or, for a name of ``hints`` (another API's argument, such as torch ``DataLoader``'s ``num_workers``), what to
+    pass instead; the function's signature is unchanged."""
+
+    def decorate(function: Callable[P, R]) -> Callable[P, R]:
+        signature = inspect.signature(function)
+
+        @functools.wraps(function)
+        def checked(*args: P.args, **kwargs: P.kwargs) -> R:
+            unknown = [name for name in kwargs if name not in signature.parameters]
+            if unknown:
+                name, hint = unknown[0], hints.get(unknown[0])
+                why = f": {hint}" if hint else did_you_mean(name, signature.parameters)
+                raise TypeError(f"{function.__name__}() got an unexpected keyword argument {name!r}{why}")
+            return function(*args, **kwargs)
+
+        return checked
+
+    return decorate

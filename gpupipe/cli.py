@@ -20,10 +20,27 @@ EXIT_ERROR = 2
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """``argparse.ArgumentParser`` whose errors are one line, ``error: ...`` (exit 2), without the usage."""
+    """``argparse.ArgumentParser`` whose errors are one line, ``error: ...`` (exit 2), without the usage; a
+    mistyped flag is named with the flag meant (``--batchsize 8 (did you mean --batch-size?)``)."""
 
     def error(self, message: str) -> NoReturn:
-        fail(f"{message} (see {self.prog} --help)")
+        fail(f"{with_flag_guess(self, message)} (see {self.prog} --help)")
+
+
+def with_flag_guess(parser: argparse.ArgumentParser, message: str) -> str:
+    """argparse's ``message``, with the flag meant for a mistyped one: ``unrecognized arguments: --batchsize 8
+    (did you mean --batch-size?)``. (A prefix of a flag is taken as that flag already, as argparse does.)"""
+    from .checks import did_you_mean
+
+    prefix = "unrecognized arguments: "
+    if not message.startswith(prefix):
+        return message
+    flags = [flag for action in parser._actions for flag in action.option_strings]
+    for word in message[len(prefix) :].split():
+        guess = did_you_mean(word.split("=", 1)[0], flags, quote=False) if word.startswith("-") else ""
+        if guess:
+            return message + guess
+    return message
 
 
 def fail(message: str) -> NoReturn:

@@ -18,6 +18,7 @@ import importlib.metadata
 import os
 import platform
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,8 +78,11 @@ class World:
     Attributes:
         rank, world_size: the share.
         origin: ``"argument"`` (given to [`gpupipe.loader`][gpupipe.loader]), ``"group"`` (an
-            initialised process group), or ``"launcher"`` (``RANK`` / ``WORLD_SIZE``, or
-            ``(0, 1)``, before any group existed: replaced by the group's once there is one).
+            initialised process group), ``"launcher"`` (``RANK`` / ``WORLD_SIZE``, or
+            ``(0, 1)``, before any group existed: replaced by the group's once there is one),
+            ``"unsampled"`` (``gpupipe.DataLoader`` without a sampler: ``(0, 1)``, every sample in
+            every process as torch's, unless a framework that shards torch's loaders drives it) or
+            ``"framework"`` (the group's share such a framework gave it).
     """
 
     rank: int
@@ -106,10 +110,14 @@ def resolve_world(rank: int | None, world_size: int | None) -> World:
     return World(rank, int(world_size), origin)
 
 
-def settle_world(world: World, group: tuple[int, int] | None) -> World:
+def settle_world(
+    world: World, group: tuple[int, int] | None, framework_shards: Callable[[], bool] = lambda: False
+) -> World:
     """The share to read once an initialised process group says ``group`` (``(rank, world_size)``, or ``None``).
 
-    A launcher's share gives way to the group's; an explicit ``world_size=1``
+    A launcher's share gives way to the group's, and so does an ``"unsampled"`` one when
+    ``framework_shards()`` (a framework that shards a torch ``DataLoader`` given without a sampler drives
+    the loader; ``gpupipe.loading.frameworks.shards_torch_loaders``); an explicit ``world_size=1``
     (this process reads everything, as asked) stands; any other share that
     disagrees with the group is refused, since each rank would read the wrong part.
 
@@ -118,6 +126,8 @@ def settle_world(world: World, group: tuple[int, int] | None) -> World:
     """
     if group is None:
         return world
+    if world.origin == "unsampled":
+        return World(group[0], group[1], "framework") if framework_shards() else world
     if group == (world.rank, world.world_size) or world.origin == "launcher":
         return World(group[0], group[1], "group" if world.origin == "launcher" else world.origin)
     if world.origin == "argument" and world.world_size == 1:

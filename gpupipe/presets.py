@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from .checks import did_you_mean
 from .ops import (
     CenterCrop,
     ColorJitter,
@@ -169,5 +170,6 @@ PRESETS: dict[str, Callable[..., list[Op]]] = {
 def get(name: str, **kwargs) -> list[Op]:
     """Returns the preset ``name`` (a key of ``PRESETS``) built with ``kwargs``."""
     if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)} or pass a list of ops")
+        guess = did_you_mean(name, PRESETS)
+        raise ValueError(f"unknown preset {name!r}{guess}; choose one of {sorted(PRESETS)} or pass a list of ops")
     return PRESETS[name](**kwargs)

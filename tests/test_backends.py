@@ -67,11 +67,13 @@ def test_resolve_rejects_unknown_names():
 
 
 def test_registry_describes_every_backend():
-    # torchvision-transform: the user's own transform object, run unchanged (gpupipe.DataLoader's fallback).
-    assert set(backends.REGISTRY) == {"dali", "dali-cpu", "torchvision", "torchvision-transform"}
+    # torchvision-transform: the user's own transform object, run unchanged (gpupipe.DataLoader's fallback);
+    # torch-dataset: a dataset gpupipe cannot read, read as it is (the same fallback).
+    assert set(backends.REGISTRY) == {"dali", "dali-cpu", "torchvision", "torchvision-transform", "torch-dataset"}
     assert backends.REGISTRY["dali"].needs_cuda and not backends.REGISTRY["dali-cpu"].needs_cuda
     main_process = [n for n, info in backends.REGISTRY.items() if info.main_process]
-    assert main_process == ["torchvision", "torchvision-transform"]
+    assert main_process == ["torchvision", "torchvision-transform", "torch-dataset"]
+    assert [n for n, info in backends.REGISTRY.items() if not info.internal] == ["dali", "dali-cpu", "torchvision"]
 
 
 @pytest.mark.parametrize("local, cores, expected", [(None, 16, 16), ("8", 16, 2), ("4", 2, 1), ("x", 4, 4)])

@@ -339,10 +339,24 @@ def _own_loader(path):
         (lambda r: torchvision.datasets.FakeData(4, (3, 8, 8), transform=T1.ToTensor()), "FakeData"),
     ],
 )
-def test_a_dataset_gpupipe_cannot_keep_is_refused_by_name_even_with_the_fallback(root, make, named):
-    for fallback in (None, "torchvision"):
+def test_a_dataset_gpupipe_cannot_keep_is_refused_by_name_or_read_as_it_is_with_the_fallback(root, make, named):
+    with pytest.raises(UnsupportedDataset, match=named):
+        gpupipe.DataLoader(make(root), batch_size=4, device="cpu")
+    if named == "has no transform":  # PIL images: gpupipe reads the folder itself, and needs a pipeline
         with pytest.raises(UnsupportedDataset, match=named):
-            gpupipe.DataLoader(make(root), batch_size=4, device="cpu", fallback=fallback)
+            gpupipe.DataLoader(make(root), batch_size=4, device="cpu", fallback="torchvision")
+        return
+    with pytest.warns(UserWarning, match="fallback='torchvision' reads the .* as it is"):
+        loader = gpupipe.DataLoader(make(root), batch_size=4, device="cpu", fallback="torchvision")
+    assert loader.backend == "torch-dataset"
+    if named == "another transform":  # images of two sizes in one batch: torch's collate fails, and so does ours
+        with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size"):
+            list(torch.utils.data.DataLoader(make(root), batch_size=4))
+        with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size"):
+            list(loader)
+        return
+    for ours_, theirs in zip(loader, torch.utils.data.DataLoader(make(root), batch_size=4), strict=True):
+        assert all(torch.equal(a, b) for a, b in zip(ours_, theirs, strict=True))  # the dataset's own items
 
 
 # -- DataLoader arguments ---------------------------------------------------------------------------------

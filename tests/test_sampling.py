@@ -80,3 +80,13 @@ def test_a_share_that_disagrees_with_the_process_group_is_one_clear_error(world,
         settle_world(world, group)
     message = str(info.value)
     assert "\n" not in message and str(world) in message and f"rank {group[0]} of {group[1]}" in message
+
+
+def test_an_unsampled_share_gives_way_only_to_a_framework_that_shards():
+    """gpupipe.DataLoader without a sampler: every sample in every process, as torch's, unless Lightning or
+    Accelerate drives it (they shard a torch DataLoader given without a sampler)."""
+    unsampled = World(0, 1, "unsampled")
+    assert settle_world(unsampled, (1, 2)) == unsampled, "plain torchrun: every process reads everything"
+    assert settle_world(unsampled, (1, 2), lambda: True) == World(1, 2, "framework")
+    assert settle_world(unsampled, None, lambda: True) == unsampled, "no group yet: wait"
+    assert settle_world(World(1, 2, "framework"), (1, 2)) == World(1, 2, "framework")

@@ -13,6 +13,7 @@ import pytest
 from PIL import Image
 
 import gpupipe
+from gpupipe.errors import PathNotFound
 from gpupipe.sources.sniff import NotAListFile, kind_of
 
 
@@ -119,3 +120,12 @@ def test_loader_arguments_are_named_as_the_loader_takes_them(image_folder, kwarg
 def test_a_pipeline_that_is_no_pipeline_is_named(image_folder):
     with pytest.raises(ValueError, match=r"loader\(pipeline=\.\.\.\) must be a preset name or a list of ops, got 5"):
         gpupipe.loader(image_folder, 5, batch_size=2)
+
+
+def test_a_webdataset_pattern_given_as_a_path_points_to_gpupipe_webdataset(tmp_path):
+    for name in ("shard-{000..009}.tar", "shard-000.tar"):
+        with pytest.raises(PathNotFound, match=r"does not exist: for the tars of a WebDataset, pass "
+                                                       r"gpupipe\.WebDataset\("):
+            gpupipe.loader(str(tmp_path / name), batch_size=2, backend="torchvision", device="cpu")
+    with pytest.raises(PathNotFound, match=r"does not exist'?$"):
+        gpupipe.loader(str(tmp_path / "photos"), batch_size=2, backend="torchvision", device="cpu")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..checks import did_you_mean
 from ..errors import ErrorPolicy
 from ..loading.config import LoaderConfig
 from ..ops.registry import LOWERINGS, RegistryError
@@ -164,7 +165,8 @@ def resolve(backend: str, device: torch.device | None) -> tuple[str, str]:
     if backend != "auto":
         if backend not in REGISTRY:
             offered = [name for name, info in REGISTRY.items() if not info.internal]
-            raise ValueError(f"unknown backend {backend!r}; choose 'auto' or one of {offered}")
+            guess = did_you_mean(str(backend), ["auto", *offered])
+            raise ValueError(f"unknown backend {backend!r}{guess}; choose 'auto' or one of {offered}")
         return backend, "asked for"
     wants_gpu = device.type == "cuda" if device is not None else torch.cuda.is_available()
     if wants_gpu and available("dali"):

@@ -24,6 +24,7 @@ from .. import env
 from ..amp import AmpChoice, choose_amp, cpu_info, probe_seconds, torch_build
 from ..cli import user_errors
 from ..demo import photos as demo
+from ..errors import plural
 from ..shards import format as shardfmt
 from ..sources import as_source
 from . import report
@@ -68,6 +69,24 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
+def refuse_bad_files(source, data: Path, listed: int = 3) -> None:
+    """Refuses a folder holding files no loader can use (the scan every gpupipe loader makes), naming them,
+    before anything is measured: the tutorial baseline would stop at the first, gpupipe's loaders at build.
+
+    Raises:
+        BenchError: naming how many, the first ``listed`` with their reasons, and the pack that leaves them out.
+    """
+    bad = source.scan().bad
+    if not bad:
+        return
+    named = "; ".join(f"{source.names[i]}: {reason}" for i, reason in sorted(bad.items())[:listed])
+    more = f"; and {len(bad) - listed} more" if len(bad) > listed else ""
+    raise BenchError(
+        f"--data: {len(bad)} of {plural(len(source), 'file')} cannot be used ({named}{more}): remove them, or "
+        f"pack the folder (python -m gpupipe.pack {data} PACKED leaves them out and lists them) and pass --data PACKED"
+    )
+
+
 def choose_precision(args: argparse.Namespace, device: torch.device, train_step: TrainStep | None, kept) -> tuple:
     """The machine's recorded autocast choice (see ``gpupipe.amp``) and seconds per training step."""
     if train_step is None:
@@ -102,9 +121,17 @@ def _main(argv: list[str] | None) -> int:
     num_classes = spec.classes
     if args.data is not None:
         try:
-            num_classes = len(as_source(args.data).classes)
+            source = as_source(args.data)
         except ValueError as err:
             raise BenchError(f"--data: {err}") from None
+        if Path(args.data).is_file():
+            raise BenchError(
+                f"--data: {args.data} is a list file; the bench reads an image folder (root/<class>/<image>) or a "
+                f"pack: pack it first (python -m gpupipe.pack {args.data} PACKED) and pass --data PACKED"
+            )
+        num_classes = len(source.classes)
+        if not packed:
+            refuse_bad_files(source, args.data)
     names = choose_backends(args.backends, device.type == "cuda")
     if packed and BASELINE in names:
         logger.info("%s is packed: the tutorial baseline reads only image folders, so it is left out", args.data)
@@ -140,12 +167,12 @@ def _main(argv: list[str] | None) -> int:
         config, demo_images=demo_images, demo_image_s=time_demo_image(), step_s=step_s, workers=env.cores()
     )
     logger.info(
-        "this bench (%s mode) will take %s: %s%d timed rounds of %d repeats%s; the progress bar gives the real ETA",
+        "this bench (%s mode) will take %s: %s%s of %s%s; the progress bar gives the real ETA",
         args.mode,
         duration(planned.total + time.perf_counter() - started),
         f"{demo_images} demo images first, " if need_demo else "",
-        rounds(config),
-        config.repeats,
+        plural(rounds(config), "timed round"),
+        plural(config.repeats, "repeat"),
         ", re-estimated after the first repeat" if config.repeats > 1 else "",
     )
     if args.data is None:
@@ -197,6 +224,7 @@ def _main(argv: list[str] | None) -> int:
     logger.info(
         "wrote %s and %s (%.0f s)", args.out / "bench.json", args.out / "bench.png", time.perf_counter() - started
     )
+    print(report.measured_line(full))
     print(report.table(full))  # its last line names the fastest backend
     return 0
 

@@ -136,23 +136,24 @@ def winner_line(report: dict) -> str:
     what = "for training" if _phase(report) == "train" else "for loading (training not measured)"
     best = order[0]
     figure, verdict = _figure(report, best), verdict_text(report["results"][best])
+    verdict = "" if verdict == "-" else f"; {verdict}"  # no verdict without training
     head = f"fastest backend {what} on this machine: {_label(best)} at {_range(figure)}"
     if ratios_withheld(report):
         return (
             f"{head}, on this data only: the timed windows crossed epoch boundaries, no ratio given (see the warning)"
         )
     if len(order) == 1:
-        line = f"{head}, the only one measured; {verdict}"
+        line = f"{head}, the only one measured{verdict}"
     elif not clearly_faster(report, best, order[1]):
         second = order[1]
         line = (
             f"{head}, level with {_label(second)} at {_range(_figure(report, second))} within the spread of the "
-            f"repeats: either will do; {verdict}"
+            f"repeats: either will do{verdict}"
         )
     else:
         runner_up = _figure(report, order[1])
         ratio = figure["images_per_s"] / runner_up["images_per_s"] if runner_up["images_per_s"] else float("inf")
-        line = f"{head}, {ratio:.2f}x the next, {_label(order[1])} at {_range(runner_up)}; {verdict}"
+        line = f"{head}, {ratio:.2f}x the next, {_label(order[1])} at {_range(runner_up)}{verdict}"
         if best == BASELINE:
             line += "; no gpupipe backend beat the tutorial DataLoader here"
     if report.get("reliability"):

@@ -12,6 +12,8 @@ import torch
 from .. import backends as gp_backends
 from .. import env
 from ..amp import AMP_CHOICES
+from ..checks import did_you_mean
+from ..cli import with_flag_guess
 from ..errors import Error as GpupipeError
 from .runner import BASELINE
 
@@ -31,9 +33,19 @@ class BenchError(GpupipeError):
     """A bad argument or input: printed as one line, ``error: ...``, exit status 2."""
 
 
+#: What ``--help`` ends with: the commands a newcomer runs first.
+EXAMPLES = """\
+examples:
+  python -m gpupipe.bench                                     # the demo data, every backend this machine has
+  python -m gpupipe.bench --data data/train                   # your image folder (root/<class>/<image>)
+  python -m gpupipe.bench --data packed/train --no-train      # a pack, the loaders alone
+  python -m gpupipe.bench --backends dali-cpu,torchvision --thorough --out results/
+"""
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        raise BenchError(message)
+        raise BenchError(with_flag_guess(self, message))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -46,10 +58,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = _Parser(
         prog="python -m gpupipe.bench",
         description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=(
-            "Defaults depend on the machine and the mode. --quick (the default): 3 repeats; with a GPU, resnet50, "
-            "batch 256, 40 loader / 30 train steps and a demo set of 50 batches; without, shufflenet_v2_x0_5, "
-            "batch 32, 20 loader / 6 train steps, 1000 images. --thorough: 5 repeats and twice the training steps."
+            "Defaults depend on the machine and the mode. --quick (the default): 3 repeats; with a GPU,\n"
+            "resnet50, batch 256, 40 loader / 30 train steps and a demo set of 50 batches; without,\n"
+            "shufflenet_v2_x0_5, batch 32, 20 loader / 6 train steps, 1000 images. --thorough: 5 repeats and\n"
+            "twice the training steps.\n\n" + EXAMPLES
         ),
     )
     parser.add_argument(
@@ -143,7 +157,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--cache-dir",
         type=Path,
         default=env.cache_dir(),
-        help="where the demo data is built once (default: ~/.cache/gpupipe)",
+        help=f"where the demo data is built once (default: {env.cache_dir()}, gpupipe's cache folder, "
+        "set by $GPUPIPE_CACHE or $XDG_CACHE_HOME)",
     )
     parser.add_argument(
         "--out", type=Path, default=Path("bench-out"), help="folder for bench.json and bench.png (default: ./bench-out)"
@@ -179,7 +194,7 @@ def choose_backends(spec: str, on_gpu: bool) -> list[str]:
     if spec == "all":
         names = [BASELINE] + [b for b in gp_backends.BACKENDS if gp_backends.available(b)]
         for missing in sorted(set(gp_backends.BACKENDS) - set(names)):
-            logger.info("skipping backend %r: not available on this machine", missing)
+            logger.info("skipping backend %r: %s", missing, _why_unavailable(missing, on_gpu))
         return names
     names = [n.strip() for n in spec.split(",") if n.strip()]
     known = (BASELINE,) + gp_backends.BACKENDS
@@ -187,7 +202,20 @@ def choose_backends(spec: str, on_gpu: bool) -> list[str]:
         raise BenchError(f"--backends: none given; choose from {', '.join(known)}")
     for name in names:
         if name not in known:
-            raise BenchError(f"--backends: unknown backend {name!r}; choose from {', '.join(known)}")
+            raise BenchError(
+                f"--backends: unknown backend {name!r}{did_you_mean(name, known)}; choose from {', '.join(known)}"
+            )
         if name == "dali" and not on_gpu:
             raise BenchError("--backends: 'dali' needs a CUDA GPU; this machine has none (use dali-cpu)")
     return names
+
+
+def _why_unavailable(name: str, on_gpu: bool) -> str:
+    """Why backend ``name`` cannot run here: no GPU, or its package's import error (naming the pip command)."""
+    if gp_backends.REGISTRY[name].needs_cuda and not on_gpu:
+        return "it needs a CUDA GPU, which this machine lacks" + (" (use dali-cpu)" if name == "dali" else "")
+    try:
+        gp_backends.require(name)
+    except ImportError as err:
+        return str(err)
+    return "not available on this machine"

@@ -173,6 +173,24 @@ def table_rows(report: dict) -> list[list[str]]:
     return rows
 
 
+def measured_line(report: dict) -> str:
+    """One line saying what the figures below it are: the data, each measurement with its batches and steps,
+    and the repeats (the bench prints it above the table)."""
+    s, data = report["settings"], report["data"]
+    parts = [f"each loader alone ({s['steps']} batches after {s['warmup']} of warm-up)"]
+    if s["measure_training"]:
+        parts.append(
+            f"a {s['model']} training loop in {report['amp']['dtype']} ({s['train_steps']} steps after "
+            f"{s['train_warmup']} of warm-up) and the same loop on one batch kept on the device (its ceiling)"
+        )
+    repeats = f"{s['repeats']} repeat" + ("s" if s["repeats"] != 1 else "")
+    return (
+        f"measured on {report['machine']['label']}, {data['images']} images in {data['classes']} classes, "
+        f"batch {s['batch_size']} at {s['image_size']} px: {', '.join(parts)}; {repeats} of each, interleaved; "
+        "medians (min-max):"
+    )
+
+
 def table(report: dict) -> str:
     """A Markdown table of every backend's figures (medians, with the min-max of the repeats)."""
     rows = table_rows(report)

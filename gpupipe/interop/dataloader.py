@@ -13,14 +13,17 @@ import logging
 from typing import Any
 
 from ..checks import is_int
+from ..env import World
 from ..errors import Error
+from .dataset_fallback import NAME as AS_IS
 from .fallback import NAME as FALLBACK
 
 logger = logging.getLogger("gpupipe.loader")
 
 #: Arguments accepted without effect, and why (the documentation's table says the same).
 IGNORED = {
-    "num_workers": "gpupipe chooses its threads (DALI threads or worker processes); pass num_threads= to set them",
+    "num_workers": "gpupipe chooses its threads (DALI threads or worker processes); pass num_threads= to set them "
+    "(a dataset read as it is, with fallback='torchvision', runs in num_workers processes, as torch runs it)",
     "pin_memory": "batches land on the device already (CUDA when there is one)",
     "pin_memory_device": "batches land on the device already",
     "persistent_workers": "gpupipe keeps its workers from epoch to epoch",
@@ -29,6 +32,13 @@ IGNORED = {
     "worker_init_fn": "gpupipe's workers run no user code and its augmentations are seeded by the generator; "
     "with fallback='torchvision' the transform's DataLoader workers run it",
 }
+
+
+#: Why a ``collate_fn`` is refused where gpupipe makes the batches.
+COLLATED_BY_GPUPIPE = (
+    "gpupipe batches images itself (images (B, 3, H, W), labels (B,)); a collate_fn runs only where a dataset "
+    "gpupipe cannot read is read as it is (fallback='torchvision')"
+)
 
 
 class UnsupportedArgument(Error, ValueError):
@@ -165,7 +175,9 @@ def DataLoader(  # noqa: N802 -- torch's name, for a one-import swap
         generator: seeds the order and the augmentations (``initial_seed()``); default
             ``torch.initial_seed()``.
         prefetch_factor: batches prepared ahead (gpupipe's ``prefetch``).
-        num_workers: accepted, without effect (gpupipe decodes with its own threads; see ``IGNORED``).
+        num_workers: accepted, without effect (gpupipe decodes with its own threads; see ``IGNORED``), except
+            for a dataset read as it is (``fallback="torchvision"``), which runs in that many processes.
+        collate_fn: torch's default, or, for a dataset read as it is, any.
         pin_memory: accepted, without effect (batches arrive on the loader's device).
         pin_memory_device: accepted, without effect.
         persistent_workers: accepted, without effect.
@@ -181,8 +193,8 @@ def DataLoader(  # noqa: N802 -- torch's name, for a one-import swap
         ``generator``, ``collate_fn`` and torch's other ``DataLoader`` attributes read as torch's would.
 
     Raises:
-        UnsupportedArgument: ``batch_size=None``, a ``batch_sampler``, a ``collate_fn``, a
-            ``timeout``, a negative ``num_workers``, another sampler, each named.
+        UnsupportedArgument: ``batch_size=None``, a ``batch_sampler``, a ``collate_fn`` (but for a dataset
+            read as it is), a ``timeout``, a negative ``num_workers``, another sampler, each named.
         UnsupportedTransform, UnsupportedDataset: see [`gpupipe.loader`][gpupipe.loader].
     """
     from ..loading.factory import loader
@@ -191,8 +203,9 @@ def DataLoader(  # noqa: N802 -- torch's name, for a one-import swap
         raise _refuse("batch_size", None, "gpupipe always batches; give a batch size")
     if batch_sampler is not None:
         raise _refuse("batch_sampler", batch_sampler, "gpupipe makes its batches itself; use batch_size and sampler")
-    if not _is_default_collate(collate_fn):
-        raise _refuse("collate_fn", collate_fn, "gpupipe batches images itself (images (B, 3, H, W), labels (B,))")
+    own_collate = not _is_default_collate(collate_fn)
+    if own_collate and options.get("fallback") is None:
+        raise _refuse("collate_fn", collate_fn, COLLATED_BY_GPUPIPE)
     if timeout:
         raise _refuse("timeout", timeout, "gpupipe has no per-batch timeout")
     if not is_int(num_workers) or num_workers < 0:
@@ -209,6 +222,10 @@ def DataLoader(  # noqa: N802 -- torch's name, for a one-import swap
         source = Subset(dataset, indices)
     built = loader(source, given.pop("pipeline", None), batch_size=batch_size, **given)
     built._dataset = dataset
+    if chosen["world_size"] == 1 and "rank" not in options and "world_size" not in options:
+        # no DistributedSampler: every sample in every process, as torch's, unless Lightning or Accelerate
+        # (which shard a torch DataLoader given without one) drives the loader (gpupipe.env.settle_world)
+        built._world = World(0, 1, "unsampled")
     if sampler is not None and hasattr(sampler, "set_epoch"):
         built.sampler = sampler  # its set_epoch decides the epoch (gpupipe.loading.frameworks.follow_sampler)
     torch_side = {
@@ -224,9 +241,15 @@ def DataLoader(  # noqa: N802 -- torch's name, for a one-import swap
         "timeout": timeout,
         "worker_init_fn": worker_init_fn,
     }
+    if own_collate:
+        if built.backend != AS_IS:
+            raise _refuse("collate_fn", collate_fn, COLLATED_BY_GPUPIPE)
+        built.source.user_collate_fn = torch_side["collate_fn"] = collate_fn  # type: ignore[attr-defined]
+    if built.backend == AS_IS and "num_threads" not in options:
+        built.source.user_num_workers = num_workers  # type: ignore[attr-defined]  # a dataset read as torch reads it
     for name, value in torch_side.items():  # what scripts read back from a torch DataLoader, as given
         setattr(built, name, value)
-    if worker_init_fn is not None and built.backend == FALLBACK:
+    if worker_init_fn is not None and built.backend in (FALLBACK, AS_IS):
         built.source.user_worker_init_fn = worker_init_fn  # type: ignore[attr-defined]  # run in its workers
     return built
 

@@ -19,6 +19,7 @@ from typing import Any
 from ..backends import REGISTRY, BackendInfo, EpochRead, Placement
 from ..errors import ErrorPolicy
 from ..loading.config import LoaderConfig
+from ..loading.transfer import to_device
 from ..plan.spec import PipelineSpec
 from ..sources import Source
 
@@ -29,18 +30,25 @@ NAME = "torchvision-transform"
 #: What ``fallback`` may be.
 FALLBACKS = (None, "torchvision")
 
-REGISTRY.setdefault(
-    NAME,
-    BackendInfo(
-        NAME,
-        "torchvision",
-        needs_cuda=False,
-        main_process=True,
-        factory="gpupipe.interop.fallback:TransformBackend",
-        lowerings="gpupipe.backends.torchvision.lowering",  # the spec holds Decode only
-        internal=True,
-    ),
-)
+
+def register_fallback(name: str, module: str, factory: str) -> None:
+    """Registers a backend that ``fallback="torchvision"`` chooses (internal: not offered among the choices);
+    its spec holds ``Decode`` only, so it takes the torchvision backend's lowerings."""
+    REGISTRY.setdefault(
+        name,
+        BackendInfo(
+            name,
+            module,
+            needs_cuda=False,
+            main_process=True,
+            factory=factory,
+            lowerings="gpupipe.backends.torchvision.lowering",
+            internal=True,
+        ),
+    )
+
+
+register_fallback(NAME, "torchvision", "gpupipe.interop.fallback:TransformBackend")
 
 
 class _Transformed:
@@ -78,29 +86,51 @@ class TransformBackend:
     def __init__(
         self, source: Source, spec: PipelineSpec, config: LoaderConfig, placement: Placement, errors: ErrorPolicy
     ) -> None:
-        self.data = _Transformed(source, source.user_transform)  # type: ignore[attr-defined]
+        self.source = source
         self.config = config
         self.device = placement.device
-        self.workers = placement.threads
+        self.threads = placement.threads
+
+    def items(self) -> Any:
+        """The map-style dataset the workers read: ``(transform(image), index)`` per sample."""
+        return _Transformed(self.source, self.source.user_transform)  # type: ignore[attr-defined]
+
+    def collate(self) -> Callable[[list], Any] | None:
+        """The workers' ``collate_fn`` (``None``: torch's default)."""
+        return None
+
+    def batch(self, collated: Any) -> Any:
+        """The loader's batch, on the host, from what ``collate`` made of a batch of ``items``."""
+        images, indices = collated
+        return images, self.source.target.batch(self.source, indices.numpy())  # labels or multi-hot
+
+    def workers(self) -> int:
+        """DataLoader worker processes (0: the main process): the loader's threads."""
+        return self.threads
+
+    def dataset_indices(self, read: EpochRead) -> list[int]:
+        """This rank's share of ``read``, as indices into ``items()``."""
+        return read.share.indices.tolist()
 
     def iter_epoch(
         self, read: EpochRead, start: int = 0, upcoming: Callable[[int], EpochRead] | None = None
-    ) -> Iterator[tuple[Any, Any]]:
+    ) -> Iterator[Any]:
         from torch.utils.data import DataLoader
 
         size = self.config.batch_size
-        indices = read.share.indices.tolist()
+        indices = self.dataset_indices(read)
         batches = [indices[k * size : (k + 1) * size] for k in range(start, read.batches)]
+        workers = self.workers()
         loader: DataLoader = DataLoader(
-            self.data,  # type: ignore[arg-type]
+            self.items(),
             batch_sampler=batches,
-            num_workers=self.workers,
-            prefetch_factor=self.config.prefetch if self.workers else None,
-            worker_init_fn=getattr(self.data.source, "user_worker_init_fn", None),  # gpupipe.DataLoader's
+            num_workers=workers,
+            collate_fn=self.collate(),
+            prefetch_factor=self.config.prefetch if workers else None,
+            worker_init_fn=getattr(self.source, "user_worker_init_fn", None),  # gpupipe.DataLoader's
         )
-        for images, indices in loader:
-            targets = self.data.source.target.batch(self.data.source, indices.numpy())  # labels or multi-hot
-            yield images.to(self.device, non_blocking=True), targets.to(self.device, non_blocking=True)
+        for collated in loader:
+            yield to_device(self.batch(collated), self.device)
 
     def close(self) -> None:
         """Nothing held between passes (each pass's workers end with it)."""

@@ -10,6 +10,7 @@ import numpy as np
 from ..ops import CenterCrop, Decode, Op, PadTo, RandomCrop, Resize
 from ..sources import as_source
 from .compile import UnsupportedTransform, from_torchvision
+from .dataset_fallback import fall_back_dataset
 from .datasets import UnsupportedDataset, as_dataset_source, guard_of, is_dataset, refuse_dataset
 from .fallback import FALLBACKS, fall_back
 from .transforms import is_transform
@@ -33,7 +34,8 @@ def resolve_inputs(
     timm transform becomes its ops (``from_torchvision``);
     ``dataset`` is the user's dataset object (``None`` for a path or a source). With
     ``fallback="torchvision"`` a transform that cannot be compiled runs as it is
-    (``gpupipe.interop.fallback``), and ``backend`` becomes that backend. ``max_pixels`` and
+    (``gpupipe.interop.fallback``), and a dataset gpupipe cannot read is read as it is
+    (``gpupipe.interop.dataset_fallback``); ``backend`` becomes that backend. ``max_pixels`` and
     ``max_file_size`` are the loader's: a transform that gives no one size reads the image sizes from the
     scan the loader then reuses (the same limits), not from a scan of its own.
 
@@ -48,7 +50,12 @@ def resolve_inputs(
     dataset = None
     if is_dataset(source):
         dataset = source
-        source, transform = as_dataset_source(source)
+        try:
+            source, transform = as_dataset_source(source)
+        except UnsupportedDataset as refused:
+            if fallback is None:
+                raise
+            return fall_back_dataset(dataset, pipeline, backend, str(refused))
         if pipeline is None:
             if transform is None:
                 raise UnsupportedDataset(
@@ -61,7 +68,9 @@ def resolve_inputs(
         # checked before every pass (gpupipe.loading.frameworks.follow_sampler): read once, changed later
         source.dataset_guard = guard_of(dataset, transform_compiled=pipeline is transform)  # type: ignore[attr-defined]
     elif not isinstance(source, (str, bytes)) and hasattr(source, "__getitem__") and hasattr(source, "__len__"):
-        raise refuse_dataset(source)
+        if fallback is None:
+            raise refuse_dataset(source)
+        return fall_back_dataset(source, pipeline, backend, str(refuse_dataset(source)))
     if pipeline is None:
         pipeline = "train"
     if is_transform(pipeline) or (fallback and callable(pipeline)):
@@ -110,6 +119,20 @@ def _through(op: Op, size: tuple[int, int]) -> tuple[int, int] | None:
         return None
 
 
+def _follow(ops: list[Op], size: tuple[int, int]) -> tuple[int, int] | None:
+    """The ``(h, w)`` after ``ops`` of an image stored ``size`` (``None``: a bad file, or not known before read)."""
+    followed = size if size[0] > 0 else None  # -1: a bad file
+    for op in ops:
+        followed = None if followed is None else _through(op, followed)
+    return followed
+
+
+def _too_small(crop: RandomCrop, ops: list[Op], size: tuple[int, int]) -> bool:
+    """Whether an image stored ``size`` reaches ``crop`` through ``ops`` smaller than its window."""
+    followed = _follow(ops, size)
+    return followed is not None and (followed[0] < crop.size[0] or followed[1] < crop.size[1])
+
+
 def _crops_fit(source: Any, ops: list[Op], max_pixels: int, max_file_size: int | None) -> Any:
     """``source``, once every compiled ``RandomCrop`` is known to fit the images it receives.
 
@@ -128,24 +151,21 @@ def _crops_fit(source: Any, ops: list[Op], max_pixels: int, max_file_size: int |
         for op in before:
             fixed = op.size if isinstance(op, CenterCrop) else op.output_size(fixed)
         if fixed is not None:  # the ops before the crop give every image one size
-            sizes, names, before = [fixed], [""], []
+            sizes, names, before = np.array([fixed]), [""], []
         else:
             source = as_source(source)
-            sizes, names = source.scan(max_pixels, max_file_size).sizes.tolist(), list(source.names)
-        small = []
-        for name, (height, width) in zip(names, sizes):
-            size: tuple[int, int] | None = (height, width) if height > 0 else None  # -1: a bad file
-            for op in before:
-                size = None if size is None else _through(op, size)
-            if size is not None and (size[0] < crop.size[0] or size[1] < crop.size[1]):
-                small.append((name, size))
-        if small:
-            first, (height, width) = small[0]
+            sizes, names = source.scan(max_pixels, max_file_size).sizes, list(source.names)
+        distinct, which_size = np.unique(np.asarray(sizes).reshape(-1, 2), axis=0, return_inverse=True)
+        too_small = np.array([_too_small(crop, before, (int(h), int(w))) for h, w in distinct], dtype=bool)
+        small = np.flatnonzero(too_small[which_size.ravel()])  # each distinct stored size followed once
+        if small.size:
+            first = int(small[0])
+            height, width = _follow(before, (int(sizes[first][0]), int(sizes[first][1]))) or (0, 0)
             which = (
                 f"the {fixed} images the transforms before it give"
                 if fixed is not None
-                else f"{len(small)} of the {len(names)} images it receives (the first: {first}, {height} x {width} "
-                "before the crop)"
+                else f"{small.size} of the {len(names)} images it receives (the first: {names[first]}, "
+                f"{height} x {width} before the crop)"
             )
             why = (
                 f"larger than {which}; torchvision's RandomCrop raises ValueError for them (gpupipe's would pad "

@@ -10,6 +10,11 @@ the ranks), rather than giving the ranks different batches or another
 sample's size. The scan's own exchange (``gpupipe.sources.scan``) happens among
 the same ranks, and compares the listing it scanned again.
 
+Each exchange first waits for the other ranks to reach it (``arrived``); a
+rank that waits longer than ``WAIT_NOTICE_S`` says which ranks it waits for
+and why (a loader built on some ranks only, without ``world_size=1``), then
+waits on as any collective does.
+
 A loader with any other share joins no collective: ``world_size=1`` (one
 process reads everything, e.g. evaluation on rank 0 alone) scans alone; a
 share that disagrees with the group is refused when the loader is first
@@ -21,6 +26,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import datetime
+import itertools
+import logging
 import os
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -32,6 +40,12 @@ from ..fileio import sha256_hex
 #: The loader settings every rank must give alike (each changes which samples a rank reads, or
 #: how many batches: a rank with one batch more or less hangs the job at its next collective).
 AGREED = ("batch_size", "shuffle", "drop_last", "even_batches", "seed", "on_error", "max_pixels", "max_file_size")
+
+#: Seconds a rank waits for the others to reach a loader's exchange before it logs which it waits for.
+WAIT_NOTICE_S = 60.0
+
+logger = logging.getLogger("gpupipe.loader")
+_EXCHANGES = itertools.count()  # this process's exchanges, numbered alike on every rank that builds alike
 
 _GROUP: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar("gpupipe_group", default=None)
 
@@ -81,9 +95,40 @@ def gather(payload: Any) -> list[Any]:
     """``payload`` of every rank of the default process group, in rank order."""
     import torch.distributed as dist
 
+    arrived(dist)
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, payload)
     return gathered
+
+
+def arrived(dist: Any) -> None:
+    """Marks this rank's arrival at its next exchange in the process group's store, and waits up to
+    ``WAIT_NOTICE_S`` for the other ranks'; logs a warning naming those missing (then returns: the exchange
+    waits on, as before). Without a store to use, returns at once."""
+    try:
+        store = dist.distributed_c10d._get_default_store()
+    except (AttributeError, RuntimeError, ValueError):
+        return
+    rank, world = dist.get_rank(), dist.get_world_size()
+    prefix = f"gpupipe/exchange/{next(_EXCHANGES)}/"
+    others = [r for r in range(world) if r != rank]
+    try:
+        store.set(prefix + str(rank), "1")
+        store.wait([prefix + str(r) for r in others], datetime.timedelta(seconds=WAIT_NOTICE_S))
+    except RuntimeError:  # DistStoreError: not all arrived in time (or the store is gone)
+        try:
+            missing = [r for r in others if not store.check([prefix + str(r)])]
+        except RuntimeError:
+            return
+        if missing:
+            logger.warning(
+                "gpupipe loader: rank %d waits for %s to build the same loader (%.0f s so far); a loader built "
+                "on some ranks only must be given rank=0, world_size=1, or this rank waits until the process "
+                "group's timeout",
+                rank,
+                _ranks(missing),
+                WAIT_NOTICE_S,
+            )
 
 
 def check_agree(gathered: Sequence[dict[str, Any]], what: str) -> None:
@@ -133,6 +178,7 @@ __all__ = [
     "shared_by",
     "current_group",
     "gather",
+    "arrived",
     "check_agree",
     "check_ranks_agree",
 ]

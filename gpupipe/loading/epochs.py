@@ -15,7 +15,11 @@ The rule (the README states it too):
    any pass, after a finished or ended pass) ``(the epoch the next pass
    reads, 0)``, or the loaded state not yet used. So a checkpoint taken
    right after an epoch's last batch resumes at the next epoch.
-4. A state records what decides the samples that follow (``resume_fields``:
+4. Under several ranks with ``shuffle``, a pass that reads the epoch after an unfinished pass
+   without ``set_epoch`` or a loaded state in between warns (``RanksMayPart``): a pass only some
+   ranks start (a peek at a batch on rank 0) moves only their epoch on, and the ranks would read
+   overlapping shares of different epochs. ``DistributedSampler`` has no epoch of its own to move.
+5. A state records what decides the samples that follow (``resume_fields``:
    seed, world size, per-rank batch size, shuffle, drop_last, even_batches
    with several ranks, the dataset's sample count and digest); loading it
    into a loader that differs in any of them is refused, naming the field.
@@ -33,6 +37,11 @@ from .config import check_epoch
 
 #: The loader state format (``state_dict()["format"]``).
 STATE_FORMAT = 3
+
+
+class RanksMayPart(UserWarning):
+    """Under several ranks, a pass moved on to the next epoch by itself after an unfinished pass:
+    the ranks may read different epochs (``EpochCursor.begin``)."""
 
 
 @dataclass
@@ -65,23 +74,46 @@ class EpochCursor:
         self._next_epoch = 0
         self._resume: tuple[int, int] | None = None  # (epoch, batches done) of a loaded state
         self._pass: Pass | None = None
+        self._chosen = False  # set_epoch, load or skip since the last pass began
 
-    def set_epoch(self, epoch: int) -> None:
+    def set_epoch(self, epoch: int, *, loop_continues: bool = False) -> None:
         """The next pass reads ``epoch`` (a loaded state for another epoch is dropped).
+
+        ``loop_continues``: the caller's loop goes on with the epoch of a loaded mid-epoch state although it
+        sets the next one (Lightning, restarted from a checkpoint written when ``max_steps`` stopped that
+        epoch, counts it as processed); ``epoch`` one after the state's then keeps the state.
 
         Raises:
             ValueError: ``epoch`` is not an int in ``0 .. MAX_EPOCH`` (``check_epoch``).
         """
         epoch = check_epoch(epoch)
+        if loop_continues and self._resume is not None and self._resume[0] + 1 == epoch:
+            return
         self._next_epoch = epoch
+        self._chosen = True
         if self._resume is not None and self._resume[0] != epoch:
             self._resume = None
 
-    def begin(self, total: int) -> Pass:
-        """Starts a pass over the next epoch, which has ``total`` batches; ends any pass still live."""
-        if self._pass is not None:
-            self._pass.live = False
+    def begin(self, total: int, *, ranks_shuffled: bool = False) -> Pass:
+        """Starts a pass over the next epoch, which has ``total`` batches; ends any pass still live.
+
+        ``ranks_shuffled``: several ranks share a shuffled order (rule 4 of the module docstring).
+        """
+        left = self._pass
+        if left is not None:
+            left.live = False
         epoch = check_epoch(self._next_epoch, "the next pass")
+        if ranks_shuffled and not self._chosen and left is not None and left.done < left.total:
+            warnings.warn(
+                f"this pass reads epoch {epoch} because the pass over epoch {left.epoch} was left after "
+                f"{left.done} of {left.total} batches: under torch.distributed a pass that only some ranks "
+                "start (a peek at a batch on one rank) moves only their epoch on, and the ranks then read "
+                "overlapping shares of different epochs; call loader.set_epoch(epoch) at the start of every "
+                "epoch, as with DistributedSampler",
+                RanksMayPart,
+                stacklevel=4,
+            )
+        self._chosen = False
         start = 0
         if self._resume is not None:
             start = min(self._resume[1], total)
@@ -95,6 +127,7 @@ class EpochCursor:
         if self._pass is not None:
             self._pass.live = False
         self._pass = None
+        self._chosen = True
         self._next_epoch = epoch
         self._resume = (epoch, done) if done else None
 

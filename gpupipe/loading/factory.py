@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from .. import backends, env, presets
+from ..checks import explained_keywords
 from ..errors import ErrorPolicy
 from ..fileio import DEFAULT_MAX_FILE_SIZE
 from ..interop.resolve import resolve_inputs
@@ -26,7 +27,22 @@ from . import steps
 from .config import LoaderConfig
 from .loader import Loader
 
+#: torch ``DataLoader`` arguments a newcomer gives ``gpupipe.loader``, and what it takes instead.
+DATALOADER_HINTS = {
+    name: f"that is torch DataLoader's argument; {instead} (gpupipe.DataLoader takes DataLoader's arguments)"
+    for name, instead in {
+        "num_workers": "gpupipe chooses its threads, num_threads= sets them",
+        "prefetch_factor": "prefetch= sets the batches prepared ahead",
+        "pin_memory": "batches land on the loader's device already",
+        "persistent_workers": "gpupipe keeps its workers from epoch to epoch",
+        "sampler": "rank= / world_size= (or torch.distributed) and shuffle= decide the order",
+        "collate_fn": "gpupipe makes the batches",
+        "generator": "seed= seeds the order and the augmentations",
+    }.items()
+}
 
+
+@explained_keywords(DATALOADER_HINTS)
 def loader(
     source: Source | str | os.PathLike | Any,
     pipeline: None | str | Sequence[Op] | Any = None,
@@ -111,7 +127,9 @@ def loader(
             1/8 scale in the DCT domain (faster, itself an area-averaging downscale; pixels differ
             slightly from a full decode). ``False`` decodes every pixel.
         fallback: ``"torchvision"``: a torchvision transform that cannot be compiled runs as it is,
-            on PIL images in DataLoader workers (backend ``"torchvision-transform"``), with a warning.
+            on PIL images in DataLoader workers (backend ``"torchvision-transform"``), and a dataset gpupipe
+            cannot read is read as it is, ``dataset[i]`` batched as torch's ``DataLoader`` batches it (backend
+            ``"torch-dataset"``, ``gpupipe.interop.dataset_fallback``); each with a warning.
 
     Returns:
         A [`Loader`][gpupipe.Loader].

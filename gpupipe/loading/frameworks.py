@@ -4,6 +4,9 @@
   (and ``DistributedSampler`` habits) call ``set_epoch(e)``; both are one
   ``EpochSampler``, which forwards the epoch to the loader, so a loader
   rebuilt every epoch reads epoch ``e``'s order, as gpupipe's own epochs do.
+  Lightning's fit loop, restarted where ``max_steps`` stopped an epoch,
+  sets the next epoch while it goes on with the stopped one: a loaded state
+  of the stopped epoch is kept then (``LIGHTNING_EPOCH``).
 - Accelerate's gradient state: while a pass runs, the loader is
   Accelerate's active data loader (``AccelerateEnd``), which says when
   the batch handed out is the epoch's last (gradient accumulation steps
@@ -23,10 +26,13 @@ A ``DistributedSampler`` given to ``gpupipe.DataLoader`` is the loader's
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import sys
 import warnings
 import weakref
 from collections.abc import Iterator
+from types import FrameType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import Error
@@ -43,6 +49,46 @@ NO_DATASET = (
 
 #: ``(module, function)`` of the callers that rebuild a torch ``DataLoader`` from ``loader.dataset``.
 REBUILDERS = (("accelerate.data_loader", "skip_first_batches"),)
+
+#: ``(module, function)`` of the callers through which Lightning's fit loop sets the sampler's epoch: restarted
+#: from a checkpoint written when ``max_steps`` stopped an epoch, it sets the next epoch while its loop goes on
+#: with the stopped one (``EpochCursor.set_epoch(loop_continues=True)``).
+LIGHTNING_EPOCH = (
+    ("lightning.fabric.utilities.data", "_set_sampler_epoch"),
+    ("lightning_fabric.utilities.data", "_set_sampler_epoch"),
+)
+
+
+#: Module prefixes of Lightning's loops: with ``use_distributed_sampler`` (its default) Lightning gives a torch
+#: ``DataLoader`` without a sampler a ``DistributedSampler``, so a swapped ``gpupipe.DataLoader`` shards too.
+LIGHTNING_LOOPS = ("lightning.pytorch.", "pytorch_lightning.")
+
+
+def shards_torch_loaders() -> bool:
+    """Whether this process runs under a framework that shards a torch ``DataLoader`` given without a sampler:
+    an ``Accelerator`` exists (its ``prepare`` shards one), or Lightning's loops, with
+    ``use_distributed_sampler``, are asking (they are on the call stack)."""
+    if _gradient_state() is not None:
+        return True
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals.get("__name__", "").startswith(LIGHTNING_LOOPS):
+            owner = frame.f_locals.get("self")
+            trainer = owner if hasattr(owner, "_accelerator_connector") else getattr(owner, "trainer", None)
+            connector = getattr(trainer, "_accelerator_connector", None)
+            return bool(getattr(connector, "use_distributed_sampler", True))
+        frame = frame.f_back
+    return False
+
+
+def framework_config(config: Any, generator: Any) -> Any:
+    """A ``gpupipe.DataLoader``'s config once a framework shards it (``shards_torch_loaders``): its ``generator``'s
+    seed stands; without one, the seed of the framework's own ``DistributedSampler`` (Lightning's
+    ``PL_GLOBAL_SEED``, from ``seed_everything``, else 0), the same on every rank, where ``torch.initial_seed()``
+    differs from process to process."""
+    if generator is not None:
+        return config
+    return dataclasses.replace(config, seed=int(os.environ.get("PL_GLOBAL_SEED", 0)))
 
 
 class RebuildRefused(Error, AttributeError):
@@ -110,6 +156,7 @@ class Loader(Protocol):
     source: Any
     batch_size: int
     drop_last: bool
+    _cursor: Any  # the loader's EpochCursor
 
     def set_epoch(self, epoch: int) -> None: ...
 
@@ -149,8 +196,13 @@ class EpochSampler:
         return loader
 
     def set_epoch(self, epoch: int) -> None:
-        """Sets the epoch the loader's next pass reads (``Loader.set_epoch``)."""
-        self.loader.set_epoch(epoch)
+        """Sets the epoch the loader's next pass reads (``Loader.set_epoch``); called by Lightning's fit loop
+        (``LIGHTNING_EPOCH``), the next epoch after a loaded state of a stopped epoch keeps that state."""
+        frame = sys._getframe(1)
+        if (frame.f_globals.get("__name__"), frame.f_code.co_name) in LIGHTNING_EPOCH:
+            self.loader._cursor.set_epoch(epoch, loop_continues=True)
+        else:
+            self.loader.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.loader.rank_share().indices.tolist())
@@ -245,4 +297,6 @@ __all__ = [
     "RebuildRefused",
     "refuse_rebuild",
     "follow_sampler",
+    "shards_torch_loaders",
+    "framework_config",
 ]

@@ -147,12 +147,12 @@ class Loader:
         chosen again once, for the processes of this host (``_refit``).
         """
         group = env.process_group()
-        world = env.settle_world(self._world, group)
+        world = env.settle_world(self._world, group, frameworks.shards_torch_loaders)
         if world != self._world:
+            if world.origin == "framework":  # gpupipe.DataLoader without a sampler, sharded as torch's would be
+                self.config = frameworks.framework_config(self.config, getattr(self, "generator", None))
             if (world.rank, world.world_size) != (self._world.rank, self._world.world_size):
-                logger.info(
-                    "gpupipe loader: %s from torch.distributed (the loader was built before the process group)", world
-                )
+                logger.info("gpupipe loader: %s from torch.distributed (%s)", world, world.origin)
                 steps.check_batch_fits(self.source, self.config, world.world_size)
             self._world = world
         if group is not None and not self._settled:
@@ -230,7 +230,7 @@ class Loader:
         return generator
 
     def _pass(self) -> Iterator[Batch]:
-        current = self._cursor.begin(len(self))
+        current = self._cursor.begin(len(self), ranks_shuffled=self.shuffle and self._world.world_size > 1)
         read = self._read(current.epoch)
         rank, world_size = self._world.rank, self._world.world_size
         if read.share.padded and rank == 0:
@@ -249,33 +249,38 @@ class Loader:
             while current.live and current.done < current.total:
                 asked = self._stats.asking()
                 try:
-                    images, targets = next(batches)
+                    batch = next(batches)
                 except StopIteration:
                     raise RuntimeError(
                         f"the {self.backend} backend ended epoch {current.epoch} after "
                         f"{current.done} of {current.total} batches"
                     ) from None
-                if not self.even_batches:  # exact evaluation: a sample that failed is dropped, not stood in for
-                    slots = read.share.indices[current.done * self.batch_size : (current.done + 1) * self.batch_size]
-                    images, targets, dropped = without_failed(
-                        images, targets, slots, self.source.names, self._errors.log
-                    )
-                    self._dropped += dropped
-                if self._steps:  # the one point of batch ops (MixUp / CutMix: soft targets (B, num_classes))
-                    images, targets = self._steps(
-                        images, targets, batch_key(self.seed, current.epoch, rank, current.done)
-                    )
+                slots = read.share.indices[current.done * self.batch_size : (current.done + 1) * self.batch_size]
+                batch, count = self._finish(batch, slots, (self.seed, current.epoch, rank, current.done))
                 current.done += 1
-                self._stats.delivered(asked, int(images.shape[0]))
+                self._stats.delivered(asked, count)
                 if accelerate is not None:
                     accelerate.end_of_dataloader = current.done == current.total
-                yield images, targets
+                yield batch
         finally:
             current.live = False
             frameworks.end_pass(accelerate)
             close = getattr(batches, "close", None)
             if close is not None:
                 close()
+
+    def _finish(self, batch: Any, slots: Any, key: tuple[int, int, int, int]) -> tuple[Any, int]:
+        """``(batch, its sample count)``, exact evaluation's failed samples left out and the batch ops applied
+        (``key``: ``batch_key``'s arguments); a backend's ``batches_as_is`` (a dataset read as it is) are its own."""
+        if getattr(self._backend, "batches_as_is", False):
+            return batch, len(slots)
+        images, targets = batch
+        if not self.even_batches:  # exact evaluation: a sample that failed is dropped, not stood in for
+            images, targets, dropped = without_failed(images, targets, slots, self.source.names, self._errors.log)
+            self._dropped += dropped
+        if self._steps:  # the one point of batch ops (MixUp / CutMix: soft targets (B, num_classes))
+            images, targets = self._steps(images, targets, batch_key(*key))
+        return (images, targets), int(images.shape[0])
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch whose order and augmentations the next pass reads.
@@ -331,16 +336,9 @@ class Loader:
         return self.spec.std
 
     def stats(self, reset: bool = False) -> StatsSummary:
-        """How long the consumer waited for batches and how long it worked between them.
-
-        Args:
-            reset: start counting afresh after this call.
-
-        Returns:
-            Batches, images/s, the share of time spent waiting for data and
-            the verdict the bench would give (``"input-bound"`` when at least
-            10 % of the time is spent waiting), with a suggestion.
-        """
+        """Batches, images/s, the share of time the consumer waited for data and the bench's verdict
+        (``"input-bound"`` when at least 10 % of it is spent waiting), with a suggestion; ``reset``: count
+        afresh after this call."""
         summary = dataclasses.replace(self._stats.summary(), dropped=self._dropped)
         if reset:
             self._stats.reset()

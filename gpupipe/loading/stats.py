@@ -56,10 +56,10 @@ class StatsSummary:
 
     def __str__(self) -> str:
         return (
-            f"{self.batches} batches, {rate_text(self.images_per_s)} images/s, waiting for data "
+            f"{plural(self.batches, 'batch', 'batches')}, {rate_text(self.images_per_s)} images/s, waiting for data "
             f"{100 * self.wait_share:.0f}% of the time: {self.verdict}"
             + (f" ({self.suggestion})" if self.suggestion else "")
-            + (f"; {self.dropped} samples that failed to load left out" if self.dropped else "")
+            + (f"; {plural(self.dropped, 'sample')} that failed to load left out" if self.dropped else "")
         )
 
 

@@ -102,12 +102,14 @@ def empty_like_output(images: torch.Tensor, spec: PipelineSpec, *, shared: bool)
 
 
 def to_device(value: Any, device: torch.device) -> Any:
-    """Moves a tensor, or a tuple / dict of tensors, to ``device`` (pinned, non-blocking copies for CUDA)."""
+    """Moves a tensor, or the tensors of a tuple / list / dict (nested), to ``device`` (pinned, non-blocking
+    copies for CUDA); anything else (a string, a number: a dataset's own items) is returned as it is."""
     if isinstance(value, dict):
         return {k: to_device(v, device) for k, v in value.items()}
-    if isinstance(value, tuple):
-        return tuple(to_device(v, device) for v in value)
-    if value.device == device:
+    if isinstance(value, (tuple, list)):
+        moved = [to_device(v, device) for v in value]
+        return type(value)(*moved) if hasattr(value, "_fields") else type(value)(moved)  # a namedtuple: by field
+    if not isinstance(value, torch.Tensor) or value.device == device:
         return value
     if device.type == "cuda" and not value.is_pinned():
         value = value.pin_memory()

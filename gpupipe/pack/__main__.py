@@ -12,6 +12,7 @@ with its own worker processes, and rank 0 writes the manifest once every part is
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 from pathlib import Path
@@ -21,27 +22,51 @@ from ..cli import ArgumentParser, run
 from ..errors import plural
 from ..fileio import byte_size, sha256_hex
 from ..remote import Retry, is_url
+from ..shards import format as shardfmt
 from . import ConvertSettings, PackSettings, pack, parse_size, verify
 from .packer import barrier
 from .upload import upload, upload_manifest, verify_remote
 
 #: The exit status after Ctrl-C (128 + SIGINT, as a shell reports it).
 EXIT_INTERRUPTED = 130
+#: Skipped inputs printed after a pack (all of them are in the manifest).
+LISTED = 10
+
+
+#: What ``--help`` ends with: the commands a newcomer runs first.
+EXAMPLES = """\
+examples:
+  python -m gpupipe.pack data/train packed/train                  # an image folder (root/<class>/<image>)
+  python -m gpupipe.pack data/train packed/train --max-size 256   # shrunk once, not decoded full size per epoch
+  python -m gpupipe.pack files.txt packed/train                   # a list file: path and label per line
+  python -m gpupipe.pack data/train s3://bucket/packed/train      # packed here, then uploaded
+  python -m gpupipe.pack --verify packed/train                    # check every shard against the manifest
+then: gpupipe.loader("packed/train", "train", batch_size=256)
+"""
 
 
 def parse_args(argv: list[str] | None):
     parser = ArgumentParser(
         prog="python -m gpupipe.pack",
         description="Pack an image folder (class/file) or a file list into WebDataset tar shards with DALI "
-        "indexes and a manifest; every image is checked and written as a clean RGB JPEG.",
+        "indexes and a manifest; every image is checked and written as a clean RGB JPEG. Bad inputs are "
+        "skipped and listed (here and in the manifest), or stop the run with --on-error raise.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("src", nargs="?", help="image folder root/<class>/<image>, or a list file")
-    parser.add_argument("dst", help="output folder (a rerun resumes after its last finished shard)")
+    parser.add_argument("dst", nargs="?", help="output folder or URL (a rerun resumes after its last finished shard)")
     parser.add_argument("--verify", action="store_true", help="check DST against its manifest instead of packing")
-    parser.add_argument("--max-size", type=int, help="shrink so the shorter side is at most PX (never enlarges)")
+    parser.add_argument(
+        "--max-size", type=int, metavar="PX", help="shrink so the shorter side is at most PX (never enlarges)"
+    )
     parser.add_argument("--quality", type=int, default=90, help="JPEG quality of re-encoded images (default: 90)")
     parser.add_argument("--shard-size", default="256MB", help="roll over to a new shard at this size (default: 256MB)")
-    parser.add_argument("--workers", type=int, help="converting processes (default: all cores)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        help="converting processes (default: all cores; under torchrun, the cores divided by the ranks on the node)",
+    )
     parser.add_argument(
         "--on-error",
         choices=["skip", "raise"],
@@ -61,14 +86,19 @@ def parse_args(argv: list[str] | None):
     parser.add_argument(
         "--staging",
         help="where shards for a URL DST are written before the upload "
-        "(default: under ~/.cache/gpupipe/pack-staging; a rerun resumes there)",
+        f"(default: under {env.cache_dir('pack-staging')}; a rerun resumes there)",
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     if args.verify:
-        if args.src is not None:
+        if args.dst is not None:
             parser.error("--verify takes only DST")
-    elif args.src is None:
+        if args.src is None:
+            parser.error("--verify needs DST, the packed folder or URL to check")
+        args.src, args.dst = None, args.src
+        if not is_url(args.dst) and not Path(args.dst).exists():
+            parser.error(f"--verify: {args.dst} does not exist")
+    elif args.dst is None:
         parser.error("SRC and DST are required (or --verify DST)")
     if args.max_size is not None and args.max_size < 1:
         parser.error(f"--max-size must be >= 1, got {args.max_size}")
@@ -137,11 +167,16 @@ def main(argv: list[str] | None = None) -> int:
             import torch.distributed as dist
 
             dist.destroy_process_group()
+    listed = rank == 0 and summary.skipped > 0 and list_skipped(local_dst, args.dst)
     mib = 2**20
     part = f"rank {rank} of {world_size}: " if world_size > 1 else ""
+    where = "listed above, and" if listed else "reasons"
+    skipped = (
+        f"skipped {summary.skipped} ({where} in {args.dst}/manifest.json)" if summary.skipped else "nothing skipped"
+    )
     print(
         f"{part}packed {plural(summary.packed, 'image')} into {plural(summary.shards, 'shard')} "
-        f"({summary.bytes_out / mib:.1f} MiB), skipped {summary.skipped} (reasons in {args.dst}/manifest.json)"
+        f"({summary.bytes_out / mib:.1f} MiB), {skipped}"
         + (f"; resumed after {summary.resumed_shards} finished shards" if summary.resumed_shards else "")
     )
     print(
@@ -149,6 +184,20 @@ def main(argv: list[str] | None = None) -> int:
         f"copied as they were) in {summary.seconds:.1f} s: {summary.images_per_s:.0f} images/s"
     )
     return 0
+
+
+def list_skipped(local_dst: Path, dst: str, limit: int = LISTED) -> bool:
+    """Prints the inputs the pack left out, each with its reason, from its manifest (stderr): ``limit`` of
+    them, then how many more the manifest lists. Returns whether there was a manifest to list them from."""
+    if not (local_dst / shardfmt.MANIFEST).exists():
+        return False
+    entries = shardfmt.read_manifest(local_dst).get("skipped", [])
+    for entry in entries[:limit]:
+        print(f"skipped {entry['path']}: {entry['reason']}", file=sys.stderr)
+    if len(entries) > limit:
+        more = len(entries) - limit
+        print(f"... and {more} more: every one with its reason in {dst}/{shardfmt.MANIFEST}", file=sys.stderr)
+    return True
 
 
 def interrupted(dst: Path) -> str:

@@ -1,27 +1,23 @@
 """A local cache of remote files shared by every process of a node, with a size limit and
 least-recently-used eviction.
 
-Layout of the cache folder: ``<key>`` (the file), ``<key>.lock`` (its lock,
-whose modification time is its last use) and ``<key>.ok`` (size, mtime,
-sha256 and the server's version recorded when it was checked). A cached file
-is used only for the same sha256 (where the manifest gives one) or, without
-one, the same version as the server reports now (ETag, Last-Modified,
-generation): a file changed on the server is fetched again, whatever its
-size. A download is written to ``<key>.part-<random>``, which its
-downloader holds locked (``flock``) until it is renamed into place: a partial
-file nobody holds is left over by a process that died and is removed; one
-that is held is never touched, whatever process or container holds it. One process downloads a file while the
-others wait on its lock and then use it: DDP ranks on one node fetch each
-shard once. A reader holds a shared lock (a ``Pin``) while it uses a
-file; eviction takes the oldest unpinned files until the new one fits, so a
-file in use is never removed. When pinned files alone exceed the limit the
-cache grows past it, with a warning, rather than stall the readers.
+Layout of the cache folder: ``<key>`` (the file), ``<key>.lock`` (its lock, whose modification time is its
+last use) and ``<key>.ok`` (size, mtime, sha256 and the server's version recorded when it was checked). A
+cached file is used only for the same sha256 (where the manifest gives one) or, without one, the same version
+as the server reports now (ETag, Last-Modified, generation): a file changed on the server is fetched again,
+whatever its size; where the server states no version, only a copy fetched since the cache was made (or one
+in use by another process) is used. A download is written to ``<key>.part-<random>``, which its downloader
+holds locked (``flock``) until it is renamed into place: a partial file nobody holds is left over by a
+process that died and is removed; one that is held is never touched, whatever process or container holds
+it. One process downloads a file while the others wait on its lock and then use it: DDP ranks on one node
+fetch each shard once. A reader holds a shared lock (a ``Pin``) while it uses a file; eviction takes the
+oldest unpinned files until the new one fits, so a file in use is never removed. When pinned files alone
+exceed the limit the cache grows past it, with a warning, rather than stall the readers.
 
-Locking: a process takes a file's lock shared to look at it; to download it,
-it tries the exclusive lock without waiting and, when readers hold the lock,
-lets go and retries after a short randomised pause. It never waits for an
-exclusive lock while readers hold it, because a reader may itself be waiting
-(on a collective, a queue) for the process that would wait on it.
+Locking: a process takes a file's lock shared to look at it; to download it, it tries the exclusive lock
+without waiting and, when readers hold the lock, lets go and retries after a short randomised pause. It never
+waits for an exclusive lock while readers hold it, because a reader may itself be waiting (on a collective,
+a queue) for the process that would wait on it.
 """
 
 from __future__ import annotations
@@ -33,16 +29,18 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, overload
 
 from .. import env, fileio
 from ..fileio import read_json_object, sha256_hex
 from .fetch import UNSIZED_CAP, CacheError, Retry, download, remote_info
+from .urls import redact
 
 logger = logging.getLogger("gpupipe.remote")
+#: Seconds a process waits to fetch again a file the server states no version of while others hold it; then
+#: it takes their copy (they may be readers waiting for this process: waiting longer could wait for ever).
+IN_USE_WAIT = 10.0
 
 
 def default_cache_dir() -> Path:
@@ -79,21 +77,6 @@ class Pin:
         self.release()
 
 
-@dataclass(frozen=True)
-class Fetched:
-    """Downloads into the cache over a period (``ShardCache.fetched_since``).
-
-    Attributes:
-        files: files downloaded.
-        bytes: their bytes.
-        seconds: time spent downloading them (summed over files; downloads may overlap).
-    """
-
-    files: int
-    bytes: int
-    seconds: float
-
-
 class ShardCache:
     """Remote files cached in ``folder``, at most ``limit`` bytes of them (files in use excepted).
 
@@ -108,14 +91,15 @@ class ShardCache:
         self.folder = make_folder(folder)
         self.limit, self.retry, self.storage_options = int(limit), retry or Retry(), storage_options
         self.downloads = 0  # made by this process (tests and the bench read it)
-        self._over_limit_warned = False
+        self.created = time.time()  # a file the server states no version of: used if fetched since
+        self._over_limit_warned = self._unversioned_warned = False
         self._lock = threading.Lock()
 
     def path(self, url: str) -> str:
-        """Where ``url`` is (or will be) cached."""
+        """Where ``url`` is (or will be) cached: an ASCII name, within 255 bytes whatever the URL's script."""
         digest = sha256_hex(url, 24)
         name = url.split("?", 1)[0].split("#", 1)[0].rsplit("/", 1)[-1]  # no query (it may hold a token)
-        tail = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)[-80:]
+        tail = "".join(c if (c.isascii() and c.isalnum()) or c in "._-" else "_" for c in name)[-80:]
         return str(self.folder / f"{digest}-{tail}")
 
     @overload
@@ -166,14 +150,24 @@ class ShardCache:
         path = self.path(url)
         if not sha256 and version is None:
             version = remote_info(url, self.retry, self.storage_options, need_size=False)["version"]
-        wait = 0.01
+        if not sha256 and version == "" and not self._unversioned_warned:
+            self._unversioned_warned = True
+            logger.warning(
+                "%s: the server states no version (no ETag, no Last-Modified) and no checksum is known: a "
+                "cached copy is used only if fetched since this source was made",
+                redact(url),
+            )
+        wait, since = 0.01, time.monotonic()
         while True:
-            fd = fileio.open_lock(path + ".lock")
+            fd = self._open_lock(path + ".lock")
             try:
                 fileio.lock(fd, shared=True)  # waits only while another process downloads the file
                 if not self._valid(path, size, sha256, version):
                     # a download needs the lock alone; never wait for readers (they may be waiting too)
                     if not fileio.try_lock(fd):
+                        unversioned = not sha256 and version == "" and time.monotonic() - since > IN_USE_WAIT
+                        if unversioned and self._in_use(fd, path, size):
+                            return self._pinned(fd, path, pin)
                         os.close(fd)
                         time.sleep(wait * random.uniform(0.5, 1.5))  # out of step with the other waiters
                         wait = min(1.0, wait * 2)
@@ -181,16 +175,33 @@ class ShardCache:
                     if not self._valid(path, size, sha256, version):
                         self._fetch(url, path, size, sha256, version, max_bytes)
                     fileio.lock(fd, shared=True)  # not atomic: an eviction may slip in between
-                os.utime(path + ".lock")  # last use, for eviction
                 if os.path.exists(path):
-                    if not pin:
-                        os.close(fd)
-                        return None
-                    return Pin(fd, path)
+                    return self._pinned(fd, path, pin)
                 os.close(fd)
             except BaseException:
                 fileio.close_lock(fd)
                 raise
+
+    @staticmethod
+    def _pinned(fd: int, path: str, pin: bool) -> Pin | None:
+        """The cached file held by ``fd`` (its shared lock): a ``Pin``, or ``None`` (released) without ``pin``."""
+        os.utime(path + ".lock")  # last use, for eviction
+        if not pin:
+            os.close(fd)
+            return None
+        return Pin(fd, path)
+
+    def _in_use(self, fd: int, path: str, size: int | None) -> bool:
+        """Whether an unversioned file is there, held by others (``IN_USE_WAIT``): then it is taken as it is."""
+        fileio.lock(fd, shared=True)  # a failed upgrade may have dropped the shared lock
+        return self._valid(path, size, None, None)
+
+    def _open_lock(self, path: str) -> int:
+        """``fileio.open_lock``, a file that cannot be made (a read-only or full disk) a ``CacheError``."""
+        try:
+            return fileio.open_lock(path)
+        except OSError as err:
+            raise CacheError(f"cannot write in the cache {self.folder}: {err.strerror or err} ({path})") from None
 
     def _fetch(self, url: str, path: str, size: int | None, sha256: str | None, version: str | None, cap: int) -> None:
         part, part_fd = self._make_room(size or 0, path)
@@ -227,8 +238,12 @@ class ShardCache:
 
     def sha256(self, url: str) -> str | None:
         """The checksum recorded when ``url`` was downloaded (``None`` if it is not cached)."""
-        record = self._read_record(self.path(url))
-        return record.get("sha256") if record else None
+        return (self.record(url) or {}).get("sha256")
+
+    def record(self, url: str) -> dict | None:
+        """What was recorded when ``url`` was downloaded: ``size``, ``sha256``, ``version``, ``fetched_at``
+        (wall time) and ``fetched_s`` (seconds it took); ``None`` if it is not cached."""
+        return self._read_record(self.path(url))
 
     def cached_bytes(self) -> int:
         """Bytes of cached files now (partial downloads included)."""
@@ -238,7 +253,8 @@ class ShardCache:
 
     def _valid(self, path: str, size: int | None, sha256: str | None, version: str | None) -> bool:
         """Whether the cached file is there, unchanged since it was checked, and the one expected (by
-        size, and by sha256 or else by the server's version)."""
+        size, and by sha256 or else by the server's version; ``""``, a server that states none: fetched
+        since this cache was made)."""
         record = self._read_record(path)
         try:
             st = os.stat(path)
@@ -248,19 +264,9 @@ class ShardCache:
             return False  # changed on disk since it was checked: fetch it again
         if sha256:
             return record.get("sha256") == sha256 and (size is None or st.st_size == size)
+        if version == "":  # nothing tells a replaced file apart: only a copy fetched since this cache was made
+            return (size is None or st.st_size == size) and record.get("fetched_at", -1.0) >= self.created
         return (size is None or st.st_size == size) and (version is None or record.get("version") == version)
-
-    def fetched_since(self, urls: Sequence[str], since: float) -> Fetched:
-        """What the node's processes downloaded of ``urls`` from wall time ``since`` on (from the
-        files' records, so downloads made by any process sharing the cache count)."""
-        count = size = 0
-        seconds = 0.0
-        for url in urls:
-            record = self._read_record(self.path(url)) or {}
-            if record.get("fetched_at", -1.0) >= since:
-                count, size = count + 1, size + int(record.get("size", 0))
-                seconds += float(record.get("fetched_s", 0.0))
-        return Fetched(count, size, seconds)
 
     def _record(self, path: str, digest: str, version: str | None, fetched_s: float = 0.0) -> None:
         st = os.stat(path)
@@ -312,7 +318,7 @@ class ShardCache:
         Raises:
             CacheError: the partial file cannot be made.
         """
-        fd = fileio.open_lock(str(self.folder / ".evict.lock"))
+        fd = self._open_lock(str(self.folder / ".evict.lock"))
         try:
             fileio.lock(fd)
             present = _without_dead_parts(self._entries(with_parts=True))

@@ -21,6 +21,7 @@ import logging
 import math
 import os
 import random
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -199,6 +200,16 @@ def _missing(err: BaseException, status: int | None) -> bool:
     return False
 
 
+#: The start of an HTML page (what a server may send with a 200 in place of a file).
+_HTML = re.compile(rb"(?i)\s*(\xef\xbb\xbf)?\s*<(!doctype\s+html|html|head|body|!--)")
+
+
+def is_html_page(head: bytes) -> bool:
+    """Whether ``head``, a file's first bytes, starts an HTML page (a server's error or sign-in page sent
+    with status 200 in place of the file asked for)."""
+    return _HTML.match(head) is not None
+
+
 def read_small(url: str, retry: Retry, storage_options: dict | None = None, max_bytes: int = UNSIZED_CAP) -> bytes:
     """The whole (small) file at ``url``: a manifest, an index; streamed, never more than ``max_bytes``.
 
@@ -238,7 +249,8 @@ def remote_info(url: str, retry: Retry, storage_options: dict | None = None, *, 
     generation, modification time; '' if none).
 
     Raises:
-        RemoteError: unreachable after the retries, missing, or no size reported (with ``need_size``).
+        RemoteError: unreachable after the retries, missing, a folder (an object store's prefix), or no
+            size reported (with ``need_size``).
     """
 
     def info(seconds: float) -> dict:
@@ -249,6 +261,8 @@ def remote_info(url: str, retry: Retry, storage_options: dict | None = None, *, 
             found = sync(fs.loop, asyncio.wait_for, fs._info(path), seconds)  # bounded, as every read
         else:
             found = fs.info(path)
+        if found.get("type") == "directory":  # an object store's prefix: no file of that name
+            raise RemoteError(f"{url} is a folder on the server, not a file: name its files")
         if found.get("size") is None and need_size:
             raise RemoteError(f"{url}: the server reports no size")
         version = "|".join(f"{k}={found[k]}" for k in _VERSION_FIELDS if found.get(k))
@@ -337,6 +351,7 @@ __all__ = [
     "remote_info",
     "download",
     "with_retries",
+    "is_html_page",
     "MAX_BACKOFF",
     "UNSIZED_CAP",
 ]

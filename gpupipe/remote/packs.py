@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..shards import format as shardfmt
 from .cache import ShardCache
-from .fetch import RemoteMissing, read_small
+from .fetch import RemoteMissing, is_html_page, read_small
 from .urls import join, redact
 
 #: Index files fetched at once when a remote pack is opened.
@@ -41,11 +41,13 @@ def remote_pack(url: str, cache: ShardCache) -> tuple[dict, list[PackedTar]]:
     where = join(url, shardfmt.MANIFEST)
     try:
         data = read_small(where, cache.retry, cache.storage_options, shardfmt.MAX_METADATA_BYTES)
-    except RemoteMissing:
+    except RemoteMissing as err:  # its words name a missing bucket as such
         raise ValueError(
-            f"{redact(url)} is not a gpupipe pack: no {shardfmt.MANIFEST} there (for tars written by "
-            "another tool, use gpupipe.WebDataset)"
+            f"{redact(url)} is not a gpupipe pack: no {shardfmt.MANIFEST} there ({err}); for tars written by "
+            "another tool, use gpupipe.WebDataset"
         ) from None
+    if is_html_page(data[:512]):
+        raise ValueError(f"{redact(where)} is an HTML page, not a manifest (a server's error or sign-in page?)")
     manifest = shardfmt.parse_manifest(data, redact(where))
     shards = manifest["shards"]
     locations = [

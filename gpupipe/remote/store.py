@@ -10,15 +10,31 @@ import os
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Literal, overload
 
 from ..fileio import read_range
-from .cache import Fetched, Pin, ShardCache
+from .cache import Pin, ShardCache
 from .urls import redact
 
 logger = logging.getLogger("gpupipe.remote")
 
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """Downloads into the cache over a period (``CachedStore.fetched_since``).
+
+    Attributes:
+        files: files downloaded.
+        bytes: their bytes.
+        seconds: time spent downloading them (summed over files; downloads may overlap).
+    """
+
+    files: int
+    bytes: int
+    seconds: float
 
 
 class Hold:
@@ -112,10 +128,7 @@ class CachedStore:
         self.paths = [cache.path(u) for u in self.urls]
         self.locations = [redact(u) for u in self.urls]  # what messages name (credentials redacted)
         biggest = max(self.sizes, default=0)
-        if biggest > cache.limit:
-            raise ValueError(
-                f"cache_limit {cache.limit:,} bytes cannot hold one shard ({biggest:,} bytes); raise cache_limit"
-            )
+        check_fits(cache, biggest)
         if 2 * biggest > cache.limit:
             logger.warning(
                 "cache_limit %s bytes holds fewer than two shards of %s bytes: shards will be read "
@@ -169,8 +182,16 @@ class CachedStore:
         return read_range(held[1], offset, size, name)
 
     def fetched_since(self, since: float) -> Fetched:
-        """What the node downloaded of these tars from wall time ``since`` on (any process)."""
-        return self.cache.fetched_since(self.urls, since)
+        """What the node downloaded of these tars from wall time ``since`` on (from the cache's records:
+        downloads made by any process sharing the cache count)."""
+        count = size = 0
+        seconds = 0.0
+        for url in self.urls:
+            record = self.cache.record(url) or {}
+            if record.get("fetched_at", -1.0) >= since:
+                count, size = count + 1, size + int(record.get("size", 0))
+                seconds += float(record.get("fetched_s", 0.0))
+        return Fetched(count, size, seconds)
 
     def hold(self, shards: Sequence[int]) -> Hold:
         """Fetches ``shards`` (in parallel) and pins them until the hold is released.
@@ -241,10 +262,20 @@ class CachedStore:
         self.close()
 
 
+def check_fits(cache: ShardCache, size: int) -> None:
+    """Refuses a cache that cannot hold a shard of ``size`` bytes.
+
+    Raises:
+        ValueError: ``size`` is over the cache's limit (naming both).
+    """
+    if size > cache.limit:
+        raise ValueError(f"cache_limit {cache.limit:,} bytes cannot hold one shard ({size:,} bytes); raise cache_limit")
+
+
 def _release_when_fetched(future: Future) -> None:
     """A fetch still running when its hold failed: its pin is released when it arrives."""
     if future.exception() is None:
         future.result().release()
 
 
-__all__ = ["LocalStore", "CachedStore", "Hold"]
+__all__ = ["LocalStore", "CachedStore", "Hold", "Fetched", "check_fits"]

@@ -11,8 +11,8 @@ from urllib.parse import unquote, urlsplit
 #: Schemes read through fsspec, and the extra that installs their file system.
 EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "http": "http", "https": "http"}
 _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
-_BRACES = re.compile(r"\{([^{}]*)\}")
-_RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
+_RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)(?:\.\.-?(\d+))?$")
+_LETTERS = re.compile(r"^([A-Za-z])\.\.([A-Za-z])(?:\.\.-?(\d+))?$")
 #: Most names one brace pattern may expand to (a typo such as {0..99999999} fails fast).
 MAX_EXPANSION = 1_000_000
 
@@ -121,35 +121,79 @@ def _inside(base: str, url: str) -> bool:
 
 
 def expand_braces(pattern: str) -> list[str]:
-    """Expands ``{000..099}`` ranges (zero-padded to the wider bound) and ``{a,b}`` lists, as WebDataset does.
+    """Expands brace patterns as ``braceexpand`` (what WebDataset uses) does: ``{a,b}`` lists (nested
+    too), ``{000..099}`` ranges, zero-padded to the wider bound when a bound has a leading zero
+    (``{0..10}`` is not padded), with an optional step (``{0..10..2}``), and ``{a..e}`` letters;
+    braces holding neither a list nor a range stay as written.
 
     Raises:
-        ValueError: a range or list that is empty, or an expansion over ``MAX_EXPANSION`` names.
+        ValueError: unbalanced braces, a range that runs backwards, or an expansion over
+            ``MAX_EXPANSION`` names.
     """
-    match = _BRACES.search(pattern)
-    if match is None:
-        return [pattern]
-    body = match.group(1)
-    span = _RANGE.match(body)
+    depth = 0
+    for c in pattern:
+        depth += (c == "{") - (c == "}")
+        if depth < 0:
+            break
+    if depth:
+        raise ValueError(f"unbalanced braces in {pattern!r}")
+    return _expand(pattern, pattern)
+
+
+def _expand(text: str, pattern: str) -> list[str]:
+    """``text`` (balanced) expanded at its brace groups, outermost first; a group holding neither a
+    list nor a range keeps its braces (what it holds is expanded)."""
+    open_at = text.find("{")
+    if open_at < 0:
+        return [text]
+    close_at = _closing(text, open_at)
+    body = text[open_at + 1 : close_at]
+    choices = _choices(body, pattern)
+    if choices is None:
+        middles = ["{" + inner + "}" for inner in _expand(body, pattern)]
+    else:
+        middles = [middle for choice in choices for middle in _expand(choice, pattern)]
+    head, tails = text[:open_at], _expand(text[close_at + 1 :], pattern)
+    if len(middles) * len(tails) > MAX_EXPANSION:
+        raise ValueError(f"{pattern!r} names more than {MAX_EXPANSION:,} files")
+    return [head + middle + tail for middle in middles for tail in tails]
+
+
+def _closing(text: str, open_at: int) -> int:
+    depth = 0
+    for k in range(open_at, len(text)):
+        depth += (text[k] == "{") - (text[k] == "}")
+        if depth == 0:
+            return k
+    raise AssertionError(text)  # balanced: checked by expand_braces
+
+
+def _choices(body: str, pattern: str) -> list[str] | None:
+    """What one brace group stands for: a range's values, or a list's items (unexpanded); ``None``
+    when it is neither (kept as written)."""
+    span = _RANGE.match(body) or _LETTERS.match(body)
     if span:
-        lo, hi = int(span.group(1)), int(span.group(2))
+        first, last, step = span.group(1), span.group(2), int(span.group(3) or 1) or 1
+        if first.isalpha():
+            lo, hi = ord(first), ord(last)
+        else:
+            lo, hi = int(first), int(last)
         if hi < lo:
             raise ValueError(f"brace range {{{body}}} in {pattern!r} runs backwards")
-        if hi - lo + 1 > MAX_EXPANSION:
+        if (hi - lo) // step + 1 > MAX_EXPANSION:
             raise ValueError(f"brace range {{{body}}} in {pattern!r} names more than {MAX_EXPANSION:,} files")
-        width = max(len(span.group(1)), len(span.group(2))) if span.group(1).startswith("0") else 0
-        choices = [str(v).zfill(width) for v in range(lo, hi + 1)]
-    else:
-        choices = body.split(",")
-        if not body:
-            raise ValueError(f"empty braces in {pattern!r}")
-    head, tail = pattern[: match.start()], pattern[match.end() :]
-    out: list[str] = []
-    for choice in choices:
-        out.extend(expand_braces(head + choice + tail))
-        if len(out) > MAX_EXPANSION:
-            raise ValueError(f"{pattern!r} names more than {MAX_EXPANSION:,} files")
-    return out
+        if first.isalpha():
+            return [chr(v) for v in range(lo, hi + 1, step)]
+        padded = any(b.startswith(("0", "-0")) and b not in ("0", "-0") for b in (first, last))
+        width = max(len(first), len(last)) if padded else 0
+        return [f"{v:0{width}d}" for v in range(lo, hi + 1, step)]
+    items, depth, start = [], 0, 0
+    for k, c in enumerate(body):
+        depth += (c == "{") - (c == "}")
+        if c == "," and depth == 0:
+            items.append(body[start:k])
+            start = k + 1
+    return items + [body[start:]] if items else None
 
 
 def filesystem(url: str, storage_options: dict | None = None, timeout: float = 60.0) -> tuple[Any, str]:

@@ -37,4 +37,7 @@ def as_source(source: Source | PathLike, extensions: Sequence[str] = IMAGE_EXTEN
     if path.is_file():
         check_list_file(path, "a folder or a list file", "pass the folder that holds the class folders")
         return FileList(path)
-    raise PathNotFound(f"source path {str(path)!r} does not exist")
+    hint = ""
+    if "{" in path.name or path.name.endswith(".tar"):  # the tars of a WebDataset, named as webdataset names them
+        hint = f": for the tars of a WebDataset, pass gpupipe.WebDataset({str(source)!r}) as the source"
+    raise PathNotFound(f"source path {str(path)!r} does not exist{hint}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,8 +17,9 @@ from ..errors import Skipped
 from ..fileio import DEFAULT_MAX_FILE_SIZE, byte_size, read_json_object, sha256_hex
 from ..progress import Progress
 from ..remote import CachedStore, LocalStore, Retry, ShardCache, default_cache_dir, expand_braces, is_url
-from ..remote.cache import make_folder
-from ..remote.fetch import remote_info
+from ..remote.cache import Pin, make_folder
+from ..remote.fetch import is_html_page, remote_info
+from ..remote.store import check_fits
 from ..remote.urls import redact
 from ..shards import format as shardfmt
 from ..shards.tarindex import TarIndex, index_tar
@@ -166,34 +168,34 @@ class _Indexer:
     def index(self, location: str):
         """``(meta, TarIndex)`` of one tar: from the kept index when the tar is unchanged."""
         meta = self._meta(location)
-        settings = {
-            "format": INDEX_FORMAT,
-            "image": self.image_exts,
-            "label": self.label,
-            "location": location,
-            "max_file_size": self.max_file_size,
-        }
-        key = sha256_hex(json.dumps(settings, sort_keys=True), 32)
-        path = self.folder / f"{key}.json"
-        kept = read_json_object(path)
-        if kept is not None and kept.get("meta", {}).get("stamp") == meta["stamp"]:
-            try:
-                return kept["meta"], _from_json(kept["index"])
-            except (KeyError, TypeError, ValueError):
-                logger.warning(
-                    "WebDataset: the kept index %s of %s is damaged; indexing the tar again", path, redact(location)
-                )
-        if self.cache is not None:  # the cached copy must be the version the server has now
-            pin = self.cache.get(location, size=meta["size"], version=meta["stamp"][1])
-            try:
+        if self.cache is not None and meta["size"] is not None:
+            check_fits(self.cache, meta["size"])  # before any download
+        pin = None
+        try:
+            if self.cache is not None and not meta["stamp"][1]:
+                # the server states no version: the tar is fetched again (once per node for the sources
+                # built together) and its checksum says whether the kept index still holds
+                pin = self._fetch(location, meta)
+            path = self._kept_path(location)
+            kept = read_json_object(path)
+            if kept is not None and kept.get("meta", {}).get("stamp") == meta["stamp"]:
+                try:
+                    return kept["meta"], _from_json(kept["index"])
+                except (KeyError, TypeError, ValueError):
+                    logger.warning(
+                        "WebDataset: the kept index %s of %s is damaged; indexing the tar again", path, meta["location"]
+                    )
+            if self.cache is not None:  # the cached copy must be the version the server has now
+                pin = pin or self._fetch(location, meta)
                 index = _index_tar(pin.path, self.image_exts, self.label, self.max_file_size)
                 meta["sha256"] = self.cache.sha256(location)
-            finally:
+                index.problems = [(n.replace(pin.path, meta["location"]), r) for n, r in index.problems]
+            else:
+                index = _index_tar(location, self.image_exts, self.label, self.max_file_size)
+        finally:
+            if pin is not None:
                 pin.release()
-            index.problems = [(n.replace(pin.path, redact(location)), r) for n, r in index.problems]
-        else:
-            index = _index_tar(location, self.image_exts, self.label, self.max_file_size)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp = path.with_suffix(f".tmp{uuid.uuid4().hex[:12]}")  # unique across containers sharing the folder
         try:
             tmp.write_text(json.dumps({"meta": meta, "index": _to_json(index)}))
             os.replace(tmp, path)
@@ -201,20 +203,46 @@ class _Indexer:
             tmp.unlink(missing_ok=True)
             logger.warning("could not keep the WebDataset index %s: %s; the tar is indexed again next time", path, err)
         logger.info(
-            "WebDataset: indexed %s: %d samples, %d problems", redact(location), len(index.samples), len(index.problems)
+            "WebDataset: indexed %s: %d samples, %d problems", meta["location"], len(index.samples), len(index.problems)
         )
         return meta, index
 
+    def _fetch(self, location: str, meta: dict) -> Pin:
+        """The remote tar in the cache, as the server has it now (``meta``'s version; ``""``: fetched since
+        the cache was made, then its sha256 is its version). A size the server did not state (no
+        Content-Length, or compressed in transit) is the downloaded file's, at most ``cache_limit``."""
+        assert self.cache is not None
+        pin = self.cache.get(location, size=meta["size"], version=meta["stamp"][1], max_bytes=self.cache.limit)
+        if meta["size"] is None:
+            meta["size"] = os.path.getsize(pin.path)
+        if not meta["stamp"][1]:
+            meta["stamp"][1] = f"sha256={self.cache.sha256(location)}"
+        return pin
+
+    def _kept_path(self, location: str) -> Path:
+        """Where the index of ``location`` with these settings is kept (the name is a digest: the
+        location's credentials are never written)."""
+        settings = {
+            "format": INDEX_FORMAT,
+            "image": self.image_exts,
+            "label": self.label,
+            "location": location,
+            "max_file_size": self.max_file_size,
+        }
+        return self.folder / f"{sha256_hex(json.dumps(settings, sort_keys=True), 32)}.json"
+
     def _meta(self, location: str) -> dict:
-        """The tar's size and what tells a changed tar apart (mtime, or the server's ETag or modification time)."""
+        """The tar's size and what tells a changed tar apart (mtime, or the server's ETag or modification time;
+        ``""`` where the server states none; a size it does not state is ``None`` until the tar is fetched)."""
         if self.cache is None:
             try:
                 st = os.stat(location)
             except OSError as err:
                 raise ValueError(f"WebDataset: cannot read {location}: {err.strerror or err}") from None
             return {"location": location, "size": st.st_size, "stamp": [st.st_size, st.st_mtime_ns]}
-        info = remote_info(location, self.cache.retry, self.cache.storage_options)
-        return {"location": location, "size": info["size"], "stamp": [info["size"], info["version"]]}
+        info = remote_info(location, self.cache.retry, self.cache.storage_options, need_size=False)
+        # what the kept index names: never a URL's credentials
+        return {"location": redact(location), "size": info["size"], "stamp": [info["size"], info["version"]]}
 
 
 def _index_tar(path: str, image_exts: list[str], label: str, max_file_size: int) -> TarIndex:
@@ -224,10 +252,13 @@ def _index_tar(path: str, image_exts: list[str], label: str, max_file_size: int)
         if where == path and reason.startswith("not a readable tar after 0 members"):
             try:
                 with open(path, "rb") as fh:
-                    what = kind_of(fh.read(SNIFF_BYTES))
+                    head = fh.read(SNIFF_BYTES)
             except OSError:
-                what = None
-            if what is not None and what != "a tar archive":
+                head = b"\0"
+            what = kind_of(head)
+            if what is None and is_html_page(head):
+                index.problems[k] = (where, "an HTML page, not a tar (a server's error or sign-in page?)")
+            elif what is not None and what != "a tar archive":
                 hint = "decompress it: DALI reads uncompressed tars" if what.endswith("archive") else "not a shard"
                 index.problems[k] = (where, f"{what}, not a tar: {hint}")
     return index
@@ -240,7 +271,13 @@ def _classes(indexes, classes: Sequence[str] | None, problems: list[Skipped]):
     if classes is not None:
         classes = [str(c) for c in classes]
     elif names and len(names) != len(values):
-        raise ValueError("WebDataset: labels mix class indices and class names; pass classes=[...] to name them")
+        named = next((m, s, v) for m, i in indexes for _, s, v in i.samples if isinstance(v, str))
+        numbered = next((m, s, v) for m, i in indexes for _, s, v in i.samples if not isinstance(v, str))
+        raise ValueError(
+            "WebDataset: labels mix class indices and class names ("
+            + " and ".join(f"{redact(m['location'])}#{s.name}: {v!r}" for m, s, v in (named, numbered))
+            + "); pass classes=[...] to name them"
+        )
     elif names:
         classes = sorted(set(names))
     else:
