@@ -117,17 +117,20 @@ def settle_world(
 
     A launcher's share gives way to the group's, and so does an ``"unsampled"`` one when
     ``framework_shards()`` (a framework that shards a torch ``DataLoader`` given without a sampler drives
-    the loader; ``gpupipe.loading.frameworks.shards_torch_loaders``); an explicit ``world_size=1``
+    the loader; ``gpupipe.loading.frameworks.shards_torch_loaders``), asked at every call: outside the
+    framework (the script's own loop after ``fit``) it reads everything again, as torch's; an explicit ``world_size=1``
     (this process reads everything, as asked) stands; any other share that
     disagrees with the group is refused, since each rank would read the wrong part.
 
     Raises:
         ValueError: one line naming both shares.
     """
+    if world.origin in ("unsampled", "framework"):  # decided again at every call, as the framework drives or not
+        if group is not None and framework_shards():
+            return World(group[0], group[1], "framework")
+        return World(0, 1, "unsampled")
     if group is None:
         return world
-    if world.origin == "unsampled":
-        return World(group[0], group[1], "framework") if framework_shards() else world
     if group == (world.rank, world.world_size) or world.origin == "launcher":
         return World(group[0], group[1], "group" if world.origin == "launcher" else world.origin)
     if world.origin == "argument" and world.world_size == 1:

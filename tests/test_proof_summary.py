@@ -40,24 +40,6 @@ def test_a_bench_steps_machine_record_is_read_as_well(gpu_proof, tmp_path):
     assert machine_line(gpu_proof.summary(proof)).startswith("Machine: NVIDIA H100 80GB HBM3, 16 cores (AMD EPYC)")
 
 
-def test_the_peer_comparison_runs_in_the_rehearsal(tmp_path, proof_cache):
-    """The peer comparison step of issue #25 runs (on dali-cpu, tiny) and lands in figures and summary (its
-    ``op_costs`` step runs the script the quick proof's rehearsal runs, rows checked there)."""
-    import json
-    import subprocess
-    import sys
-
-    out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--rehearse", "--steps",
-                           "peer_compare"], capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "GPUPIPE_CACHE": str(proof_cache)})
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    figures = json.loads((out / "figures.json").read_text())
-    assert set(figures["peer_compare"]["results"]) >= {"gpupipe-dali-cpu loader alone", "hand-dali-cpu loader alone"}
-    summary = (out / "summary.md").read_text()
-    assert "- peer comparison: {" in summary and "Failed steps" not in summary
-
-
 def test_the_targets_are_the_ones_of_issue_25_and_judged_from_the_figures(gpu_proof):
     """One home for the GPU targets: the proof's TARGETS, judged from the peer comparison and the benches
     (host share: at most; the others: at least)."""

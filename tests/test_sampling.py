@@ -89,4 +89,6 @@ def test_an_unsampled_share_gives_way_only_to_a_framework_that_shards():
     assert settle_world(unsampled, (1, 2)) == unsampled, "plain torchrun: every process reads everything"
     assert settle_world(unsampled, (1, 2), lambda: True) == World(1, 2, "framework")
     assert settle_world(unsampled, None, lambda: True) == unsampled, "no group yet: wait"
-    assert settle_world(World(1, 2, "framework"), (1, 2)) == World(1, 2, "framework")
+    assert settle_world(World(1, 2, "framework"), (1, 2), lambda: True) == World(1, 2, "framework")
+    assert settle_world(World(1, 2, "framework"), (1, 2)) == unsampled, "outside the framework: everything again"
+    assert settle_world(World(1, 2, "framework"), None) == unsampled, "the group is gone: everything again"

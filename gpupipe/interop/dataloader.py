@@ -27,7 +27,8 @@ IGNORED = {
     "pin_memory": "batches land on the device already (CUDA when there is one)",
     "pin_memory_device": "batches land on the device already",
     "persistent_workers": "gpupipe keeps its workers from epoch to epoch",
-    "multiprocessing_context": "gpupipe starts its own workers",
+    "multiprocessing_context": "gpupipe starts its own workers (a dataset read as it is, with "
+    "fallback='torchvision', runs in workers started with it, as torch runs it)",
     "in_order": "batches always come in order",
     "worker_init_fn": "gpupipe's workers run no user code and its augmentations are seeded by the generator; "
     "with fallback='torchvision' the transform's DataLoader workers run it",
@@ -181,7 +182,8 @@ def DataLoader(  # noqa: N802 -- torch's name, for a one-import swap
         pin_memory: accepted, without effect (batches arrive on the loader's device).
         pin_memory_device: accepted, without effect.
         persistent_workers: accepted, without effect.
-        multiprocessing_context: accepted, without effect.
+        multiprocessing_context: accepted; how the fallback's DataLoader workers start (``fallback="torchvision"``),
+            without effect otherwise.
         in_order: accepted, without effect (gpupipe's order is always the planned one).
         worker_init_fn: accepted; run by the fallback's DataLoader workers (``fallback="torchvision"``),
             without effect otherwise (no gpupipe worker runs user code).
@@ -194,7 +196,8 @@ def DataLoader(  # noqa: N802 -- torch's name, for a one-import swap
 
     Raises:
         UnsupportedArgument: ``batch_size=None``, a ``batch_sampler``, a ``collate_fn`` (but for a dataset
-            read as it is), a ``timeout``, a negative ``num_workers``, another sampler, each named.
+            read as it is), a ``timeout``, a negative ``num_workers``, another sampler, each named; for a dataset
+            read as it is, ``prefetch_factor`` or ``persistent_workers=True`` with ``num_workers=0`` (as torch).
         UnsupportedTransform, UnsupportedDataset: see [`gpupipe.loader`][gpupipe.loader].
     """
     from ..loading.factory import loader
@@ -247,10 +250,14 @@ def DataLoader(  # noqa: N802 -- torch's name, for a one-import swap
         built.source.user_collate_fn = torch_side["collate_fn"] = collate_fn  # type: ignore[attr-defined]
     if built.backend == AS_IS and "num_threads" not in options:
         built.source.user_num_workers = num_workers  # type: ignore[attr-defined]  # a dataset read as torch reads it
+        for name, value in (("prefetch_factor", prefetch_factor), ("persistent_workers", persistent_workers or None)):
+            if value is not None and not num_workers:  # torch's DataLoader refuses them alike
+                raise _refuse(name, value, "needs worker processes for a dataset read as it is; num_workers=0")
     for name, value in torch_side.items():  # what scripts read back from a torch DataLoader, as given
         setattr(built, name, value)
-    if worker_init_fn is not None and built.backend in (FALLBACK, AS_IS):
-        built.source.user_worker_init_fn = worker_init_fn  # type: ignore[attr-defined]  # run in its workers
+    if built.backend in (FALLBACK, AS_IS):  # the fallback's DataLoader workers: run and started as torch's
+        built.source.user_worker_init_fn = worker_init_fn  # type: ignore[attr-defined]
+        built.source.user_multiprocessing_context = multiprocessing_context  # type: ignore[attr-defined]
     return built
 
 

@@ -36,6 +36,25 @@ NAME = "torch-dataset"
 register_fallback(NAME, "torch", "gpupipe.interop.dataset_fallback:DatasetBackend")
 
 
+class LengthGuard:
+    """Refuses a pass over a dataset whose ``len()`` changed since its loader was built: gpupipe planned the
+    order over the samples then (torch's ``DataLoader`` reads the new length; gpupipe would leave samples out,
+    or ask for indices past the end)."""
+
+    def __init__(self, dataset: Any, count: int) -> None:
+        self.dataset = dataset
+        self.count = count
+
+    def check(self) -> None:
+        """Raises ``UnsupportedDataset`` naming both lengths when they differ."""
+        now = len(self.dataset)
+        if now != self.count:
+            raise UnsupportedDataset(
+                f"the {type(self.dataset).__name__} had {self.count} samples when the loader was built and has "
+                f"now {now}; gpupipe planned the order over them then, once: build the loader again after the change"
+            )
+
+
 class DatasetItems(Source):
     """The samples of a dataset run as it is: ``len(dataset)`` of them, each named ``Type[i]`` in messages.
 
@@ -55,6 +74,7 @@ class DatasetItems(Source):
         self.items = np.arange(count, dtype=np.int64)
         classes = getattr(dataset, "classes", None)
         self.classes = [str(c) for c in classes] if isinstance(classes, (list, tuple)) else []
+        self.dataset_guard = LengthGuard(dataset, count)  # checked before every pass (frameworks.follow_sampler)
 
     def _scan(self, max_pixels: int, max_file_size: int) -> ScanResult:
         return ScanResult(bad={}, sizes=np.zeros((len(self), 2), np.int64))  # no file: nothing to refuse

@@ -20,6 +20,7 @@ from ..backends import REGISTRY, BackendInfo, EpochRead, Placement
 from ..errors import ErrorPolicy
 from ..loading.config import LoaderConfig
 from ..loading.transfer import to_device
+from ..plan.seeding import SAMPLE, mix_int
 from ..plan.spec import PipelineSpec
 from ..sources import Source
 
@@ -115,12 +116,14 @@ class TransformBackend:
     def iter_epoch(
         self, read: EpochRead, start: int = 0, upcoming: Callable[[int], EpochRead] | None = None
     ) -> Iterator[Any]:
+        import torch
         from torch.utils.data import DataLoader
 
         size = self.config.batch_size
         indices = self.dataset_indices(read)
         batches = [indices[k * size : (k + 1) * size] for k in range(start, read.batches)]
         workers = self.workers()
+        first = int(read.share.positions[0]) if len(read.share) else 0  # this rank's first slot
         loader: DataLoader = DataLoader(
             self.items(),
             batch_sampler=batches,
@@ -128,6 +131,10 @@ class TransformBackend:
             collate_fn=self.collate(),
             prefetch_factor=self.config.prefetch if workers else None,
             worker_init_fn=getattr(self.source, "user_worker_init_fn", None),  # gpupipe.DataLoader's
+            multiprocessing_context=getattr(self.source, "user_multiprocessing_context", None) if workers else None,
+            # the workers' seeds, as torch's DataLoader draws them from its generator: from the loader's seed (the
+            # generator's), not from (and not advancing) the process's global RNG
+            generator=torch.Generator().manual_seed(mix_int(SAMPLE, self.config.seed, read.epoch, first, start)),
         )
         for collated in loader:
             yield to_device(self.batch(collated), self.device)

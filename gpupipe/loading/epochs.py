@@ -33,15 +33,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import Error
 from .config import check_epoch
 
 #: The loader state format (``state_dict()["format"]``).
 STATE_FORMAT = 3
 
 
-class RanksMayPart(UserWarning):
+class RanksMayPart(Error, UserWarning):
     """Under several ranks, a pass moved on to the next epoch by itself after an unfinished pass:
-    the ranks may read different epochs (``EpochCursor.begin``)."""
+    the ranks may read different epochs (``EpochCursor.begin``). A warning category (``gpupipe.Error`` too,
+    as every class gpupipe defines)."""
 
 
 @dataclass

@@ -64,31 +64,48 @@ LIGHTNING_EPOCH = (
 LIGHTNING_LOOPS = ("lightning.pytorch.", "pytorch_lightning.")
 
 
+def _lightning_trainer() -> Any:
+    """The Lightning ``Trainer`` whose loops are on the call stack (asking for the loader), else ``None``."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals.get("__name__", "").startswith(LIGHTNING_LOOPS):
+            owner = frame.f_locals.get("self")
+            trainer = owner if hasattr(owner, "_accelerator_connector") else getattr(owner, "trainer", None)
+            if hasattr(trainer, "_accelerator_connector"):  # not a frame without its trainer (a CombinedLoader's)
+                return trainer
+        frame = frame.f_back
+    return None
+
+
 def shards_torch_loaders() -> bool:
     """Whether this process runs under a framework that shards a torch ``DataLoader`` given without a sampler:
     an ``Accelerator`` exists (its ``prepare`` shards one), or Lightning's loops, with
     ``use_distributed_sampler``, are asking (they are on the call stack)."""
     if _gradient_state() is not None:
         return True
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None:
-        if frame.f_globals.get("__name__", "").startswith(LIGHTNING_LOOPS):
-            owner = frame.f_locals.get("self")
-            trainer = owner if hasattr(owner, "_accelerator_connector") else getattr(owner, "trainer", None)
-            connector = getattr(trainer, "_accelerator_connector", None)
-            return bool(getattr(connector, "use_distributed_sampler", True))
-        frame = frame.f_back
-    return False
+    trainer = _lightning_trainer()
+    return trainer is not None and bool(getattr(trainer._accelerator_connector, "use_distributed_sampler", True))
 
 
-def framework_config(config: Any, generator: Any) -> Any:
-    """A ``gpupipe.DataLoader``'s config once a framework shards it (``shards_torch_loaders``): its ``generator``'s
-    seed stands; without one, the seed of the framework's own ``DistributedSampler`` (Lightning's
-    ``PL_GLOBAL_SEED``, from ``seed_everything``, else 0), the same on every rank, where ``torch.initial_seed()``
-    differs from process to process."""
-    if generator is not None:
-        return config
-    return dataclasses.replace(config, seed=int(os.environ.get("PL_GLOBAL_SEED", 0)))
+def framework_config(loader: Any, world: Any) -> Any:
+    """The config of a ``gpupipe.DataLoader`` given without a sampler, for its share ``world``.
+
+    Read as it was built where it reads everything (``"unsampled"``); where a framework shards it
+    (``"framework"``, ``shards_torch_loaders``) the order is seeded alike on every rank, where
+    ``torch.initial_seed()`` differs from process to process: under Accelerate by the loader's ``generator``
+    (seed it alike on every rank), else by the seed of the framework's own ``DistributedSampler``
+    (Lightning's ``PL_GLOBAL_SEED``, from ``seed_everything``, else 0), as Lightning orders a torch
+    ``DataLoader``, whose ``generator`` it ignores there. Lightning's ``predict`` reads each sample once,
+    the shares unpadded (its ``UnrepeatedDistributedSampler``): ``even_batches=False`` then."""
+    own = loader.__dict__.setdefault("_own_config", loader.config)  # as built
+    generator = getattr(loader, "generator", None)
+    if world.origin != "framework":
+        return own
+    seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
+    if _gradient_state() is not None:  # Accelerate
+        return own if generator is not None else dataclasses.replace(own, seed=seed)
+    predicting = bool(getattr(_lightning_trainer(), "predicting", False))
+    return dataclasses.replace(own, seed=seed, even_batches=own.even_batches and not predicting)
 
 
 class RebuildRefused(Error, AttributeError):

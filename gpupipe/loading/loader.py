@@ -148,9 +148,9 @@ class Loader:
         """
         group = env.process_group()
         world = env.settle_world(self._world, group, frameworks.shards_torch_loaders)
+        if world.origin in ("framework", "unsampled"):  # gpupipe.DataLoader without a sampler, as torch's
+            self.config = frameworks.framework_config(self, world)
         if world != self._world:
-            if world.origin == "framework":  # gpupipe.DataLoader without a sampler, sharded as torch's would be
-                self.config = frameworks.framework_config(self.config, getattr(self, "generator", None))
             if (world.rank, world.world_size) != (self._world.rank, self._world.world_size):
                 logger.info("gpupipe loader: %s from torch.distributed (%s)", world, world.origin)
                 steps.check_batch_fits(self.source, self.config, world.world_size)
