@@ -6,9 +6,9 @@ every backend), and, for every backend of ``--backends``, epochs read with rando
 and CutMix (a digest of each batch's images and targets), saving states mid-epoch, at an epoch's end and
 after a recovered bad file (``torch.save`` and JSON). ``--phase resume`` is a new job: it loads those
 states (rank 0's also into rank 1, and each rank's into the other), records what follows, and records the
-refusals of states that do not fit. ``--phase lightning`` (started by Lightning's own launcher) and
-``--phase accelerate`` (under torchrun) record the ids that ``gpupipe.DataLoader`` without a sampler gives
-each rank.
+refusals of states that do not fit. ``--phase lightning-steps`` / ``lightning-resume`` (started by Lightning's
+own launcher) record a fit that ``max_steps`` stops mid-epoch and its resume. (``gpupipe.DataLoader`` without a
+sampler under Lightning and Accelerate: tests/test_redteam_as_is.py.)
 """
 
 import argparse
@@ -167,13 +167,11 @@ def main():
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--phase", required=True,
-                        choices=["run", "resume", "lightning", "lightning-steps", "lightning-resume", "accelerate"])
+                        choices=["run", "resume", "lightning-steps", "lightning-resume"])
     parser.add_argument("--backends", default="torchvision")
     args = parser.parse_args()
     if args.phase.startswith("lightning"):
         return lightning(args)
-    if args.phase == "accelerate":
-        return accelerate(args)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     result = {"rank": rank}
@@ -189,16 +187,8 @@ def main():
     dist.destroy_process_group()
 
 
-def swapped_loader(data: Path):
-    """What a user writes when swapping ``torch.utils.data.DataLoader`` for gpupipe's: no sampler."""
-    from torchvision.datasets import ImageFolder
-
-    return gpupipe.DataLoader(ImageFolder(str(data / "d13")), batch_size=2, shuffle=True, backend="torchvision",
-                              device="cpu", num_workers=0, pipeline=PLAIN)
-
-
 def lightning(args) -> None:
-    """``--phase lightning``: the swapped loader under ``Trainer.fit``; ``--phase lightning-steps``: a fit
+    """``--phase lightning-steps``: a fit
     of ``max_steps=6`` (the uninterrupted run), then one of ``max_steps=4`` that stops mid-epoch 1 and writes
     Lightning's default end-of-epoch checkpoint; ``--phase lightning-resume``: ``max_steps=6`` from it."""
     import lightning as L
@@ -229,26 +219,13 @@ def lightning(args) -> None:
                               num_threads=0, seed=SEED)
 
     checkpoints = args.out / "checkpoints"
-    if args.phase == "lightning":
-        fit("lightning", swapped_loader(args.data), max_epochs=1, enable_checkpointing=False)
-    elif args.phase == "lightning-steps":
+    if args.phase == "lightning-steps":
         fit("lightning-full", train(), max_steps=6, enable_checkpointing=False)
         fit("lightning-stopped", train(), max_steps=4, default_root_dir=str(args.out),
             callbacks=[L.pytorch.callbacks.ModelCheckpoint(dirpath=checkpoints)])
     else:
         (saved,) = checkpoints.glob("*.ckpt")
         fit("lightning-resumed", train(), ckpt_path=str(saved), max_steps=6, enable_checkpointing=False)
-
-
-def accelerate(args) -> None:
-    from accelerate import Accelerator
-
-    accelerator = Accelerator(cpu=True)
-    loader = accelerator.prepare(swapped_loader(args.data))
-    seen = sum(ids_of(loader), [])
-    rank = accelerator.process_index
-    (args.out / f"accelerate-rank{rank}.json").write_text(json.dumps({"rank": rank, "seen": seen,
-                                                                      "len": len(loader)}))
 
 
 if __name__ == "__main__":

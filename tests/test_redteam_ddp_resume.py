@@ -137,30 +137,6 @@ def test_states_that_do_not_fit_are_refused_naming_what_differs(launches, backen
         assert "world_size differs: the state has world_size 2, this loader world_size 1" in refused["world_size"]
 
 
-@pytest.fixture(scope="module")
-def swapped(data):
-    """``{framework: each rank's record}``: ``gpupipe.DataLoader`` without a sampler, as a swapped script has
-    it, under Lightning (its own launcher) and Accelerate (torchrun)."""
-    out = data / "swapped"
-    out.mkdir()
-    launch([sys.executable, str(WORKER), "--data", str(data), "--out", str(out), "--phase", "lightning"], out)
-    launch(torchrun("--data", str(data), "--out", str(out), "--phase", "accelerate"), out)
-    return {name: [json.loads((out / f"{name}-rank{r}.json").read_text()) for r in range(2)]
-            for name in ("lightning", "accelerate")}
-
-
-@pytest.mark.parametrize("framework", ["lightning", "accelerate"])
-def test_a_swapped_dataloader_is_sharded_by_the_framework_as_torchs_would_be(swapped, framework):
-    """Lightning (``use_distributed_sampler``) and Accelerate (``prepare``) shard a torch ``DataLoader``:
-    each rank reads its share. The swapped gpupipe loader must not have every rank read every sample."""
-    runs = swapped[framework]
-    seen = [r["seen"] for r in runs]
-    if framework == "lightning":  # the recorder's entries: [epoch, batch index, sample ids]
-        seen = [sum((ids for _, _, ids in rank_seen), []) for rank_seen in seen]
-    assert len(seen[0]) == len(seen[1]) == 7, "each rank reads its half (13 samples, one padded)"
-    assert sorted(set(seen[0] + seen[1])) == list(range(13))
-
-
 def test_a_pass_only_one_rank_starts_is_not_silent(launches):
     """Rank 0 peeks at a batch: its next pass (no set_epoch) reads epoch 1 while rank 1 reads epoch 0, so
     their shares overlap. DistributedSampler has no epoch to move; gpupipe warns on the rank that moved,

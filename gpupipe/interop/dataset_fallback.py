@@ -13,7 +13,6 @@ data cannot be compiled. The backend is registered as ``"torch-dataset"``.
 
 from __future__ import annotations
 
-import logging
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -27,8 +26,6 @@ from ..sources.scan import ScanResult
 from .datasets import UnsupportedDataset
 from .fallback import NAME as TRANSFORM_FALLBACK
 from .fallback import TransformBackend, register_fallback
-
-logger = logging.getLogger("gpupipe.loader")
 
 #: The backend's name (``loader.backend``).
 NAME = "torch-dataset"
