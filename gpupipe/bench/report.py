@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from .. import env
+from ..errors import plural
 from . import advice
 from .measure import SPREAD_WARNING
 
@@ -183,11 +184,10 @@ def measured_line(report: dict) -> str:
             f"a {s['model']} training loop in {report['amp']['dtype']} ({s['train_steps']} steps after "
             f"{s['train_warmup']} of warm-up) and the same loop on one batch kept on the device (its ceiling)"
         )
-    repeats = f"{s['repeats']} repeat" + ("s" if s["repeats"] != 1 else "")
     return (
         f"measured on {report['machine']['label']}, {data['images']} images in {data['classes']} classes, "
-        f"batch {s['batch_size']} at {s['image_size']} px: {', '.join(parts)}; {repeats} of each, interleaved; "
-        "medians (min-max):"
+        f"batch {s['batch_size']} at {s['image_size']} px: {', '.join(parts)}; "
+        f"{plural(s['repeats'], 'repeat')} of each, interleaved; medians (min-max):"
     )
 
 
