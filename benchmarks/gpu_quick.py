@@ -28,7 +28,7 @@ would take ~80 s on 16 such cores; the step generates what 40 s allow (~6,400) a
 with hard links to them (every file is still read and decoded; ``data.json`` says how many are unique).
 It lives in gpupipe's cache, so a rerun on the same machine skips it.
 
-``--rehearse`` runs every step on the CPU (``dali-cpu``, 60 images in batches of 8, ShuffleNet instead of
+``--rehearse`` runs every step on the CPU (``dali-cpu``, 60 images in batches of 8 at 32 px, ShuffleNet instead of
 the ResNets, a trivially small test selection; caps and default budget 5 times longer) to check this
 script; ``tests/test_gpu_proof_rehearsal.py`` does so in the test suite. ``--commit quick.tgz`` unpacks
 a run's results into ``benchmarks/results/<gpu>-<date>/`` (the documentation's tables come from there).
@@ -73,6 +73,8 @@ INTERRUPT_GRACE_S = 12
 #: A rehearsal's caps and default budget are this many times longer: it checks the steps, not the timings,
 #: on CPUs that other work may share.
 REHEARSAL_SLACK = 5
+#: A rehearsal's image side (crops, models): the least that still runs every op and model of the steps.
+REHEARSAL_SIZE = 32
 #: The photo folder: 50 batches of 256; unique images are generated for at most this many seconds.
 IMAGES, GENERATE_S = 50 * 256, 40
 #: What the data step needs besides generating (start, hard links, sizes): 7-8 s on an H200 machine, when
@@ -188,8 +190,8 @@ class Quick:
             self.figures.setdefault("dali", {})[build] = self.figures.pop("dali_check", {})
 
     def peer(self, cap: float) -> None:
-        small = ["--tiny-models", "--size", "64", "--batch-size", "8", "--steps", "3", "--train-steps", "2",
-                 "--warmup", "2", "--rounds", "1"]
+        small = ["--tiny-models", "--size", str(REHEARSAL_SIZE), "--batch-size", "8", "--steps", "2", "--train-steps",
+                 "2", "--warmup", "1", "--rounds", "1"]
         # 3 rounds: the median then drops one slow round (window A's 0.93x was one round of two at 8,698 img/s)
         full = ["--models", "resnet18", "--batch-size", "256", "--steps", "40", "--train-steps", "30", "--warmup",
                 "10", "--rounds", "3"]
@@ -201,8 +203,8 @@ class Quick:
     def host(self, cap: float) -> None:
         """One gpupipe epoch's next() profiled, and its host time, in a process that runs gpupipe alone (so every
         warning line on its stderr is gpupipe's)."""
-        sizes = ["--batch-size", "8", "--size", "64", "--steps", "2", "--warmup", "2"] if self.rehearse else \
-            ["--batch-size", "256", "--size", "224", "--steps", "30", "--warmup", "10"]
+        small = ["--batch-size", "8", "--size", str(REHEARSAL_SIZE), "--steps", "2", "--warmup", "1"]
+        sizes = small if self.rehearse else ["--batch-size", "256", "--size", "224", "--steps", "30", "--warmup", "10"]
         try:
             self.script("host", cap, "host_proxy.py", "--data", str(self.folder), "--backend", self.backend,
                         "--only", "gpupipe", "--rounds", "1", "--profile", str(self.out / "profile_next.txt"),
@@ -223,8 +225,9 @@ class Quick:
         listed = self.out / "tests-seen.txt"
         listed.write_text("".join(f"{node}\n" for node in seen))
         # both passes select the same tests; the plugin keeps each pass's share (GPUPIPE_TESTS_PASS, below)
-        selection = [str(ROOT / "tests" / "test_gpu_readiness.py"), "-k", "refuses"] if self.rehearse else \
-            ["-m", "cuda", *(["-p", "gpu_tests_seen"] if seen else []), "tests"]
+        # the rehearsal's one test starts no process of its own (the ``refuses`` test it ran took 2-3 s)
+        rehearsed = [str(ROOT / "tests" / "test_gpu_readiness.py"), "-k", "decoder_settings_reach"]
+        selection = rehearsed if self.rehearse else ["-m", "cuda", *(["-p", "gpu_tests_seen"] if seen else []), "tests"]
         started, figures = time.monotonic(), {"exit": 0, "parallel": bool(xdist), "passed_before": len(seen)}
         for name in ("tests", "tests-seen") if seen else ("tests",):
             left = cap - (time.monotonic() - started)
@@ -249,12 +252,13 @@ class Quick:
             raise RuntimeError(f"cuda tests exited {figures['exit']}: {figures['summary']}")
 
     def sweep(self, cap: float) -> None:
-        steps = ["--steps", "3", "--warmup", "1", "--batch-size", "8"] if self.rehearse else []
+        steps = ["--steps", "2", "--warmup", "1", "--batch-size", "8"] if self.rehearse else []
         self.script("hw_decoder_load", cap, "gpu_quick.py", "--inner", "sweep", "--out", str(self.out),
                     "--data", str(self.folder), "--backend", self.backend, *steps)
 
     def resnet50(self, cap: float) -> None:
-        small = ["--tiny-models", "--size", "64", "--batch-size", "8", "--train-steps", "2", "--warmup", "1"]
+        small = ["--tiny-models", "--size", str(REHEARSAL_SIZE), "--batch-size", "8", "--train-steps", "2", "--warmup",
+                 "1"]
         full = ["--models", "resnet50", "--batch-size", "256", "--train-steps", "30", "--warmup", "10"]
         # the hand-written pipeline (is the ceiling reachable by any DALI loader on this GPU?), gpupipe with 4
         # batches prefetched (does a deeper queue hide the GPU time DALI's kernels share with the model?) and gpupipe
@@ -266,8 +270,8 @@ class Quick:
     def op_costs(self, cap: float) -> None:
         sweep = self.figures.get("hw_decoder_load", {})
         load = sweep.get("auto_chose") or sweep.get("best") or 0.65
-        sizes = ["--batch", "8", "--batches", "2", "--rounds", "1", "--size", "64"] if self.rehearse else \
-            ["--batch", "256", "--batches", "10", "--rounds", "2"]
+        small = ["--batch", "8", "--batches", "1", "--rounds", "1", "--size", str(REHEARSAL_SIZE)]
+        sizes = small if self.rehearse else ["--batch", "256", "--batches", "10", "--rounds", "2"]
         result = self.script("op_costs", cap, "op_costs.py", str(self.folder), "--backend", self.backend,
                              "--hw-decoder-load", str(load), "--peer", "--forms", "--torch", "--out", str(self.out / "op_costs.json"),
                              *sizes)

@@ -17,6 +17,22 @@ if os.environ.get("GPUPIPE_REQUIRE_DALI") == "1" and not HAS_DALI:
     raise RuntimeError("GPUPIPE_REQUIRE_DALI=1 but nvidia.dali does not import: DALI tests would be skipped")
 
 
+def _share_the_cores_between_workers() -> None:
+    """Under pytest-xdist, each worker's torch (and the processes its tests start: OpenMP reads
+    ``OMP_NUM_THREADS``) uses its share of the cores: with a thread per core in every worker, OpenMP's
+    spinning threads made a 12 s test take 164 s beside another worker's on 2 cores."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 1:
+        import torch
+
+        share = max(1, len(os.sched_getaffinity(0)) // workers)
+        os.environ.setdefault("OMP_NUM_THREADS", str(share))
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+_share_the_cores_between_workers()
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _isolated_cache(tmp_path_factory):
     """Scan caches and demo data go to a temporary folder, not the user's ~/.cache."""
@@ -27,6 +43,13 @@ def _isolated_cache(tmp_path_factory):
         os.environ.pop("GPUPIPE_CACHE", None)
     else:
         os.environ["GPUPIPE_CACHE"] = previous
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: pytest without xdist (plugins not autoloaded) ignores it
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (the README's test command): one worker per core, at most 4 (each test may start DALI threads,
+    torchrun ranks and servers of its own; more workers only contend for the cores)."""
+    return max(1, min(len(os.sched_getaffinity(0)), 4))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -54,7 +54,7 @@ def write_cases(folder: Path, seed: int = 0) -> List[Case]:
     good = folder / "plain.jpg"
     data = good.read_bytes()
     for name, payload, reason in (
-        ("truncated.jpg", data[: len(data) // 2], "cannot decode"),
+        ("truncated.jpg", data[: len(data) // 2], "truncated JPEG (no end-of-image marker)"),
         ("empty.jpg", b"", "empty file"),
         ("text.jpg", b"this is not an image\n" * 20, "not an image"),
         ("gzip.jpg", gzip.compress(data), "not an image"),

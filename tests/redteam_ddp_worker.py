@@ -2,13 +2,16 @@
 
 ``--phase run`` records, per rank, what the loaders give: the sample ids of every batch for a matrix of
 awkward sizes (``coverage``, torchvision in the main process: the order is decided in Python, the same on
-every backend), and, for every backend of ``--backends``, epochs read with random crops, flips, MixUp
-and CutMix (a digest of each batch's images and targets), saving states mid-epoch, at an epoch's end and
-after a recovered bad file (``torch.save`` and JSON). ``--phase resume`` is a new job: it loads those
+every backend), a pass only rank 0 started (``peek``), a loader built while rank 1 comes late (``waits``),
+and, for every backend of ``--backends``, epochs read with random crops, flips, MixUp and CutMix (a digest of
+each batch's images and targets), saving states mid-epoch, at an epoch's end and after a recovered bad file
+(``torch.save`` and JSON). ``--phase resume`` is a new job: it loads those
 states (rank 0's also into rank 1, and each rank's into the other), records what follows, and records the
-refusals of states that do not fit. ``--phase lightning-steps`` / ``lightning-resume`` (started by Lightning's
-own launcher) record a fit that ``max_steps`` stops mid-epoch and its resume. (``gpupipe.DataLoader`` without a
-sampler under Lightning and Accelerate: tests/test_redteam_as_is.py.)
+refusals of states that do not fit. With ``--lightning DIR``, the same processes then record, in ``DIR``, a
+Lightning fit that ``max_steps`` stops mid-epoch (``run``) and its resume (``resume``): Lightning's DDP takes
+torchrun's ranks and the process group already there, so no launch of Lightning's own (a launch costs ~10 s of
+imports on the 2-core VM). (``gpupipe.DataLoader`` without a sampler under Lightning and Accelerate:
+tests/test_redteam_as_is.py.)
 """
 
 import argparse
@@ -82,6 +85,31 @@ def peek(data: Path) -> dict:
             ids = sum(ids_of(loader), [])
         out[mode] = {"ids": ids, "warnings": [str(w.message) for w in caught]}
     return out
+
+
+def waits(data: Path) -> dict:
+    """Rank 0 builds a loader of the group's share while rank 1 comes 4 s late: ``{"notices", "len"}``, the
+    "waits for" messages gpupipe logged on this rank and the loader's length."""
+    import logging
+    import time
+
+    from gpupipe.loading import agreement
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())
+    logger = logging.getLogger("gpupipe")
+    logger.addHandler(handler)
+    notice, agreement.WAIT_NOTICE_S = agreement.WAIT_NOTICE_S, 1.0
+    try:
+        dist.barrier()
+        if dist.get_rank() == 1:
+            time.sleep(4)
+        loader = gpupipe.loader(data / "d7", PLAIN, batch_size=2, backend="torchvision", device="cpu", num_threads=0)
+    finally:
+        agreement.WAIT_NOTICE_S = notice
+        logger.removeHandler(handler)
+    return {"notices": [m for m in records if "waits for" in m], "len": len(loader)}
 
 
 def make(data: Path, backend: str, name: str = "d13", **kwargs):
@@ -166,31 +194,32 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--phase", required=True,
-                        choices=["run", "resume", "lightning-steps", "lightning-resume"])
+    parser.add_argument("--phase", required=True, choices=["run", "resume"])
     parser.add_argument("--backends", default="torchvision")
+    parser.add_argument("--lightning", type=Path, metavar="DIR", help="then the Lightning fits, into DIR")
     args = parser.parse_args()
-    if args.phase.startswith("lightning"):
-        return lightning(args)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     result = {"rank": rank}
     if args.phase == "run":
         result["coverage"] = coverage(args.data)
         result["peek"] = peek(args.data)
+        result["waits"] = waits(args.data)
     for backend in args.backends.split(","):
         out = args.out / backend
         out.mkdir(exist_ok=True)
         result[backend] = (run if args.phase == "run" else resume)(args.data, backend, out)
     (args.out / f"{args.phase}-rank{rank}.json").write_text(json.dumps(result))
     dist.barrier()
+    if args.lightning is not None:
+        lightning(args.phase, args.data, args.lightning)
+        dist.barrier()
     dist.destroy_process_group()
 
 
-def lightning(args) -> None:
-    """``--phase lightning-steps``: a fit
-    of ``max_steps=6`` (the uninterrupted run), then one of ``max_steps=4`` that stops mid-epoch 1 and writes
-    Lightning's default end-of-epoch checkpoint; ``--phase lightning-resume``: ``max_steps=6`` from it."""
+def lightning(phase: str, data: Path, out: Path) -> None:
+    """``run``: a fit of ``max_steps=6`` (the uninterrupted run), then one of ``max_steps=4`` that stops mid-epoch 1
+    and writes Lightning's default end-of-epoch checkpoint; ``resume``: ``max_steps=6`` from it."""
     import lightning as L
 
     class Recorder(L.LightningModule):
@@ -212,16 +241,16 @@ def lightning(args) -> None:
                             enable_model_summary=False, **settings)
         trainer.fit(model, train_dataloaders=loader, ckpt_path=ckpt_path)
         result = {"rank": trainer.global_rank, "seen": model.seen, "len": len(loader)}
-        (args.out / f"{name}-rank{trainer.global_rank}.json").write_text(json.dumps(result))
+        (out / f"{name}-rank{trainer.global_rank}.json").write_text(json.dumps(result))
 
     def train():  # 24 samples: 2 ranks x 3 batches of 4
-        return gpupipe.loader(args.data / "d24", PLAIN, batch_size=4, backend="torchvision", device="cpu",
+        return gpupipe.loader(data / "d24", PLAIN, batch_size=4, backend="torchvision", device="cpu",
                               num_threads=0, seed=SEED)
 
-    checkpoints = args.out / "checkpoints"
-    if args.phase == "lightning-steps":
+    checkpoints = out / "checkpoints"
+    if phase == "run":
         fit("lightning-full", train(), max_steps=6, enable_checkpointing=False)
-        fit("lightning-stopped", train(), max_steps=4, default_root_dir=str(args.out),
+        fit("lightning-stopped", train(), max_steps=4, default_root_dir=str(out),
             callbacks=[L.pytorch.callbacks.ModelCheckpoint(dirpath=checkpoints)])
     else:
         (saved,) = checkpoints.glob("*.ckpt")

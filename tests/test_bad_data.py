@@ -140,3 +140,21 @@ def test_policy_errors(bad_folder):
         make(bad_folder, "torchvision", "cpu", on_error="ignore")
     with pytest.raises(ValueError, match="max_pixels must be an int >= 1, got 0"):
         make(bad_folder, "torchvision", "cpu", max_pixels=0)
+
+
+def test_the_packer_gives_the_loaders_reason_for_each_bad_file(bad_folder, tmp_path):
+    # one file, one message: a truncated JPEG was "truncated JPEG (...)" to the loader, "cannot decode: image file
+    # is truncated (...)" to the packer
+    import json
+
+    from gpupipe.pack import pack
+
+    truncated_png = bad_folder / "odd" / "truncated.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (30, 40, 3), np.uint8)).save(truncated_png)
+    truncated_png.write_bytes(truncated_png.read_bytes()[:-60])
+    expected = dict(SCAN_REASONS, **{"truncated.png": "truncated PNG (no IEND chunk)"})
+    pack(bad_folder, tmp_path / "packed", workers=1, progress=False)
+    manifest = json.loads((tmp_path / "packed" / "manifest.json").read_text())
+    packed = {Path(s["path"]).name: s["reason"] for s in manifest["skipped"]}
+    assert {name: packed.get(name) for name in expected} == expected
+    assert packed["broken.png"].startswith("cannot decode")

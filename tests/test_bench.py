@@ -129,14 +129,29 @@ def test_large_demo_photos_are_the_scenes_enlarged(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def bench_cli(tmp_path_factory):
-    """``python -m gpupipe.bench`` with ``--help``, then ``--data`` a missing and an empty folder, run in one
-    process (script_batch.py: torch imported once): ``{case: {"returncode", "stdout", "stderr"}}``."""
-    tmp = tmp_path_factory.mktemp("bench-cli")
+def bench_commands(tmp_path_factory):
+    """``python -m gpupipe.bench`` with ``--help``, then ``--data`` a missing and an empty folder, then two whole
+    runs: ``"tiny"`` with the default augmentation and ``"heavy"`` with ``--augment heavy``, all in one process
+    (script_batch.py: torch, torchvision and DALI imported once): ``(tmp, {case: {"returncode", "stdout",
+    "stderr"}})``; the runs write into ``tmp / "<case>-out"``."""
+    tmp = tmp_path_factory.mktemp("bench-commands")
     (tmp / "empty").mkdir()
-    argvs = {"help": ["--help"], "missing": ["--data", str(tmp / "missing")], "empty": ["--data", str(tmp / "empty")]}
-    results = run_scripts([{"module": "gpupipe.bench", "args": argv, "cwd": str(tmp)} for argv in argvs.values()], tmp)
-    return dict(zip(argvs, results))
+    make_image_folder(tmp / "tiny", {"a": 8, "b": 8}, sizes=(40, 80))
+    make_image_folder(tmp / "heavy", {"a": 6, "b": 6}, sizes=(40, 80))
+    sizes = ["--backends", _backends(), "--model", "resnet18", "--batch-size", "4", "--image-size", "32", "--steps",
+             "2", "--train-steps", "2", "--warmup", "1", "--train-warmup", "1", "--repeats", "1", "--threads", "1"]
+    argvs = {"help": ["--help"], "missing": ["--data", str(tmp / "missing")], "empty": ["--data", str(tmp / "empty")],
+             "tiny": ["--data", str(tmp / "tiny"), *sizes, "--out", str(tmp / "tiny-out")],
+             "heavy": ["--data", str(tmp / "heavy"), *sizes, "--augment", "heavy", "--out", str(tmp / "heavy-out")]}
+    results = run_scripts([{"module": "gpupipe.bench", "args": argv, "cwd": str(tmp)} for argv in argvs.values()],
+                          tmp, timeout=600)
+    return tmp, dict(zip(argvs, results))
+
+
+@pytest.fixture(scope="module")
+def bench_cli(bench_commands):
+    """``{case: {"returncode", "stdout", "stderr"}}`` of :func:`bench_commands`."""
+    return bench_commands[1]
 
 
 def test_help_documents_every_flag(bench_cli):
@@ -252,16 +267,10 @@ def test_a_missing_bench_extra_is_one_line_naming_it(tmp_path):
                            "pip install 'gpupipe[bench]'\n")
 
 
-def test_bench_end_to_end_on_tiny_data(tmp_path):
-    data = tmp_path / "data"
-    make_image_folder(data, {"a": 8, "b": 8}, sizes=(40, 80))
-    out = tmp_path / "out"
-    backends = "baseline,torchvision" + (",dali-cpu" if _has_dali() else "")
-    cmd = [sys.executable, "-m", "gpupipe.bench", "--data", str(data), "--backends", backends,
-           "--model", "resnet18", "--batch-size", "4", "--image-size", "32", "--steps", "2",
-           "--train-steps", "2", "--warmup", "1", "--train-warmup", "1", "--repeats", "1", "--threads", "1", "--out", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
+def test_bench_end_to_end_on_tiny_data(bench_commands):
+    tmp, runs = bench_commands
+    out, proc, backends = tmp / "tiny-out", runs["tiny"], _backends()
+    assert proc["returncode"] == 0, proc["stderr"]
     bench = json.loads((out / "bench.json").read_text())
     assert (out / "bench.png").stat().st_size > 10_000
     assert list(bench["results"]) == backends.split(",")
@@ -276,31 +285,30 @@ def test_bench_end_to_end_on_tiny_data(tmp_path):
     assert bench["ceiling"]["images_per_s"] > 0
     for entry in bench["results"].values():
         assert entry["loader"]["min"] <= entry["loader"]["images_per_s"] <= entry["loader"]["max"]
-    assert "| backend" in proc.stdout and "this bench (quick mode) will take about" in proc.stderr
-    last = proc.stdout.strip().splitlines()[-1]
+    assert "| backend" in proc["stdout"] and "this bench (quick mode) will take about" in proc["stderr"]
+    last = proc["stdout"].strip().splitlines()[-1]
     assert last.startswith("fastest backend for training on this machine: ") and last == bench["winner"]
     assert any(name in last for name in bench["results"]) and "bound" in last
     assert all(entry["verdict"]["reason"].startswith(entry["verdict"]["bound"]) for entry in bench["results"].values())
-    assert "bench: 100%" in proc.stderr and "mixed precision: " in proc.stderr
-    assert bench["amp"]["choice"] in ("bf16", "off") and bench["amp"]["reason"] in proc.stderr
+    assert "bench: 100%" in proc["stderr"] and "mixed precision: " in proc["stderr"]
+    assert bench["amp"]["choice"] in ("bf16", "off") and bench["amp"]["reason"] in proc["stderr"]
     assert set(bench["machine"]["cpu_flags"]) >= {"avx512_bf16", "amx_bf16"} and bench["machine"]["cpu"]
     assert bench["machine"]["torch_build"] == {"torch": torch.__version__, "cuda": torch.version.cuda}
     assert bench["estimate"]["planned_s"] > 0 and bench["settings"]["mode"] == "quick"
 
 
-def test_bench_heavy_augmentation_runs(tmp_path):
-    data = tmp_path / "data"
-    make_image_folder(data, {"a": 6, "b": 6}, sizes=(40, 80))
-    out = tmp_path / "out"
-    backends = "baseline,torchvision" + (",dali-cpu" if _has_dali() else "")
-    cmd = [sys.executable, "-m", "gpupipe.bench", "--data", str(data), "--backends", backends, "--augment", "heavy",
-           "--model", "resnet18", "--batch-size", "4", "--image-size", "32", "--steps", "2", "--train-steps", "2",
-           "--warmup", "1", "--train-warmup", "1", "--repeats", "1", "--threads", "1", "--out", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
+def test_bench_heavy_augmentation_runs(bench_commands):
+    tmp, runs = bench_commands
+    out, proc = tmp / "heavy-out", runs["heavy"]
+    assert proc["returncode"] == 0, proc["stderr"]
     bench = json.loads((out / "bench.json").read_text())
     assert bench["settings"]["augment"] == "heavy"
     assert all(entry["train"]["images_per_s"] > 0 for entry in bench["results"].values())
+
+
+def _backends() -> str:
+    """The bench runs' ``--backends``: the baseline, torchvision and, where DALI is installed, dali-cpu."""
+    return "baseline,torchvision" + (",dali-cpu" if _has_dali() else "")
 
 
 def _has_dali():

@@ -2,7 +2,8 @@
 ``DataLoader`` inside Lightning and Accelerate.
 
 Two torchrun launches of ``redteam_ddp_worker.py`` (a run, then a resume in new processes) serve every
-test here but the framework ones: a launch costs ~10 s of imports on the 2-core VM.
+test here, Lightning's included (its DDP takes torchrun's ranks): a launch costs ~10 s of imports on the
+2-core VM.
 """
 
 import json
@@ -49,12 +50,14 @@ def data(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def launches(data):
-    """``(run, resume)``: each rank's record of the two launches, by rank."""
-    out = data / "out"
+    """``(run, resume)``: each rank's record of the two launches, by rank (the Lightning fits of both launches are
+    in ``data / "steps"``: :func:`lightning_steps`)."""
+    out, steps = data / "out", data / "steps"
     out.mkdir()
+    steps.mkdir()
     for phase in ("run", "resume"):
         launch(torchrun("--data", str(data), "--out", str(out), "--phase", phase,
-                        "--backends", ",".join(CPU_BACKEND_NAMES)), out)
+                        "--backends", ",".join(CPU_BACKEND_NAMES), "--lightning", str(steps)), out)
     return tuple([json.loads((out / f"{phase}-rank{r}.json").read_text()) for r in range(2)]
                  for phase in ("run", "resume"))
 
@@ -182,14 +185,11 @@ def test_a_left_pass_warns_only_with_several_shuffled_ranks_and_no_chosen_epoch(
 
 
 @pytest.fixture(scope="module")
-def lightning_steps(data):
+def lightning_steps(data, launches):
     """``{"full", "stopped", "resumed"}``: each rank's record of ``max_steps=6``; of ``max_steps=4``, stopped
-    after batch 0 of epoch 1 with Lightning's default end-of-epoch checkpoint; and of ``max_steps=6`` resumed
-    from that checkpoint in a new job."""
+    after batch 0 of epoch 1 with Lightning's default end-of-epoch checkpoint (both in the run's launch); and of
+    ``max_steps=6`` resumed from that checkpoint in a new job (the resume's launch)."""
     out = data / "steps"
-    out.mkdir()
-    for phase in ("lightning-steps", "lightning-resume"):
-        launch([sys.executable, str(WORKER), "--data", str(data), "--out", str(out), "--phase", phase], out)
     return {name: sorted((json.loads((out / f"lightning-{name}-rank{r}.json").read_text()) for r in range(2)),
                          key=lambda r: r["rank"]) for name in ("full", "stopped", "resumed")}
 
@@ -224,27 +224,13 @@ def test_only_a_loop_that_continues_the_stopped_epoch_keeps_the_state_past_the_n
     assert cursor.state() == (2, 0)
 
 
-def test_a_loader_built_on_one_rank_only_says_what_it_waits_for(tmp_path):
+def test_a_loader_built_on_one_rank_only_says_what_it_waits_for(launches):
     """Rank 0 builds a loader of the group's share (no ``world_size=1``) while rank 1 is elsewhere: rank 0
     waits in the loader's exchange, as any collective; it now logs which ranks it waits for and why, instead
-    of a silent wait (until the process group's timeout gives a transport error). Rank 1 comes late here."""
-    from helpers import two_ranks
-
-    root = flat_folder(tmp_path / "d", 6)
-    ranks = two_ranks(tmp_path, f"""
-import logging, time
-from gpupipe.loading import agreement
-agreement.WAIT_NOTICE_S = 1.0
-records = []
-handler = logging.Handler()
-handler.emit = lambda record: records.append(record.getMessage())
-logging.getLogger("gpupipe").addHandler(handler)
-if dist.get_rank() == 1:
-    time.sleep(4)
-loader = gpupipe.loader({str(root)!r}, [gpupipe.Decode(), gpupipe.Resize((8, 8)), gpupipe.Output("uint8")],
-                        batch_size=2, backend="torchvision", device="cpu", num_threads=0)
-result = {{"notices": [m for m in records if "waits for" in m], "len": len(loader)}}
-""")
+    of a silent wait (until the process group's timeout gives a transport error). Rank 1 comes 4 s late here,
+    rank 0 says so after 1 s (``redteam_ddp_worker.waits``, in the run's launch: 7 samples, 2 batches of 2 a
+    rank)."""
+    ranks = [r["waits"] for r in launches[0]]
     assert ranks[1]["notices"] == [] and ranks[0]["len"] == ranks[1]["len"] == 2
     assert ranks[0]["notices"], "rank 0 said it was waiting"
     notice = ranks[0]["notices"][0]

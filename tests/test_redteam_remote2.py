@@ -428,3 +428,28 @@ def test_members_group_into_samples_as_webdataset_groups_them(tmp_path):
     assert "'d.v2.png' is key 'd' with extension 'v2.png'" in problems["d"]
     assert sorted(p.reason for p in source.problems if p.path.endswith("#e")) == [
         "no .cls member for the label", "no image member (.jpg, .jpeg, .png, .webp)"]
+
+
+# -- 13. no credentials at all: said at once, with what to set (not retried) --------------------------
+
+
+def test_s3_without_credentials_fails_at_once_and_says_what_to_set(s3, tmp_path, monkeypatch, caplog):  # noqa: F811
+    import s3fs
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    s3fs.S3FileSystem.clear_instance_cache()
+    caplog.set_level(logging.DEBUG, logger="gpupipe")
+    patient = Retry(attempts=5, backoff=0.05, timeout=5, deadline=60)
+    try:
+        for build, url in ((gpupipe.Shards, "s3://nocreds/p"), (gpupipe.WebDataset, "s3://nocreds/x.tar")):
+            with pytest.raises(RemoteDenied, match="no credentials") as caught:
+                build(url, cache_dir=tmp_path / "cache", retry=patient)
+            message = str(caught.value)
+            assert url in message and "AWS_ACCESS_KEY_ID" in message and "'anon': True" in message
+        assert "retry" not in caplog.text  # not retried: no credential appears by waiting
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()

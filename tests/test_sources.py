@@ -158,3 +158,27 @@ def test_as_source(tmp_path, image_folder):
         as_source(tmp_path / "nothing")
     with pytest.raises(ValueError, match="source must be a path"):
         as_source(42)
+
+
+def test_one_class_folder_warns_that_every_label_is_the_same(tmp_path, caplog):
+    # a newcomer's slip: the folder above the class folders (root/images/<class>/...) read as one class
+    make_image_folder(tmp_path / "data" / "images", {"cat": 1, "dog": 2})
+    with caplog.at_level("WARNING", logger="gpupipe"):
+        src = ImageFolder(tmp_path / "data")
+    assert src.classes == ["images"] and set(src.labels.tolist()) == {0}
+    one_class = [r.getMessage() for r in caplog.records if "one class" in r.getMessage()]
+    assert len(one_class) == 1
+    assert "every label is 0" in one_class[0] and repr(str(tmp_path / "data" / "images")) in one_class[0]
+
+    caplog.clear()
+    make_image_folder(tmp_path / "flat", {"only": 2})  # one folder of unlabelled images (self-supervised): logged
+    with caplog.at_level("INFO", logger="gpupipe"):
+        ImageFolder(tmp_path / "flat")
+    one_class = [r for r in caplog.records if "one class" in r.getMessage()]
+    assert [r.levelname for r in one_class] == ["INFO"] and "pass" not in one_class[0].getMessage()
+
+    caplog.clear()
+    make_image_folder(tmp_path / "two", {"a": 1, "b": 1})
+    with caplog.at_level("WARNING", logger="gpupipe"):
+        ImageFolder(tmp_path / "two")
+    assert "one class" not in caplog.text

@@ -37,8 +37,10 @@ IGNORED = {
 
 #: Why a ``collate_fn`` is refused where gpupipe makes the batches.
 COLLATED_BY_GPUPIPE = (
-    "gpupipe batches images itself (images (B, 3, H, W), labels (B,)); a collate_fn runs only where a dataset "
-    "gpupipe cannot read is read as it is (fallback='torchvision')"
+    "gpupipe batches images itself: images (B, 3, H, W) with labels (B,), masks (B, H, W), or for boxes a "
+    "dict of padded boxes (B, N, 4) and labels (B, N) (gpupipe.to_detection_targets turns it into the list of "
+    "dicts that torchvision's detection models take, as the detection references' collate_fn gives them); a "
+    "collate_fn runs only where a dataset gpupipe cannot read is read as it is (fallback='torchvision')"
 )
 
 

@@ -30,6 +30,7 @@ INSTEAD = (
     "gpupipe reads the image files itself, so it never runs a dataset's own __getitem__. For files of your "
     "own, give it gpupipe.FileList([(path, label), ...], classes=...) (class labels), "
     "gpupipe.SegmentationFolder(images, masks) (masks) or gpupipe.CocoDetection(images, annotations) (boxes); "
+    "or read this dataset as it is, dataset[i] in DataLoader workers (not on the GPU), with fallback='torchvision'; "
     "or keep torch.utils.data.DataLoader for this dataset"
 )
 

@@ -72,6 +72,38 @@ class _Transformed:
         return len(self.source)
 
 
+class _SeededBatches:
+    """``items``, each batch read with the random generators (torch's, Python's, numpy's) seeded from the batch's
+    own key, and given back as they were: a batch's random augmentations depend on the loader's seed, the epoch
+    and where the batch lies in the order, not on which worker reads it, where the pass started (a resume) or the
+    global RNGs. The batch sampler gives ``(key, index)`` pairs (torch's fetcher hands ``__getitems__`` a batch).
+    """
+
+    def __init__(self, items: Any) -> None:
+        self.items = items
+
+    def __getitems__(self, keyed: list[tuple[int, int]]) -> list[Any]:
+        import random
+
+        import numpy as np
+        import torch
+
+        key = keyed[0][0]
+        saved = torch.get_rng_state(), random.getstate(), np.random.get_state()
+        torch.default_generator.manual_seed(key)  # the CPU generator only: CUDA's are left alone
+        random.seed(key)
+        np.random.seed(key % 2**32)
+        try:
+            return [self.items[index] for _, index in keyed]
+        finally:
+            torch.set_rng_state(saved[0])
+            random.setstate(saved[1])
+            np.random.set_state(saved[2])
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
 class TransformBackend:
     """Runs ``source.user_transform`` on each sample in a torch ``DataLoader`` over gpupipe's order.
 
@@ -121,20 +153,25 @@ class TransformBackend:
 
         size = self.config.batch_size
         indices = self.dataset_indices(read)
-        batches = [indices[k * size : (k + 1) * size] for k in range(start, read.batches)]
+        positions = read.share.positions
+        # each batch keyed by (seed, epoch, its first slot): its draws are the same wherever the pass started
+        batches = []
+        for k in range(start, read.batches):
+            key = mix_int(SAMPLE, self.config.seed, read.epoch, int(positions[k * size]))
+            batches.append([(key, i) for i in indices[k * size : (k + 1) * size]])
         workers = self.workers()
-        first = int(read.share.positions[0]) if len(read.share) else 0  # this rank's first slot
+        dataset: Any = _SeededBatches(self.items())  # map-style, as torch's DataLoader takes it
         loader: DataLoader = DataLoader(
-            self.items(),
+            dataset,
             batch_sampler=batches,
             num_workers=workers,
             collate_fn=self.collate(),
             prefetch_factor=self.config.prefetch if workers else None,
             worker_init_fn=getattr(self.source, "user_worker_init_fn", None),  # gpupipe.DataLoader's
             multiprocessing_context=getattr(self.source, "user_multiprocessing_context", None) if workers else None,
-            # the workers' seeds, as torch's DataLoader draws them from its generator: from the loader's seed (the
-            # generator's), not from (and not advancing) the process's global RNG
-            generator=torch.Generator().manual_seed(mix_int(SAMPLE, self.config.seed, read.epoch, first, start)),
+            # the workers' base seed (torch draws it from its generator), not drawn from the global RNG; each batch's
+            # draws are seeded by its own key (_SeededBatches)
+            generator=torch.Generator().manual_seed(mix_int(SAMPLE, self.config.seed, read.epoch)),
         )
         for collated in loader:
             yield to_device(self.batch(collated), self.device)

@@ -22,6 +22,7 @@ from .. import targets
 from ..fileio import DEFAULT_MAX_FILE_SIZE, UnreadableFile, read_file
 from ..images import ORIENTATION, ImageRefused, open_checked, read_header, to_rgb8, upright
 from ..shards import format as shardfmt
+from ..sources.scan import truncation
 from ..targets import TargetKind
 
 #: The longest side a JPEG written by libjpeg may have.
@@ -102,6 +103,9 @@ def convert_image(data: bytes, settings: ConvertSettings) -> tuple[bytes, tuple[
     if not data:
         raise ImageRefused("empty file (0 bytes)")
     img = open_checked(io.BytesIO(data), settings.max_pixels)
+    truncated = truncation(img.format, data)
+    if truncated:
+        raise ImageRefused(truncated)
     width, height = img.size
     if img.format in ("JPEG", "PNG"):  # the scan's rule (every EXIF block, wherever it lies; refused if they differ)
         orientation = read_header(io.BytesIO(data), settings.max_pixels).orientation

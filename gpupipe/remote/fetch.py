@@ -8,8 +8,8 @@ that never stops sending, or sends a byte now and then, fails with a
 [`RemoteError`][gpupipe.RemoteError] in time. A failed attempt (the server unreachable or
 stopping, a time-out, a 5xx, a short or corrupted download) is retried after
 a random pause of up to ``backoff * 2**attempt`` seconds (full jitter, at
-most ``MAX_BACKOFF``), or after the server's ``Retry-After``; a 404 or a
-403 is not retried. Every message names the URL with its credentials
+most ``MAX_BACKOFF``), or after the server's ``Retry-After``; a 404, a
+403 or missing credentials are not retried. Every message names the URL with its credentials
 redacted (``redact``).
 """
 
@@ -57,7 +57,7 @@ class RemoteMissing(RemoteError):
 
 
 class RemoteDenied(RemoteError):
-    """The server refuses access (401, 403): not retried."""
+    """The server refuses access (401, 403), or the client found no credentials to send: not retried."""
 
 
 class CacheError(RemoteError):
@@ -123,6 +123,8 @@ def with_retries(url: str, retry: Retry, what: str, action: Callable[[float], ob
                 raise RemoteMissing(f"{what} {url}: not found ({last})") from None
             if status in (401, 403) or isinstance(err, PermissionError):
                 raise RemoteDenied(f"{what} {url}: access denied ({last})") from None
+            if _no_credentials(err):
+                raise RemoteDenied(f"{what} {url}: no credentials found ({last}); {CREDENTIALS_HINT}") from None
             if tries < retry.attempts:
                 delay = _pause(retry.backoff, tries - 1, _retry_after(err), stop - time.monotonic())
                 logger.warning(
@@ -182,6 +184,22 @@ def _retry_after(err: BaseException) -> float | None:
             except (TypeError, ValueError):
                 return None
     return None
+
+
+#: What to set when the object store's client found no credentials.
+CREDENTIALS_HINT = (
+    "set them as the store's client reads them (for S3: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+    "~/.aws/credentials or AWS_PROFILE), pass storage_options={'key': ..., 'secret': ...}, or, for a public "
+    "bucket, storage_options={'anon': True}"
+)
+
+#: The clients' errors for credentials that are missing or incomplete (botocore's, google-auth's): no attempt
+#: can succeed until the user sets them, so none is retried.
+NO_CREDENTIALS = ("NoCredentialsError", "PartialCredentialsError", "DefaultCredentialsError")
+
+
+def _no_credentials(err: BaseException) -> bool:
+    return any(type(e).__name__ in NO_CREDENTIALS for e in _chain(err))
 
 
 def _missing(err: BaseException, status: int | None) -> bool:

@@ -87,7 +87,9 @@ def index_tar(
                 )
                 continue
             if label_ext not in members:
-                out.problems.append((where, f"no .{label_ext} member for the label"))
+                out.problems.append(
+                    (where, f"no .{label_ext} member for the label{_targets_hint(members, image_ext, image_exts)}")
+                )
                 continue
             try:
                 value = _label(_read(fh, members[label_ext], max_file_size), label_field)
@@ -108,6 +110,30 @@ def index_tar(
                 out.bad[len(out.samples) - 1] = err.reason
                 out.sizes.append((-1, -1))
     return out
+
+
+#: What reads the masks and boxes that other WebDataset writers store beside an image.
+TARGETS_ELSEWHERE = (
+    "gpupipe.WebDataset reads class labels only (a .cls or .txt member, or a field of the .json); "
+    "for {what}, read the images and their {what} with gpupipe.{reader} (and pack that with python -m gpupipe.pack "
+    "to read it from shards or a URL)"
+)
+
+
+def _targets_hint(members: dict[str, shardfmt.Member], image_ext: str, image_exts: Sequence[str]) -> str:
+    """A hint when a sample without its label member holds what looks like a mask (a second image) or
+    annotations (a ``.json``: boxes, or a label field not asked for), else ``""``."""
+    images = [ext for ext in members if ext != image_ext and ext.rsplit(".", 1)[-1] in {*image_exts, "png"}]
+    if images:
+        return f": the sample holds .{images[0]} beside its .{image_ext} image (a mask?); " + TARGETS_ELSEWHERE.format(
+            what="masks", reader="SegmentationFolder(images, masks)"
+        )
+    if "json" in members:
+        return (
+            "; the sample holds a .json member: label='json:<field>' reads a class label from it; "
+            + TARGETS_ELSEWHERE.format(what="boxes", reader="CocoDetection(images, annotations)")
+        )
+    return ""
 
 
 def _dotted(members: dict[str, shardfmt.Member], image_exts: Sequence[str]) -> str:

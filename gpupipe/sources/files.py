@@ -146,6 +146,8 @@ class ImageFolder(FileSource):
         problem = split_folders_message(root, self.classes)
         if problem:
             raise ValueError(f"ImageFolder: {problem}")
+        if len(self.classes) == 1:
+            _warn_one_class(self.root, self.classes[0])
         names: list[str] = []
         labels: list[int] = []
         class_dirs = [os.path.join(str(self.root), name) for name in self.classes]
@@ -206,6 +208,23 @@ def split_folders_message(root: PathLike, classes: Sequence[str] | None = None) 
         f"{shown}{slash} holds split folders {folders}, each with class folders, not classes: "
         f"pass {shown}{slash}{split}"
     )
+
+
+def _warn_one_class(root: Path, name: str) -> None:
+    """Says that ``root`` has one class folder, so that every label is 0: a warning when that folder holds
+    folders (the classes are likely one level down: ``data/images/<class>/...`` given as ``data``), else logged
+    (one folder of unlabelled images, as self-supervised training reads them, is a choice)."""
+    inner = root / name
+    if _has_subfolder(str(inner)):
+        logger.warning(
+            "ImageFolder: %r has one class folder (%r), so every label is 0; if the classes are the folders "
+            "inside it, pass %r",
+            str(root),
+            name,
+            str(inner),
+        )
+    else:
+        logger.info("ImageFolder: %r has one class folder (%r): every label is 0", str(root), name)
 
 
 def _has_subfolder(path: str) -> bool:

@@ -88,12 +88,21 @@ def check_file(path: str, *, max_pixels: int, max_file_size: int) -> tuple[str |
         return describe(err), -1, -1
     finally:
         os.close(fd)
-    if header.kind == "JPEG" and b"\xff\xd9" not in tail:
-        return "truncated JPEG (no end-of-image marker)", -1, -1
-    if header.kind == "PNG" and b"IEND" not in tail:
-        return "truncated PNG (no IEND chunk)", -1, -1
+    truncated = truncation(header.kind, tail)
+    if truncated:
+        return truncated, -1, -1
     h, w = header.oriented
     return None, h, w
+
+
+def truncation(kind: str | None, tail: bytes) -> str | None:
+    """Why a file of format ``kind`` (``"JPEG"``, ``"PNG"``) whose last ``_TAIL_BYTES`` bytes are ``tail``
+    is cut short, or ``None``: the scan's reason, given by the packer too."""
+    if kind == "JPEG" and b"\xff\xd9" not in tail[-_TAIL_BYTES:]:
+        return "truncated JPEG (no end-of-image marker)"
+    if kind == "PNG" and b"IEND" not in tail[-_TAIL_BYTES:]:
+        return "truncated PNG (no IEND chunk)"
+    return None
 
 
 #: The paths of the scan under way, inherited by forked workers (cheaper than sending them).

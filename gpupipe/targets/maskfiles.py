@@ -22,6 +22,8 @@ import zlib
 
 import numpy as np
 
+from ..images import ImageRefused, ReadAt, header_at
+
 _PNG = b"\x89PNG\r\n\x1a\n"
 #: PNG colour type -> the bit depths whose values are class ids.
 MASK_DEPTHS = {0: (1, 2, 4, 8, 16), 3: (1, 2, 4, 8)}
@@ -34,6 +36,24 @@ def png_layout(data: bytes):
     if data[:8] != _PNG or data[12:16] != b"IHDR" or len(data) < 26:
         return None
     return data[25], data[24]
+
+
+def mask_hw(read_at: ReadAt, size: int) -> tuple[int, int] | None:
+    """``(h, w)`` of a mask as displayed (its EXIF orientation applied) from its header, read with
+    ``read_at(offset, count)`` from a file of ``size`` bytes; ``None`` when it is not a readable PNG (its
+    decoding then says what is wrong)."""
+    if png_layout(read_at(0, 26)) is None:
+        return None
+    try:
+        return header_at(read_at, lambda: io.BytesIO(read_at(0, size)), 1 << 62, size).oriented
+    except ImageRefused:
+        return None
+
+
+def size_problem(mask_hw, image_hw) -> str:
+    """``"mask is WxH, the image WxH"`` when a mask's ``(h, w)`` is not its image's, else ``''``."""
+    (h, w), (image_h, image_w) = (int(v) for v in mask_hw), (int(v) for v in image_hw)
+    return "" if (h, w) == (image_h, image_w) else f"mask is {w}x{h}, the image {image_w}x{image_h}"
 
 
 def header_problem(head: bytes) -> str:

@@ -21,6 +21,7 @@ from nvidia.dali import fn
 
 from ...shards import format as shardfmt
 from ...sources import FileSource, ShardSource, Source
+from ...targets.maskfiles import mask_hw, size_problem
 
 READER = "reader"
 
@@ -122,9 +123,14 @@ class ShardReader:
         paths: list[str] = []
         index_paths: list[str] = []
         identities: list[str] = []
+        mask_ext, done = source.target_ext, 0
+        sizes = source.sizes() if mask_ext is not None else None
         for k, (tar, entries) in enumerate(source.members(indices)):
             index = files.path(f"run{k}.idx")
             picked = [{ext: e[ext] for ext in self.exts} for e in entries]
+            if mask_ext is not None and sizes is not None:
+                _empty_misfit_masks(tar, picked, mask_ext, sizes[np.asarray(indices[done : done + len(picked)])])
+            done += len(picked)
             shardfmt.write_index(Path(index), picked)
             paths.append(tar)
             index_paths.append(index)
@@ -140,6 +146,24 @@ class ShardReader:
         encoded, target = (outputs[0], outputs[1]) if self.reads_target else (outputs, None)
         info = fn.get_property(encoded, key="source_info")
         return ReaderNodes(encoded, info, target, lambda start, count: identities[start : start + count])
+
+
+def _empty_misfit_masks(tar: str, picked: list[shardfmt.IndexEntry], ext: str, sizes: np.ndarray) -> None:
+    """Gives each packed mask whose ``IHDR`` size is not its image's (``sizes``: ``(n, 2)`` ``(h, w)``) no
+    bytes in ``picked``: its decoding fails, and the probe (``DaliMasks.feed``) names the sample and the sizes,
+    where DALI's graph would stretch it over the image without a word. A read of each mask's header, from the
+    local tar."""
+    with open(tar, "rb") as fh:
+
+        def read_at(offset: int, count: int) -> bytes:
+            fh.seek(member.offset + offset)
+            return fh.read(max(0, min(count, member.size - offset)))
+
+        for entry, size in zip(picked, sizes):
+            member = entry[ext]
+            hw = mask_hw(read_at, member.size)
+            if hw is not None and size_problem(hw, size):
+                entry[ext] = shardfmt.Member(member.name, member.offset, 0)
 
 
 Reader = FileReader | ShardReader

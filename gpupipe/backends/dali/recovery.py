@@ -12,6 +12,7 @@ rebuilt after each error.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 
 from ...fileio import UnreadableFile
@@ -34,7 +35,15 @@ def dali_reason(err: Exception) -> str:
         and "Critical error" not in line
         and not line.strip().startswith("C++ context")
     ]
-    return lines[0] if lines else (text.strip().splitlines() or [type(err).__name__])[0]
+    line = lines[0] if lines else (text.strip().splitlines() or [type(err).__name__])[0]
+    failed = _FAILED_SAMPLE.match(line)  # "sample #0" is the slot in DALI's batch (the probe's: one), not the dataset's
+    if failed:
+        return f"DALI's decoder refused it: {failed.group(1)}" if failed.group(1) else "DALI's decoder refused it"
+    return line
+
+
+#: DALI's decoder error, naming the sample by its slot in DALI's batch; the rest is the reason, when it gives one.
+_FAILED_SAMPLE = re.compile(r"Failed to decode sample #\d+\s*:?\s*(.*)$")
 
 
 class Prober:

@@ -24,7 +24,7 @@ from ...fileio import UnreadableFile
 from ...targets import TargetKind
 from ...targets.base import Indices, Kernel, Params
 from ...targets.boxes import BOX_PADDING, PADDING_LABEL, BoxState, compact, crop_window
-from ...targets.maskfiles import mask_for_dali
+from ...targets.maskfiles import mask_for_dali, mask_hw, size_problem
 from ..common import TargetLowerings
 
 if TYPE_CHECKING:
@@ -119,9 +119,14 @@ class DaliMasks:
 
 
 def _encoded_mask(source: Source, index: int, strict: bool) -> np.ndarray:
-    """Sample ``index``'s mask as DALI decodes it (empty: unreadable, unless ``strict``)."""
+    """Sample ``index``'s mask as DALI decodes it (empty: unreadable, or not of its image's size, unless
+    ``strict``; DALI's graph would stretch it over the image)."""
     try:
         data = mask_for_dali(source.read_mask(index).tobytes())
+        hw = mask_hw(lambda offset, count: data[offset : offset + count], len(data))
+        problem = size_problem(hw, source.sizes()[index]) if hw is not None else ""
+        if problem:
+            raise UnreadableFile(problem)
     except UnreadableFile:
         if strict:
             raise

@@ -25,7 +25,7 @@ from ...targets import TargetKind
 from ...targets import boxmath as bx
 from ...targets.base import Indices, Kernel, Params
 from ...targets.boxes import BoxState, crop_window, pad, unpad
-from ...targets.maskfiles import decode_mask
+from ...targets.maskfiles import decode_mask, size_problem
 from ..common import TargetLowerings
 
 if TYPE_CHECKING:
@@ -106,8 +106,9 @@ class TorchvisionMasks:
             mask = decode_mask(source.read_mask(index).tobytes())
         except (OSError, ValueError, SyntaxError) as err:  # UnreadableFile is a ValueError
             raise DecodeError(path, f"mask: {first_line(err)}") from err
-        if mask.shape != tuple(size):
-            raise DecodeError(path, f"mask is {mask.shape[1]}x{mask.shape[0]}, the image {size[1]}x{size[0]}")
+        problem = size_problem(mask.shape, size)
+        if problem:
+            raise DecodeError(path, problem)
         return torch.from_numpy(mask.copy())[None]
 
     def move(self, state: torch.Tensor, kernel: Kernel, params: Params, op: Any, spec: PipelineSpec) -> torch.Tensor:
