@@ -112,12 +112,14 @@ class Header:
         kind: ``"JPEG"``, ``"PNG"`` or PIL's format name.
         width, height: as stored.
         orientation: the EXIF orientation (1 upright; 5-8 swap width and height when applied).
+        scan_at: a JPEG's offset of its image's scan (``SOS``), where its coded data starts; ``-1`` unknown.
     """
 
     kind: str
     width: int
     height: int
     orientation: int = 1
+    scan_at: int = -1
 
     @property
     def oriented(self) -> tuple[int, int]:
@@ -176,7 +178,7 @@ def _jpeg_header(read_at: ReadAt, head: bytes) -> Header:
     """Walks the JPEG marker segments up to the scan, noting the frame header and every EXIF orientation
     (an ``APP1`` may follow the frame header: every decoder reads it there too)."""
     at = _reader(read_at, head)
-    pos, frame, orientations = 2, b"", list[int]()
+    pos, frame, orientations, scan_at = 2, b"", list[int](), -1
     for _ in range(10_000):
         marker = at(pos, 4)
         if len(marker) < 2 or marker[0] != 0xFF:
@@ -188,7 +190,10 @@ def _jpeg_header(read_at: ReadAt, head: bytes) -> Header:
         if kind == 0x01 or 0xD0 <= kind <= 0xD8:  # markers without a length
             pos += 2
             continue
-        if kind in (0xD9, 0xDA) or len(marker) < 4:
+        if kind == 0xDA:
+            scan_at = pos
+            break
+        if kind == 0xD9 or len(marker) < 4:
             break
         length = int.from_bytes(marker[2:4], "big")
         if length < 2:
@@ -205,7 +210,7 @@ def _jpeg_header(read_at: ReadAt, head: bytes) -> Header:
     if len(frame) < 5:
         raise ImageRefused("unreadable image header: no JPEG frame header")
     width, height = int.from_bytes(frame[3:5], "big"), int.from_bytes(frame[1:3], "big")
-    return Header("JPEG", width, height, _one_orientation(orientations, "EXIF segments"))
+    return Header("JPEG", width, height, _one_orientation(orientations, "EXIF segments"), scan_at)
 
 
 def _reader(read_at: ReadAt, head: bytes) -> ReadAt:

@@ -1,6 +1,7 @@
 """Bad input: every backend and both policies; formats decoded to the same RGB (the fuzz test is in
 test_bad_data_fuzz.py)."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -145,8 +146,6 @@ def test_policy_errors(bad_folder):
 def test_the_packer_gives_the_loaders_reason_for_each_bad_file(bad_folder, tmp_path):
     # one file, one message: a truncated JPEG was "truncated JPEG (...)" to the loader, "cannot decode: image file
     # is truncated (...)" to the packer
-    import json
-
     from gpupipe.pack import pack
 
     truncated_png = bad_folder / "odd" / "truncated.png"
@@ -158,3 +157,30 @@ def test_the_packer_gives_the_loaders_reason_for_each_bad_file(bad_folder, tmp_p
     packed = {Path(s["path"]).name: s["reason"] for s in manifest["skipped"]}
     assert {name: packed.get(name) for name in expected} == expected
     assert packed["broken.png"].startswith("cannot decode")
+
+
+@pytest.mark.parametrize("backend, device", BACKEND_DEVICES)
+def test_a_jpeg_with_data_after_its_image_is_read_not_refused_as_truncated(tmp_path, backend, device):
+    # a phone's motion photo: a video appended after the JPEG's end-of-image marker, far more than the scan's tail
+    root = tmp_path / "data"
+    make_image_folder(root, {"a": 2, "b": 2}, sizes=(48, 90))
+    photo = sorted((root / "a").iterdir())[0]
+    video = b"\x00\x00\x00\x18ftypmp42" + np.random.default_rng(0).integers(0, 255, 20_000, np.uint8).tobytes()
+    jpeg = photo.read_bytes()
+    photo.write_bytes(jpeg + video)  # (no 0xFF byte in the trailer: it holds no end-of-image marker)
+    (root / "b" / "cut.jpg").write_bytes(jpeg[: len(jpeg) // 2])  # truncated still
+    loader = make(root, backend, device, on_error="skip")
+    assert [(Path(s.path).name, s.reason) for s in loader.skipped] == [
+        ("cut.jpg", "truncated JPEG (no end-of-image marker)")
+    ]
+    images = torch.cat([b[0] for b in loader]).cpu()
+    assert images.shape[0] == 4
+
+    from gpupipe.pack import pack
+
+    pack(root, tmp_path / "packed", workers=1, progress=False)
+    manifest = json.loads((tmp_path / "packed" / "manifest.json").read_text())
+    assert [(Path(s["path"]).name, s["reason"]) for s in manifest["skipped"]] == [
+        ("cut.jpg", "truncated JPEG (no end-of-image marker)")
+    ]
+    assert manifest["totals"]["samples"] == 4

@@ -103,9 +103,6 @@ def convert_image(data: bytes, settings: ConvertSettings) -> tuple[bytes, tuple[
     if not data:
         raise ImageRefused("empty file (0 bytes)")
     img = open_checked(io.BytesIO(data), settings.max_pixels)
-    truncated = truncation(img.format, data)
-    if truncated:
-        raise ImageRefused(truncated)
     width, height = img.size
     if img.format in ("JPEG", "PNG"):  # the scan's rule (every EXIF block, wherever it lies; refused if they differ)
         orientation = read_header(io.BytesIO(data), settings.max_pixels).orientation
@@ -129,8 +126,8 @@ def convert_image(data: bytes, settings: ConvertSettings) -> tuple[bytes, tuple[
         img.draft("RGB", size)  # stored (pre-rotation) coordinates, like ``size``
     try:
         img.load()  # the full decode, once: finds truncated and corrupt files
-    except (OSError, SyntaxError, ValueError) as err:
-        raise ImageRefused(f"cannot decode: {err}") from None
+    except (OSError, SyntaxError, ValueError) as err:  # a cut file gets the scan's reason, as the loader gives it
+        raise ImageRefused(truncation(img.format, data) or f"cannot decode: {err}") from None
     shown = (height, width) if orientation in (5, 6, 7, 8) else (width, height)
     if clean:
         return data, shown, shown, True

@@ -27,7 +27,7 @@ import logging
 import multiprocessing
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,13 +35,13 @@ import numpy as np
 
 from .. import env
 from ..fileio import UnreadableFile, check_regular, describe, sha256_hex
-from ..images import ImageRefused, header_at
+from ..images import Header, ImageRefused, header_at
 from ..loading import agreement
 from ..progress import Progress
 
 logger = logging.getLogger("gpupipe.scan")
 
-CACHE_VERSION = 4  # 4: a PNG's eXIf chunk after its pixels, and EXIF after a JPEG's frame header, count
+CACHE_VERSION = 5  # 5: a JPEG with data after its image is whole; 4: a PNG's eXIf chunk after its pixels, ...
 #: How far from the end an end-of-image marker may sit (some writers pad files).
 _TAIL_BYTES = 4096
 #: Below this many files to check (or to stat), a scan stays in this process.
@@ -82,17 +82,44 @@ def check_file(path: str, *, max_pixels: int, max_file_size: int) -> tuple[str |
             lambda offset, n: os.pread(fd, n, offset), lambda: os.fdopen(os.dup(fd), "rb"), max_pixels, st.st_size
         )
         tail = os.pread(fd, _TAIL_BYTES, max(0, st.st_size - _TAIL_BYTES))
+        truncated = truncation(header.kind, tail)
+        if (
+            truncated
+            and header.kind == "JPEG"
+            and ends_before_trailer(lambda o, n: os.pread(fd, n, o), header, st.st_size)
+        ):
+            truncated = None  # data after the image (a phone's motion photo: a video appended)
     except (UnreadableFile, ImageRefused) as refused:
         return refused.reason, -1, -1
     except OSError as err:
         return describe(err), -1, -1
     finally:
         os.close(fd)
-    truncated = truncation(header.kind, tail)
     if truncated:
         return truncated, -1, -1
     h, w = header.oriented
     return None, h, w
+
+
+#: Bytes read at a time when a JPEG's end-of-image marker is looked for before data appended to it.
+_SEARCH_BYTES = 1 << 20
+
+
+def ends_before_trailer(read_at: Callable[[int, int], bytes], header: Header, size: int) -> bool:
+    """Whether a JPEG whose last bytes hold no end-of-image marker has one after its scan starts: its image
+    is whole and other data follows it (a phone's motion photo appends a video; the decoders stop at the
+    marker). Read from ``header.scan_at`` on, ``_SEARCH_BYTES`` at a time: only for such files."""
+    if header.scan_at < 0:
+        return False
+    at = header.scan_at
+    while at < size:
+        chunk = read_at(at, _SEARCH_BYTES + 1)  # one byte more: a marker across two reads
+        if b"\xff\xd9" in chunk:
+            return True
+        if len(chunk) <= 1:
+            return False
+        at += len(chunk) - 1
+    return False
 
 
 def truncation(kind: str | None, tail: bytes) -> str | None:
