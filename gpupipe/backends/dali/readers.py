@@ -117,6 +117,7 @@ class ShardReader:
         self.source = source
         self.exts = [source.image_ext] + ([source.target_ext] if source.target_ext else [])
         self.reads_target = source.target_ext is not None
+        self.misfits: dict[int, bool] = {}  # sample -> whether its packed mask's size is not its image's (read once)
 
     def __call__(self, indices: Sequence[int], files: ReaderFiles) -> ReaderNodes:
         source = self.source
@@ -129,7 +130,8 @@ class ShardReader:
             index = files.path(f"run{k}.idx")
             picked = [{ext: e[ext] for ext in self.exts} for e in entries]
             if mask_ext is not None and sizes is not None:
-                _empty_misfit_masks(tar, picked, mask_ext, sizes[np.asarray(indices[done : done + len(picked)])])
+                here = [int(i) for i in indices[done : done + len(picked)]]
+                _empty_misfit_masks(tar, picked, mask_ext, here, sizes, self.misfits)
             done += len(picked)
             shardfmt.write_index(Path(index), picked)
             paths.append(tar)
@@ -148,22 +150,34 @@ class ShardReader:
         return ReaderNodes(encoded, info, target, lambda start, count: identities[start : start + count])
 
 
-def _empty_misfit_masks(tar: str, picked: list[shardfmt.IndexEntry], ext: str, sizes: np.ndarray) -> None:
-    """Gives each packed mask whose ``IHDR`` size is not its image's (``sizes``: ``(n, 2)`` ``(h, w)``) no
-    bytes in ``picked``: its decoding fails, and the probe (``DaliMasks.feed``) names the sample and the sizes,
-    where DALI's graph would stretch it over the image without a word. A read of each mask's header, from the
-    local tar."""
-    with open(tar, "rb") as fh:
+def _empty_misfit_masks(
+    tar: str,
+    picked: list[shardfmt.IndexEntry],
+    ext: str,
+    samples: list[int],
+    sizes: np.ndarray,
+    misfits: dict[int, bool],
+) -> None:
+    """Gives each packed mask whose ``IHDR`` size is not its image's (``sizes``: ``(N, 2)`` ``(h, w)`` of every
+    sample; ``samples``: ``picked``'s) no bytes in ``picked``: its decoding fails, and the probe
+    (``DaliMasks.feed``) names the sample and the sizes, where DALI's graph would stretch it over the image
+    without a word. Each mask's header is read from the local tar once: ``misfits`` keeps the verdicts."""
+    unseen = [k for k, sample in enumerate(samples) if sample not in misfits]
+    if unseen:
+        with open(tar, "rb") as fh:
+            for k in unseen:
+                member = picked[k][ext]
 
-        def read_at(offset: int, count: int) -> bytes:
-            fh.seek(member.offset + offset)
-            return fh.read(max(0, min(count, member.size - offset)))
+                def read_at(offset: int, count: int, member: shardfmt.Member = member) -> bytes:
+                    fh.seek(member.offset + offset)
+                    return fh.read(max(0, min(count, member.size - offset)))
 
-        for entry, size in zip(picked, sizes):
+                hw = mask_hw(read_at, member.size)
+                misfits[samples[k]] = hw is not None and bool(size_problem(hw, sizes[samples[k]]))
+    for entry, sample in zip(picked, samples):
+        if misfits[sample]:
             member = entry[ext]
-            hw = mask_hw(read_at, member.size)
-            if hw is not None and size_problem(hw, size):
-                entry[ext] = shardfmt.Member(member.name, member.offset, 0)
+            entry[ext] = shardfmt.Member(member.name, member.offset, 0)
 
 
 Reader = FileReader | ShardReader
