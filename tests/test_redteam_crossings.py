@@ -126,6 +126,28 @@ def test_webdataset_tars_of_masks_or_boxes_are_refused_saying_what_it_reads(tmp_
     assert "label='png'" in str(info.value) and "class labels" in str(info.value), str(info.value)
 
 
+def test_a_json_label_field_holding_a_list_says_what_reads_several_labels_or_boxes(tmp_path):
+    """``label='json:<field>'`` naming a list: several labels per image (multi-label) point to
+    FileList, a list of boxes to CocoDetection; a mask in any image format (``.webp``, ``.tif``) beside
+    the image is named as a mask, and taking one for the label is refused before any tar is read."""
+    image = encoded(np.full((16, 16, 3), 90, np.uint8), "JPEG")
+    meta = json.dumps({"tags": [1, 4], "names": ["cat", "dog"], "boxes": [[1, 1, 8, 8]]}).encode()
+    tar = wds_tar(tmp_path / "meta.tar", [{"jpg": image, "json": meta}] * 3)
+    for field, reads in (("tags", "FileList"), ("names", "FileList"), ("boxes", "CocoDetection")):
+        with pytest.raises(ValueError) as info:
+            gpupipe.WebDataset(str(tar), label=f"json:{field}", cache_dir=tmp_path / "cache")
+        message = str(info.value)
+        assert "s0000.json" in message and f"{field!r}" in message and reads in message, message
+    mask = encoded(np.ones((16, 16), np.uint8), "WEBP")
+    masks = wds_tar(tmp_path / "masks.tar", [{"jpg": image, "seg.webp": mask}] * 3)
+    with pytest.raises(ValueError) as info:
+        gpupipe.WebDataset(str(masks), cache_dir=tmp_path / "cache")
+    assert ".seg.webp beside its .jpg image (a mask?)" in str(info.value), str(info.value)
+    for label in ("seg.webp", "TIF"):
+        with pytest.raises(ValueError, match=f"label='{label}' names an image member"):
+            gpupipe.WebDataset(str(masks), label=label, cache_dir=tmp_path / "cache")
+
+
 def test_a_collate_fn_refusal_describes_the_batches_of_a_detection_source(tmp_path):
     """The detection references' ``collate_fn=lambda b: tuple(zip(*b))`` given with a gpupipe
     CocoDetection: the refusal says what gpupipe's batches hold for boxes (not ``labels (B,)`` alone)

@@ -32,6 +32,13 @@ _KEY_EXT = re.compile(r"^((?:.*/|)[^./][^/]*?)\.([^/]*)$")
 MAX_LABEL_BYTES = 1 << 20
 #: Extended tar headers (pax, GNU long names) larger than this are refused unread.
 MAX_HEADER_BYTES = 1 << 20
+#: Member extensions that hold an image whatever the image members asked for (a mask is often a PNG).
+IMAGE_MEMBER_EXTENSIONS = frozenset({"jpg", "jpeg", "png", "webp", "bmp", "tif", "tiff"})
+
+
+def is_image_member(ext: str, image_exts: Sequence[str]) -> bool:
+    """Whether a member with extension ``ext`` (``seg.png``: its last part counts) holds an image."""
+    return ext.lower().rsplit(".", 1)[-1] in {*image_exts, *IMAGE_MEMBER_EXTENSIONS}
 
 
 @dataclass
@@ -123,7 +130,7 @@ TARGETS_ELSEWHERE = (
 def _targets_hint(members: dict[str, shardfmt.Member], image_ext: str, image_exts: Sequence[str]) -> str:
     """A hint when a sample without its label member holds what looks like a mask (a second image) or
     annotations (a ``.json``: boxes, or a label field not asked for), else ``""``."""
-    images = [ext for ext in members if ext != image_ext and ext.rsplit(".", 1)[-1] in {*image_exts, "png"}]
+    images = [ext for ext in members if ext != image_ext and is_image_member(ext, image_exts)]
     if images:
         return f": the sample holds .{images[0]} beside its .{image_ext} image (a mask?); " + TARGETS_ELSEWHERE.format(
             what="masks", reader="SegmentationFolder(images, masks)"
@@ -270,11 +277,30 @@ def _label(data: bytes, json_field: str):
         except (ValueError, KeyError, TypeError, IndexError):
             raise ValueError(f"no field {json_field!r} in the JSON label member") from None
         if isinstance(value, bool) or not isinstance(value, (int, str)):
-            raise ValueError(f"the label field {json_field!r} is {value!r}, not an int or a class name")
+            raise ValueError(
+                f"the label field {json_field!r} is {_short(value)}, not an int or a class name{_list_hint(value)}"
+            )
         return value
     if not text:
         raise ValueError("an empty label")
     return int(text) if re.fullmatch(r"-?\d+", text) else text
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _list_hint(value) -> str:
+    """What reads a JSON label field that holds a list: several class labels, or boxes."""
+    if not isinstance(value, list) or not value:
+        return ""
+    if all(isinstance(v, (int, str)) and not isinstance(v, bool) for v in value):
+        return (
+            " (several labels per image: gpupipe.WebDataset reads one; gpupipe.FileList reads several per image, "
+            "a multi-label source)"
+        )
+    return "; " + TARGETS_ELSEWHERE.format(what="boxes", reader="CocoDetection(images, annotations)")
 
 
 def _image_size(fh, member: shardfmt.Member, max_pixels: int) -> tuple[int, int]:

@@ -22,7 +22,7 @@ from ..remote.fetch import is_html_page, remote_info
 from ..remote.store import check_fits
 from ..remote.urls import redact
 from ..shards import format as shardfmt
-from ..shards.tarindex import TARGETS_ELSEWHERE, TarIndex, index_tar
+from ..shards.tarindex import TARGETS_ELSEWHERE, TarIndex, index_tar, is_image_member
 from .base import numbered_classes
 from .shards import ShardSource
 from .sniff import SNIFF_BYTES, kind_of
@@ -89,11 +89,7 @@ class WebDataset(ShardSource):
         image_exts = [e.strip().lower().lstrip(".") for e in image.split(";") if e.strip()]
         if not image_exts:
             raise ValueError(f"WebDataset: image must name extensions such as 'jpg;png', got {image!r}")
-        if (
-            isinstance(label, str)
-            and not label.startswith("json:")
-            and label.lower().rsplit(".", 1)[-1] in {*image_exts, "png", "jpg", "jpeg"}
-        ):
+        if isinstance(label, str) and not label.startswith("json:") and is_image_member(label, image_exts):
             raise ValueError(
                 f"WebDataset: label={label!r} names an image member (a mask?); "
                 + TARGETS_ELSEWHERE.format(what="masks", reader="SegmentationFolder(images, masks)")
