@@ -2,6 +2,7 @@
 test_bad_data_fuzz.py)."""
 
 import json
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -184,3 +185,9 @@ def test_a_jpeg_with_data_after_its_image_is_read_not_refused_as_truncated(tmp_p
         ("cut.jpg", "truncated JPEG (no end-of-image marker)")
     ]
     assert manifest["totals"]["samples"] == 4
+    packed_images = []  # the photo is packed without the video after it: byte for byte the JPEG
+    for shard in sorted((tmp_path / "packed").glob("*.tar")):
+        with tarfile.open(shard) as tar:
+            packed_images += [tar.extractfile(m).read() for m in tar.getmembers() if m.name.endswith(".jpg")]
+    assert len(packed_images) == 4 and jpeg in packed_images
+    assert not any(video[:12] in member for member in packed_images)

@@ -4,7 +4,8 @@ Every image is decoded fully once (which finds truncated files), EXIF
 orientation is applied, any mode (grayscale, palette, RGBA, CMYK/YCCK,
 16-bit) becomes 8-bit RGB, other formats are re-encoded as JPEG, and
 ``max_size`` shrinks the shorter side (never enlarges). A JPEG that is
-already clean RGB, upright and small enough is copied byte for byte. The
+already clean RGB, upright and small enough is copied byte for byte (up to
+its end-of-image marker: data after it, a motion photo's video, is left out). The
 target follows the image's geometry: a mask is checked (single channel,
 the image's size) and shrunk with nearest-neighbour sampling, boxes are scaled
 (each kind's handler packs it: ``gpupipe.targets.base.Target.pack``).
@@ -104,8 +105,10 @@ def convert_image(data: bytes, settings: ConvertSettings) -> tuple[bytes, tuple[
         raise ImageRefused("empty file (0 bytes)")
     img = open_checked(io.BytesIO(data), settings.max_pixels)
     width, height = img.size
+    scan_at = -1
     if img.format in ("JPEG", "PNG"):  # the scan's rule (every EXIF block, wherever it lies; refused if they differ)
-        orientation = read_header(io.BytesIO(data), settings.max_pixels).orientation
+        header = read_header(io.BytesIO(data), settings.max_pixels)
+        orientation, scan_at = header.orientation, header.scan_at
     else:
         orientation = img.getexif().get(ORIENTATION, 1)
     size = target_size(width, height, settings.max_size)
@@ -130,7 +133,7 @@ def convert_image(data: bytes, settings: ConvertSettings) -> tuple[bytes, tuple[
         raise ImageRefused(truncation(img.format, data) or f"cannot decode: {err}") from None
     shown = (height, width) if orientation in (5, 6, 7, 8) else (width, height)
     if clean:
-        return data, shown, shown, True
+        return image_only(data, scan_at), shown, shown, True
     img = to_rgb8(upright(img, orientation))
     size = target_size(*shown, settings.max_size)
     if size != img.size:
@@ -141,6 +144,16 @@ def convert_image(data: bytes, settings: ConvertSettings) -> tuple[bytes, tuple[
     except (OSError, ValueError) as err:  # in memory: the encoder refused this image, nothing else failed
         raise ImageRefused(f"cannot encode as JPEG: {err}") from None
     return out.getvalue(), shown, size, False
+
+
+def image_only(jpeg: bytes, scan_at: int) -> bytes:
+    """A decoded JPEG without the data after its image (a phone's motion photo appends a video): up to the
+    first end-of-image marker after its scan starts (``scan_at``), where the last bytes hold none; as it is
+    otherwise."""
+    if scan_at < 0 or truncation("JPEG", jpeg) is None:
+        return jpeg
+    end = jpeg.find(b"\xff\xd9", scan_at)
+    return jpeg if end < 0 else jpeg[: end + 2]
 
 
 def convert(task: Task, settings: ConvertSettings) -> Converted:
