@@ -63,3 +63,23 @@ def test_a_corrupt_jpeg_is_a_decode_error_naming_the_file():
     with pytest.raises(Exception) as info:
         dataset.decode(data, "broken.jpg")
     assert "broken.jpg" in str(info.value)
+
+
+@pytest.mark.parametrize("decoder", ["torchvision.io", "torchcodec"])
+def test_a_corrupt_jpegs_reason_is_the_decoders_words_not_its_source_path(monkeypatch, decoder):
+    """A JPEG whose Huffman table is garbage: the reason says what is wrong, without the decoder's C++ function,
+    source file and line (``decode_jpeg, /__w/vision/.../decode_jpeg.cpp:171, Bogus Huffman table``)."""
+    if decoder == "torchcodec":
+        pytest.importorskip("torchcodec.decoders")
+        monkeypatch.setattr(dataset, "_JPEG", dataset.jpeg_decoder()[0])
+    else:
+        monkeypatch.setattr(dataset, "_JPEG", dataset._torchvision_jpeg)
+    buf = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), np.uint8)).save(buf, "JPEG")
+    data = bytearray(buf.getvalue())
+    data[200:400] = b"\xff" * 200
+    with pytest.raises(dataset.DecodeError) as info:
+        dataset.decode(torch.frombuffer(data, dtype=torch.uint8), "broken.jpg")
+    reason = info.value.skipped.reason
+    assert reason and ".cpp" not in reason and "/" not in reason and "decode_jpeg" not in reason, reason
+    assert "huffman" in reason.lower(), reason

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Callable
 from typing import cast
@@ -62,11 +63,21 @@ def decode(data: torch.Tensor, path: str) -> torch.Tensor:
         try:
             return _JPEG(data)
         except RuntimeError as err:
-            raise DecodeError(path, first_line(err)) from err
+            raise DecodeError(path, decoder_words(err)) from err
     try:
         return torch.from_numpy(decode_rgb(data.numpy().tobytes()).copy()).permute(2, 0, 1)
     except (OSError, ValueError, SyntaxError) as err:
         raise DecodeError(path, first_line(err)) from err
+
+
+#: What a C++ decoder puts before its message: ``decode_jpeg, /path/to/decode_jpeg.cpp:171, ``.
+_WHERE_IN_SOURCE = re.compile(r"^\s*(?:[\w:]+, )?\S+\.(?:cpp|cc|cu|c|h|hpp):\d+,?\s*")
+
+
+def decoder_words(err: BaseException) -> str:
+    """A decoder's message without the function, source file and line it came from (a reason for users)."""
+    line = first_line(err)
+    return _WHERE_IN_SOURCE.sub("", line) or line
 
 
 def reduction(window, size) -> int:
