@@ -49,8 +49,8 @@ def test_a_subset_reads_its_indices_and_stays_the_loaders_dataset(folder):
 
 
 def test_what_gpupipe_cannot_keep_is_refused_by_name(folder):
-    with pytest.raises(UnsupportedDataset, match="target_transform"):
-        gpupipe.loader(torchvision.datasets.ImageFolder(str(folder), SMALL, target_transform=int), batch_size=2)
+    with pytest.raises(UnsupportedDataset, match="target_transform"):  # one that gives no one value per class
+        gpupipe.loader(torchvision.datasets.ImageFolder(str(folder), SMALL, target_transform=str), batch_size=2)
     custom = torchvision.datasets.ImageFolder(str(folder), SMALL, loader=lambda p: Image.open(p).convert("L"))
     with pytest.raises(UnsupportedDataset, match="loader="):
         gpupipe.loader(custom, batch_size=2)

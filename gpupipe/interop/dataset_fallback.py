@@ -2,7 +2,7 @@
 
 A map-style dataset whose files gpupipe cannot read itself (your own ``Dataset``,
 ``CIFAR10``, an ``ImageFolder`` subclass with its own ``__getitem__``, one with a
-``target_transform`` ...) is read the way torch's ``DataLoader`` reads it:
+random ``target_transform`` ...) is read the way torch's ``DataLoader`` reads it:
 ``dataset[i]`` in DataLoader worker processes, batched by torch's collate (or the
 ``collate_fn`` given to ``gpupipe.DataLoader``). gpupipe still decides the order,
 the ranks' shares, the epochs and resumes, and moves the batches to the device;

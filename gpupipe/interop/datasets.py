@@ -4,9 +4,9 @@
 ``torch.utils.data.Subset`` or ``ConcatDataset`` of those, nested or not) become a
 [`FileList`][gpupipe.FileList] of their own ``samples`` with their own
 ``classes``, so labels and order are theirs exactly. Their ``transform``
-becomes the pipeline when no other is given. What gpupipe cannot keep, a
-``target_transform`` or a file ``loader`` other than torchvision's PIL
-loader, is refused by name.
+becomes the pipeline when no other is given, and their ``target_transform``
+is applied to each batch's labels (``target_map``). What gpupipe cannot keep,
+a file ``loader`` other than torchvision's PIL loader, is refused by name.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from torch.utils.data import Dataset as _TorchDataset
 
 from ..errors import Error
 from ..sources import FileList, Source
+from .target_map import LabelMap, UnmappableTarget
 
 ACCEPTED = (
     "a path, a gpupipe Source, torchvision.datasets.ImageFolder or DatasetFolder, or a torch.utils.data.Subset "
@@ -98,25 +99,34 @@ def as_dataset_source(dataset: Any) -> tuple[Source, Any]:
 
     Returns:
         A [`FileList`][gpupipe.FileList] of the dataset's samples (in its order, with its
-        ``classes``), and the dataset's ``transform`` (``None`` if it has none).
+        ``classes``; with a ``target_transform``, its ``label_map``: a ``target_map.LabelMap`` the loader
+        applies to each batch's labels), and the dataset's ``transform`` (``None`` if it has none).
 
     Raises:
         UnsupportedDataset: another dataset, a subclass with its own ``__getitem__`` (or
-            ``__getitems__``, or a ``len()`` other than its samples'), a ``target_transform``, a
-            file loader other than torchvision's PIL loader, or a ``ConcatDataset`` whose parts differ
-            in their classes or their transform, each named.
+            ``__getitems__``, or a ``len()`` other than its samples'), a ``target_transform`` that gives no
+            one value per class (``LabelMap.of``), a file loader other than torchvision's PIL loader, or a
+            ``ConcatDataset`` whose parts differ in their classes, transform or target transform, each named.
     """
     folder, indices = _unwrap(dataset)
     if isinstance(folder, SourceDataset):  # a gpupipe loader's own ``dataset`` (or a Subset of it)
         return (folder.source if indices is None else folder.source.subset(indices)), None
-    samples, classes, transform = _read(dataset)
+    samples, classes, transform, target_transform = _read(dataset)
     if not samples:
         raise UnsupportedDataset(f"the {type(folder).__name__} (or its Subset) holds no samples")
-    return FileList(samples, classes=classes), transform
+    source = FileList(samples, classes=classes)
+    if target_transform is not None:
+        try:
+            label_map = LabelMap.of(target_transform, len(classes), type(folder).__name__)
+        except UnmappableTarget as err:
+            raise UnsupportedDataset(str(err)) from err.__cause__
+        source.label_map = label_map  # type: ignore[attr-defined]  # read by the loader
+    return source, transform
 
 
-def _read(dataset: Any) -> tuple[list[tuple[str, int]], list[str], Any]:
-    """``(samples, classes, transform)`` of a folder dataset, or of a ``Subset`` or ``ConcatDataset`` of those."""
+def _read(dataset: Any) -> tuple[list[tuple[str, int]], list[str], Any, Any]:
+    """``(samples, classes, transform, target_transform)`` of a folder dataset, or of a ``Subset`` or
+    ``ConcatDataset`` of those."""
     from torch.utils.data import ConcatDataset
 
     folder, indices = _unwrap(dataset)
@@ -124,7 +134,7 @@ def _read(dataset: Any) -> tuple[list[tuple[str, int]], list[str], Any]:
         _check_not_overridden(folder, ConcatDataset, range(folder.cumulative_sizes[-1] if folder.datasets else 0))
         parts = [_read(part) for part in folder.datasets]
         samples = [sample for part in parts for sample in part[0]]
-        for k, (_, classes, transform) in enumerate(parts[1:], 1):
+        for k, (_, classes, transform, target_transform) in enumerate(parts[1:], 1):
             if classes != parts[0][1]:
                 raise UnsupportedDataset(
                     f"ConcatDataset: datasets[{k}] has the classes {classes}, datasets[0] {parts[0][1]}: a label "
@@ -135,24 +145,26 @@ def _read(dataset: Any) -> tuple[list[tuple[str, int]], list[str], Any]:
                     f"ConcatDataset: datasets[{k}] has another transform than datasets[0] ({transform!r}, "
                     f"{parts[0][2]!r}); gpupipe runs one pipeline: give every part the same transform object"
                 )
-        classes, transform = (parts[0][1], parts[0][2]) if parts else ([], None)
+            if target_transform is not parts[0][3]:
+                raise UnsupportedDataset(
+                    f"ConcatDataset: datasets[{k}] has another target_transform than datasets[0] "
+                    f"({target_transform!r}, {parts[0][3]!r}); gpupipe maps every label with one: give every part "
+                    "the same target_transform object"
+                )
+        classes, transform, target_transform = (parts[0][1], parts[0][2], parts[0][3]) if parts else ([], None, None)
     else:
-        samples, classes, transform = _read_folder(folder)
-    return (samples if indices is None else [samples[i] for i in indices]), classes, transform
+        samples, classes, transform, target_transform = _read_folder(folder)
+    return (samples if indices is None else [samples[i] for i in indices]), classes, transform, target_transform
 
 
-def _read_folder(folder: Any) -> tuple[list[tuple[str, int]], list[str], Any]:
-    """``(samples, classes, transform)`` of an ``ImageFolder`` / ``DatasetFolder``; refuses what gpupipe loses."""
+def _read_folder(folder: Any) -> tuple[list[tuple[str, int]], list[str], Any, Any]:
+    """``(samples, classes, transform, target_transform)`` of an ``ImageFolder`` / ``DatasetFolder``; refuses
+    what gpupipe loses."""
     base = _folder_class()
     if base is None or not isinstance(folder, base):
         raise refuse_dataset(folder)
     _check_not_overridden(folder, base, folder.samples)
     name = type(folder).__name__
-    if folder.target_transform is not None:
-        raise UnsupportedDataset(
-            f"{name}(target_transform={folder.target_transform!r}): gpupipe gives the class index as the "
-            "label; apply the target transform to the labels in your loop"
-        )
     from torchvision.datasets.folder import default_loader, pil_loader
 
     if folder.loader not in (default_loader, pil_loader):
@@ -160,7 +172,8 @@ def _read_folder(folder: Any) -> tuple[list[tuple[str, int]], list[str], Any]:
             f"{name}(loader={getattr(folder.loader, '__name__', folder.loader)!r}): gpupipe decodes the files "
             "itself; only torchvision's default (PIL) loader has its meaning"
         )
-    return [(path, int(label)) for path, label in folder.samples], list(folder.classes), folder.transform
+    samples = [(path, int(label)) for path, label in folder.samples]
+    return samples, list(folder.classes), folder.transform, folder.target_transform
 
 
 class DatasetGuard:

@@ -173,6 +173,12 @@ def loader(
     source = as_source(source)
     spec = build_spec(ops, output, target=source.kind, ignore_index=source.ignore_index)
     backends.check_lowerings(backend, spec)
+    if getattr(source, "label_map", None) is not None and spec.batch_ops:
+        raise ValueError(
+            f"the dataset's target_transform and {', '.join(op.name for op in spec.batch_ops)}: batch ops work on "
+            "the class indices (MixUp and CutMix make soft targets over the classes), which the target_transform "
+            "replaces; give the dataset no target_transform, or leave the batch ops out"
+        )
     errors = ErrorPolicy(config.on_error)
     source = steps.without_bad_files(source, config, errors, world)
     steps.check_batch_fits(source, config, world.world_size)

@@ -93,6 +93,7 @@ class Loader:
         self.sampler = frameworks.EpochSampler(self)
         self.batch_sampler = frameworks.EpochBatchSampler(self.sampler)
         self._steps = BatchSteps(spec, len(source.classes))  # a batch op without a step is refused here
+        self._label_map = getattr(source, "label_map", None)  # a dataset's target_transform (interop.target_map)
         self._backend = backends.create(backend, source, spec, config, placement, self._errors)
         self.backend = self._backend.name
         self._cursor = EpochCursor()
@@ -280,6 +281,8 @@ class Loader:
             self._dropped += dropped
         if self._steps:  # the one point of batch ops (MixUp / CutMix: soft targets (B, num_classes))
             images, targets = self._steps(images, targets, batch_key(*key))
+        if self._label_map is not None:
+            targets = self._label_map(targets)
         return (images, targets), int(images.shape[0])
 
     def set_epoch(self, epoch: int) -> None:
