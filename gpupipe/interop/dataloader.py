@@ -68,7 +68,13 @@ def _sampler_options(
     """The loader's ``shuffle``, ``seed``, ``drop_last``, ``rank``, ``world_size`` (and ``indices``: the
     dataset's samples to read, in their order, when the sampler reads only some) for a torch sampler."""
     import torch
-    from torch.utils.data import DistributedSampler, RandomSampler, SequentialSampler, SubsetRandomSampler
+    from torch.utils.data import (
+        DistributedSampler,
+        RandomSampler,
+        SequentialSampler,
+        SubsetRandomSampler,
+        WeightedRandomSampler,
+    )
 
     seed = (generator.initial_seed() if generator is not None else torch.initial_seed()) % 2**63
     if sampler is None:  # a torch DataLoader without a sampler reads every sample in every process
@@ -78,13 +84,35 @@ def _sampler_options(
     if type(sampler) is SequentialSampler or type(sampler) is RandomSampler:
         if sampler.data_source is not dataset:
             raise _refuse("sampler", sampler, "the sampler is over another dataset")
-        if type(sampler) is RandomSampler and (sampler.replacement or sampler._num_samples is not None):
-            raise _refuse("sampler", sampler, "replacement or num_samples: gpupipe reads each sample once per epoch")
         random = type(sampler) is RandomSampler
         own: Any = getattr(sampler, "generator", None)
         if random and own is not None:
             seed = own.initial_seed() % 2**63
-        return {"shuffle": random, "seed": seed, "drop_last": drop_last, "rank": 0, "world_size": 1}
+        chosen = {"shuffle": random, "seed": seed, "drop_last": drop_last, "rank": 0, "world_size": 1}
+        drawn: Any = sampler if random else None
+        if drawn is not None and (drawn.replacement or drawn._num_samples is not None):  # drawn: uniform weights
+            n = len(dataset)
+            if not drawn.replacement and drawn.num_samples > n:
+                raise _refuse(
+                    "sampler",
+                    sampler,
+                    f"num_samples={drawn.num_samples} over {n} samples without replacement reads the dataset "
+                    "several times an epoch; give replacement=True",
+                )
+            chosen.update(weights=[1.0] * n, num_samples=drawn.num_samples, replacement=drawn.replacement)
+        return chosen
+    if type(sampler) is WeightedRandomSampler:  # epochs drawn by weight (gpupipe.loading.draws)
+        own = sampler.generator
+        return {
+            "shuffle": False,
+            "seed": own.initial_seed() % 2**63 if own is not None else seed,
+            "drop_last": drop_last,
+            "rank": 0,
+            "world_size": 1,
+            "weights": sampler.weights,
+            "num_samples": sampler.num_samples,
+            "replacement": sampler.replacement,
+        }
     if type(sampler) is SubsetRandomSampler:  # the tutorials' split: a shuffled subset, a new order every pass
         own = sampler.generator
         return {
@@ -99,14 +127,8 @@ def _sampler_options(
         raise _refuse(
             "sampler",
             sampler,
-            (
-                "draws samples with replacement, by weight; gpupipe reads each sample once per epoch, so keep "
-                "torch.utils.data.DataLoader for weighted sampling. "
-                if getattr(sampler, "replacement", False)
-                else ""
-            )
-            + "gpupipe decides the order itself; it takes a DistributedSampler, a RandomSampler, a "
-            "SequentialSampler or a SubsetRandomSampler (or none)",
+            "gpupipe decides the order itself; it takes a DistributedSampler, a RandomSampler, a "
+            "SequentialSampler, a SubsetRandomSampler or a WeightedRandomSampler (or none)",
         )
     if sampler.dataset is not dataset:
         raise _refuse("sampler", sampler, "the DistributedSampler is over another dataset")
@@ -172,8 +194,10 @@ def DataLoader(  # noqa: N802 -- torch's name, for a one-import swap
         shuffle: a new order every epoch (``None``: no).
         sampler: ``None`` (every process reads every sample, as torch's), a ``DistributedSampler``
             (its rank, world size, shuffle, seed and drop_last; its ``set_epoch`` sets the epoch),
-            a ``RandomSampler`` or a ``SequentialSampler`` over ``dataset``, or a
-            ``SubsetRandomSampler`` (its indices, shuffled every pass).
+            a ``RandomSampler`` (with replacement or ``num_samples`` too) or a ``SequentialSampler`` over
+            ``dataset``, a ``SubsetRandomSampler`` (its indices, shuffled every pass), or a
+            ``WeightedRandomSampler`` (its weights, ``num_samples`` and replacement: ``gpupipe.loader``'s
+            ``weights=``).
         drop_last: drop the last, partial batch.
         generator: seeds the order and the augmentations (``initial_seed()``); default
             ``torch.initial_seed()``.

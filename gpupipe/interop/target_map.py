@@ -16,8 +16,10 @@ from typing import Any
 
 import torch
 
+from ..errors import Error
 
-class UnmappableTarget(ValueError):
+
+class UnmappableTarget(Error, ValueError):
     """A ``target_transform`` that gives no one value per class (``interop.datasets`` refuses the dataset)."""
 
 

@@ -155,9 +155,10 @@ def _ranks(ranks: list[int]) -> str:
     return f"rank{'s' if len(ranks) > 1 else ''} {shown}"
 
 
-def check_ranks_agree(names: Sequence[str], config: Any, group: tuple[int, int] | None) -> None:
+def check_ranks_agree(names: Sequence[str], config: Any, group: tuple[int, int] | None, draws: Any = None) -> None:
     """Under ``group`` (``exchange_group``), one exchange comparing every rank's listing of
-    ``names`` and its ``AGREED`` settings of ``config``; nothing without a group.
+    ``names``, its ``AGREED`` settings of ``config`` and its ``draws`` (epochs drawn by weight: their
+    digest); nothing without a group.
 
     Raises:
         RanksDisagree: on every rank alike, naming the first difference and the ranks.
@@ -167,6 +168,7 @@ def check_ranks_agree(names: Sequence[str], config: Any, group: tuple[int, int] 
     settings = {name: getattr(config, name) for name in AGREED}
     settings["on_error"] = str(getattr(settings["on_error"], "value", settings["on_error"]))
     payload = {"files": len(names), "listing": listing_digest(names), **settings}
+    payload["draws"] = None if draws is None else draws.digest()
     check_agree(gather(payload), "the loader's files and settings")
 
 

@@ -201,6 +201,9 @@ class EpochCursor:
                     f"{ours!r}; "
                     f"{_WHY[name]}, so the rest of the epoch would repeat or skip samples"
                 )
+        if ("draws" in state) != ("draws" in match):  # no loader before draws drew by weight
+            saved, ours = ("draws by weight", "does not") if "draws" in state else ("does not draw by weight", "does")
+            raise ValueError(f"load_state_dict: the state's loader {saved}, this loader {ours}; {_WHY['draws']}")
         missing = [name for name in match if name not in state]
         if missing:
             warnings.warn(
@@ -224,6 +227,7 @@ _WHY = {
     "even_batches": "it decides which samples each rank reads",
     "samples": "the order is a permutation of the dataset's samples",
     "dataset": "the order is a permutation of these samples (the digest of their names)",
+    "draws": "the order is drawn by these weights, num_samples and replacement",
 }
 
 
@@ -244,9 +248,10 @@ def _digest_of(names: Sequence[str]) -> str:
     return digest
 
 
-def resume_fields(config: Any, world_size: int, names: Sequence[str]) -> dict[str, Any]:
+def resume_fields(config: Any, world_size: int, names: Sequence[str], draws: Any = None) -> dict[str, Any]:
     """What decides the samples after ``batches_done``: the settings and the dataset (its sample
-    count and ``listing_digest``); ``even_batches`` only with several ranks."""
+    count and ``listing_digest``); ``even_batches`` only with several ranks, ``draws`` (its digest) only
+    for epochs drawn by weight."""
     fields = {
         "seed": config.seed,
         "world_size": world_size,
@@ -258,4 +263,6 @@ def resume_fields(config: Any, world_size: int, names: Sequence[str]) -> dict[st
     }
     if world_size > 1:
         fields["even_batches"] = config.even_batches
+    if draws is not None:
+        fields["draws"] = draws.digest()
     return fields

@@ -35,7 +35,7 @@ DATALOADER_HINTS = {
         "prefetch_factor": "prefetch= sets the batches prepared ahead",
         "pin_memory": "batches land on the loader's device already",
         "persistent_workers": "gpupipe keeps its workers from epoch to epoch",
-        "sampler": "rank= / world_size= (or torch.distributed) and shuffle= decide the order",
+        "sampler": "rank= / world_size= (or torch.distributed) and shuffle= decide the order; weights= draws by weight",
         "collate_fn": "gpupipe makes the batches",
         "generator": "seed= seeds the order and the augmentations",
     }.items()
@@ -68,6 +68,9 @@ def loader(
     log_every: int | None = None,
     reduced_decode: bool = True,
     fallback: str | None = None,
+    weights: Sequence[float] | Any = None,
+    num_samples: int | None = None,
+    replacement: bool = True,
 ) -> Loader:
     """Builds a loader: the drop-in replacement for a ``DataLoader``.
 
@@ -130,6 +133,11 @@ def loader(
             on PIL images in DataLoader workers (backend ``"torchvision-transform"``), and a dataset gpupipe
             cannot read is read as it is, ``dataset[i]`` batched as torch's ``DataLoader`` batches it (backend
             ``"torch-dataset"``, ``gpupipe.interop.dataset_fallback``); each with a warning.
+        weights: one number >= 0 per sample of the source (a sequence, array or tensor): each epoch draws
+            ``num_samples`` samples by weight, as ``torch.utils.data.WeightedRandomSampler`` (``shuffle`` is
+            then without effect; a source of loose files: a folder, a list, annotations, a torchvision dataset).
+        num_samples: samples drawn per epoch with ``weights`` (all ranks together); default: the source's.
+        replacement: with ``weights``: draw with replacement (a sample may come several times in an epoch).
 
     Returns:
         A [`Loader`][gpupipe.Loader].
@@ -170,7 +178,7 @@ def loader(
     output = steps.output_of(own_output, dtype, channels_last)
     build_spec(ops, output, target=None)  # the structure, before the source is listed
 
-    source = as_source(source)
+    source = steps.with_draws(as_source(source), weights, num_samples, replacement)
     spec = build_spec(ops, output, target=source.kind, ignore_index=source.ignore_index)
     backends.check_lowerings(backend, spec)
     if getattr(source, "label_map", None) is not None and spec.batch_ops:

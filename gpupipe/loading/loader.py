@@ -28,6 +28,7 @@ from ..sources import Source
 from . import frameworks, steps
 from .batchsteps import BatchSteps
 from .config import LoaderConfig
+from .draws import epoch_samples
 from .epochs import EpochCursor, resume_fields
 from .sampling import RankShare, batches_per_epoch, per_rank, split
 from .stats import LoadStats, StatsSummary
@@ -184,15 +185,10 @@ class Loader:
 
     def __len__(self) -> int:
         """Batches per epoch on this rank (the same on every rank unless ``even_batches=False``)."""
-        world = self._settle()
-        samples = per_rank(
-            len(self.source),
-            world.world_size,
-            drop_last=self.drop_last,
-            even_batches=self.even_batches,
-            rank=world.rank,
-        )
-        return batches_per_epoch(samples, self.batch_size, self.drop_last)
+        world, drop_last = self._settle(), self.drop_last
+        n = epoch_samples(self.source)
+        samples = per_rank(n, world.world_size, drop_last=drop_last, even_batches=self.even_batches, rank=world.rank)
+        return batches_per_epoch(samples, self.batch_size, drop_last)
 
     def rank_share(self, epoch: int | None = None) -> RankShare:
         """This rank's samples for ``epoch`` (default: the next or current pass), with padding counts."""
@@ -244,7 +240,7 @@ class Loader:
         batches = self._backend.iter_epoch(read, current.start, upcoming=self._read)
         self._stats.pass_started()
         accelerate = frameworks.begin_pass(
-            read, samples=len(self.source), batch_size=self.batch_size, world_size=world_size
+            read, samples=epoch_samples(self.source), batch_size=self.batch_size, world_size=world_size
         )
         try:
             while current.live and current.done < current.total:
@@ -355,7 +351,7 @@ class Loader:
         the samples that follow (``gpupipe.loading.epochs.resume_fields``). Augmentations are drawn from
         ``(seed, epoch, slot)``, so a resume repeats the rest of the epoch exactly, on any backend. Per rank."""
         world = self._settle()
-        match = resume_fields(self.config, world.world_size, self.source.names)
+        match = resume_fields(self.config, world.world_size, self.source.names, self.source.draws)
         return self._cursor.state_dict(rank=world.rank, backend=self.backend, match=match)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -364,7 +360,7 @@ class Loader:
         Raises:
             ValueError: the state records another value of a field that decides the samples (named), or is malformed.
         """
-        match = resume_fields(self.config, self.world_size, self.source.names)
+        match = resume_fields(self.config, self.world_size, self.source.names, self.source.draws)
         self._cursor.load_state_dict(state, match=match, batches=len(self))
 
     # -- lifetime ----------------------------------------------------------------

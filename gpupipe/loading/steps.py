@@ -9,7 +9,9 @@ loader's ``dtype`` / ``channels_last`` to the pipeline's output
 
 from __future__ import annotations
 
+import copy
 import logging
+from typing import Any
 
 import numpy as np
 import torch
@@ -17,9 +19,10 @@ import torch
 from .. import backends, env
 from ..errors import ErrorPolicy, Skipped, plural
 from ..ops import Output
-from ..sources import Source
+from ..sources import FileSource, Source
 from . import agreement
 from .config import LoaderConfig
+from .draws import Draws, epoch_samples
 from .sampling import per_rank
 
 logger = logging.getLogger("gpupipe.loader")
@@ -92,7 +95,7 @@ def without_bad_files(
         ValueError: with ``"skip"``, when no sample is left.
     """
     group = agreement.exchange_group(world) if world is not None else None
-    agreement.check_ranks_agree(source.names, config, group)
+    agreement.check_ranks_agree(source.names, config, group, source.draws)
     with agreement.shared_by(group):
         result = source.scan(config.max_pixels, config.max_file_size)
     problems = list(source.problems)
@@ -110,6 +113,27 @@ def without_bad_files(
     return source.subset(keep)
 
 
+def with_draws(source: Source, weights: Any, num_samples: Any, replacement: Any) -> Source:
+    """The source with its epochs drawn by ``weights`` (``gpupipe.loading.draws``), or as it is without them.
+
+    Raises:
+        ValueError: ``num_samples`` or ``replacement`` without ``weights``, a source of tars (read one tar at a
+            time; draws would read every tar for each batch), or bad ``weights`` (``Draws.checked``), named.
+    """
+    if weights is None:
+        if num_samples is not None or replacement is not True:
+            raise ValueError("num_samples= and replacement= go with weights= (epochs drawn by weight)")
+        return source
+    if not isinstance(source, FileSource):
+        raise ValueError(
+            f"weights=: epochs drawn by weight read loose files (a folder, a file list, annotations, a torchvision "
+            f"dataset); {type(source).__name__} reads tars one at a time, which draws would give up"
+        )
+    drawn = copy.copy(source)
+    drawn.draws = Draws.checked(weights, num_samples, replacement, len(source))
+    return drawn
+
+
 def check_batch_fits(source: Source, config: LoaderConfig, world_size: int) -> None:
     """``drop_last=True`` with fewer samples per rank than a batch would yield nothing.
 
@@ -117,15 +141,19 @@ def check_batch_fits(source: Source, config: LoaderConfig, world_size: int) -> N
         ValueError: naming the batch size and the samples per rank.
     """
     samples = per_rank(
-        len(source), world_size, drop_last=config.drop_last, even_batches=config.even_batches, rank=world_size - 1
+        epoch_samples(source),
+        world_size,
+        drop_last=config.drop_last,
+        even_batches=config.even_batches,
+        rank=world_size - 1,
     )
     if config.drop_last and config.batch_size > samples:
         where = "" if world_size == 1 else f" per rank ({world_size} ranks)"
-        total = "" if world_size == 1 else f" ({plural(len(source), 'sample')} in all)"
+        total = "" if world_size == 1 else f" ({plural(epoch_samples(source), 'sample')} in all)"
         raise ValueError(
             f"batch_size {config.batch_size} is larger than the {plural(samples, 'sample')}{where} of the dataset"
             f"{total} with drop_last=True: no batch would be produced"
         )
 
 
-__all__ = ["choose_device_and_backend", "output_of", "without_bad_files", "check_batch_fits"]
+__all__ = ["choose_device_and_backend", "output_of", "without_bad_files", "check_batch_fits", "with_draws"]

@@ -20,6 +20,7 @@ import numpy as np
 from .. import env
 from ..errors import Skipped
 from ..fileio import DEFAULT_MAX_FILE_SIZE, read_file
+from ..loading.draws import Draws
 from ..loading.sampling import epoch_order
 from ..targets import Target, TargetKind, handler
 from .scan import ScanResult, scan
@@ -83,6 +84,8 @@ class Source:
     #: Whether the loader must scan the files (packed shards were checked when packed).
     needs_scan: bool = True
     max_file_size: int = DEFAULT_MAX_FILE_SIZE
+    #: Epochs drawn by weight (``gpupipe.loading.draws``; the loader's ``weights=``), else ``None``.
+    draws: Draws | None = None
 
     # Declared for the type checker only (no class attribute): the columns of sources of that kind.
     #: ``MASK`` sources of files: per sample, its mask file.
@@ -155,7 +158,10 @@ class Source:
         return None
 
     def epoch_order(self, *, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
-        """The order of one epoch (all ranks): a permutation of ``(seed, epoch)``, or the stored order."""
+        """The order of one epoch (all ranks): a permutation of ``(seed, epoch)``, or the stored order; with
+        ``draws``, the samples drawn by weight from ``(seed, epoch)``."""
+        if self.draws is not None:
+            return self.draws.order(seed, epoch)
         return epoch_order(len(self), seed=seed, epoch=epoch, shuffle=shuffle)
 
     def tars_of(self, indices: Indices) -> np.ndarray | None:
@@ -207,6 +213,8 @@ class Source:
                 setattr(part, name, column[keep])
             else:
                 setattr(part, name, [column[i] for i in keep])
+        if self.draws is not None:
+            part.draws = self.draws.subset(keep)
         part.__dict__["_scans"] = {
             k: ScanResult(bad={position[i]: r for i, r in v.bad.items() if i in position}, sizes=v.sizes[keep])
             for k, v in self.__dict__.get("_scans", {}).items()
