@@ -25,25 +25,39 @@ from ..amp import AmpChoice, choose_amp, cpu_info, probe_seconds, torch_build
 from ..cli import user_errors
 from ..demo import photos as demo
 from ..errors import plural
-from ..shards import format as shardfmt
 from ..sources import as_source
 from . import report
 from .advice import conclude
-from .args import BenchError, choose_backends, parse_args
+from .args import BenchError, choose_backends, parse_args, unavailable
 from .estimate import duration, estimate, revised, time_demo_image
 from .monitor import ResourceMonitor
+from .preflight import check_batch, check_memory, check_model, check_out, data_stats, refuse_bad_files
 from .runner import BASELINE, BenchConfig, TrainStep, kept_batch, rounds, run
 
 logger = logging.getLogger("gpupipe.bench")
 
 
 def _log_to_stderr() -> None:
-    """gpupipe's own INFO lines on stderr (not other libraries', e.g. matplotlib's font cache notices)."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", datefmt="%H:%M:%S"))
+    """gpupipe's own INFO lines on stderr (not other libraries', e.g. matplotlib's font cache notices): one
+    handler, writing to whatever ``sys.stderr`` is when it writes, however often the bench runs in a process."""
     root = logging.getLogger("gpupipe")
-    root.addHandler(handler)
+    if not any(isinstance(h, _Stderr) for h in root.handlers):
+        handler = _Stderr()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", datefmt="%H:%M:%S"))
+        root.addHandler(handler)
     root.setLevel(logging.INFO)
+
+
+class _Stderr(logging.StreamHandler):
+    """A ``StreamHandler`` on the current ``sys.stderr`` (a notebook's or a test's capture may replace it)."""
+
+    @property  # type: ignore[override]
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
 
 
 def missing_extras() -> list[str]:
@@ -58,33 +72,23 @@ def missing_extras() -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Runs the bench; every bad argument or input is one line, ``error: ...``, and exit status 2."""
+    """Runs the bench; every bad argument or input is one line, ``error: ...``, and exit status 2; Ctrl-C
+    before the first repeat ends is one line and exit status 130 (after it: the repeats done are reported)."""
     try:
         return _main(argv)
     except BenchError as err:
         message = str(err)
     except user_errors() as err:  # bad data, a full disk: the library's own one-line message
         message = str(err)
+    except KeyboardInterrupt:
+        print("\ninterrupted (Ctrl-C) before the first repeat ended: nothing measured", file=sys.stderr)
+        return INTERRUPTED
     print(f"error: {message}".splitlines()[0], file=sys.stderr)
     return 2
 
 
-def refuse_bad_files(source, data: Path, listed: int = 3) -> None:
-    """Refuses a folder holding files no loader can use (the scan every gpupipe loader makes), naming them,
-    before anything is measured: the tutorial baseline would stop at the first, gpupipe's loaders at build.
-
-    Raises:
-        BenchError: naming how many, the first ``listed`` with their reasons, and the pack that leaves them out.
-    """
-    bad = source.scan().bad
-    if not bad:
-        return
-    named = "; ".join(f"{source.names[i]}: {reason}" for i, reason in sorted(bad.items())[:listed])
-    more = f"; and {len(bad) - listed} more" if len(bad) > listed else ""
-    raise BenchError(
-        f"--data: {len(bad)} of {plural(len(source), 'file')} cannot be used ({named}{more}): remove them, or "
-        f"pack the folder (python -m gpupipe.pack {data} PACKED leaves them out and lists them) and pass --data PACKED"
-    )
+#: The exit status after Ctrl-C (128 + SIGINT, as a shell gives).
+INTERRUPTED = 130
 
 
 def choose_precision(args: argparse.Namespace, device: torch.device, train_step: TrainStep | None, kept) -> tuple:
@@ -114,30 +118,54 @@ def _main(argv: list[str] | None) -> int:
             f"python -m gpupipe.bench needs the bench extra (missing: {', '.join(missing)}): "
             "pip install 'gpupipe[bench]'"
         )
+    try:
+        return _run(args)
+    except (torch.cuda.OutOfMemoryError, MemoryError, RuntimeError) as err:
+        if not isinstance(err, (torch.cuda.OutOfMemoryError, MemoryError)) and "can't allocate memory" not in str(err):
+            raise
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise BenchError(
+            f"out of memory training {args.model} at --batch-size {args.batch_size}, --image-size {args.image_size} "
+            f"({first}): pass a smaller --batch-size or --image-size, or another --model"
+        ) from None
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The bench, its arguments checked."""
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     started = time.perf_counter()
+    check_memory(args.batch_size, args.image_size)
+    if not args.no_train:
+        check_model(args.model)
     spec = demo.DemoSpec(classes=10, per_class=max(1, args.demo_images // 10))
-    packed = args.data is not None and shardfmt.is_packed(args.data)
-    num_classes = spec.classes
+    source, packed = None, False
     if args.data is not None:
-        try:
-            source = as_source(args.data)
-        except ValueError as err:
-            raise BenchError(f"--data: {err}") from None
-        if Path(args.data).is_file():
+        source = _data_source(args.data)
+        packed = getattr(source, "manifest", None) is not None
+        target = source.target  # a classifier trains on one target per image, not on masks or boxes
+        if target.moves_with_pixels and not args.no_train:
             raise BenchError(
-                f"--data: {args.data} is a list file; the bench reads an image folder (root/<class>/<image>) or a "
-                f"pack: pack it first (python -m gpupipe.pack {args.data} PACKED) and pass --data PACKED"
+                f"--data {args.data} holds {target.kind.title}: the bench's training loop is a classifier's, on "
+                "class labels; pass --no-train to measure the loaders alone"
             )
-        num_classes = len(source.classes)
         if not packed:
             refuse_bad_files(source, args.data)
+        check_batch(len(source), args.batch_size, str(args.data))
+    else:
+        check_batch(spec.classes * spec.per_class, args.batch_size, None)
+    num_classes = len(source.classes) if source is not None else spec.classes
     names = choose_backends(args.backends, device.type == "cuda")
     if packed and BASELINE in names:
+        if names == [BASELINE]:
+            raise BenchError(
+                f"--backends: the baseline reads only image folders, and --data {args.data} is packed: "
+                "name a gpupipe backend too"
+            )
         logger.info("%s is packed: the tutorial baseline reads only image folders, so it is left out", args.data)
         names.remove(BASELINE)
+    check_out(args.out)  # after the data's checks: a refused --data leaves no folder behind
     config = BenchConfig(
-        data=Path(args.data or demo.demo_root(args.cache_dir, spec)),
+        data=args.data if args.data is not None else demo.demo_root(args.cache_dir, spec),
         backends=tuple(names),
         model=args.model,
         batch_size=args.batch_size,
@@ -161,7 +189,7 @@ def _main(argv: list[str] | None) -> int:
     config = replace(config, amp=amp.name)
     if config.measure_training:
         logger.info("mixed precision: %s (%s)", str(amp.dtype).replace("torch.", ""), amp.reason)
-    need_demo = args.data is None and not demo.is_built(config.data)
+    need_demo = args.data is None and not demo.is_built(Path(config.data))
     demo_images = spec.classes * spec.per_class if need_demo else 0
     planned = estimate(
         config, demo_images=demo_images, demo_image_s=time_demo_image(), step_s=step_s, workers=env.cores()
@@ -177,7 +205,7 @@ def _main(argv: list[str] | None) -> int:
     )
     if args.data is None:
         demo.ensure_demo(args.cache_dir, spec, progress=_demo_progress() if need_demo else None)
-    stats = demo.folder_stats(config.data) if not packed else demo.packed_stats(config.data)
+    stats = data_stats(source if source is not None else as_source(config.data))
     logger.info(
         "data: %s: %d images in %d classes, mean %.1f KiB (median %.1f), mean %dx%d px, sides %d-%d px",
         config.data,
@@ -215,6 +243,7 @@ def _main(argv: list[str] | None) -> int:
         },
         "elapsed_s": round(elapsed, 1),
     }
+    full["unavailable"] = unavailable(device.type == "cuda")  # what advice naming them must say
     full["machine"]["label"] = report.hardware_label(full["machine"])
     full["reliability"] = report.reliability(full)
     conclude(full)
@@ -226,7 +255,25 @@ def _main(argv: list[str] | None) -> int:
     )
     print(report.measured_line(full))
     print(report.table(full))  # its last line names the fastest backend
-    return 0
+    return INTERRUPTED if "interrupted" in full else 0
+
+
+def _data_source(data):
+    """``--data`` as a gpupipe source (a folder, a pack, a pack's URL).
+
+    Raises:
+        BenchError: naming ``--data``: it is missing, not a folder of classes or a pack, or a list file.
+    """
+    try:
+        source = as_source(data)
+    except ValueError as err:
+        raise BenchError(f"--data: {err}") from None
+    if not isinstance(data, str) and Path(data).is_file():
+        raise BenchError(
+            f"--data: {data} is a list file; the bench reads an image folder (root/<class>/<image>) or a "
+            f"pack: pack it first (python -m gpupipe.pack {data} PACKED) and pass --data PACKED"
+        )
+    return source
 
 
 def _demo_progress():

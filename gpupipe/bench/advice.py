@@ -29,7 +29,8 @@ def verdict_text(entry: dict) -> str:
     fraction, wait = train.get("fraction_of_ceiling"), train.get("wait_share")
     if fraction is None:
         return (entry.get("verdict") or {}).get("bound", "-")
-    share, waits = f"{100 * fraction:.0f}%", f"{100 * (wait or 0.0):.0f}%"
+    share = _percent(fraction, CEILING_FRACTION_COMPUTE_BOUND)
+    waits = _percent(wait or 0.0, WAIT_SHARE_INPUT_BOUND)
     if (wait or 0.0) >= WAIT_SHARE_INPUT_BOUND:
         return f"input-bound: waits for data {waits} of the time, {100 * WAIT_SHARE_INPUT_BOUND:.0f}% or more"
     if fraction < CEILING_FRACTION_COMPUTE_BOUND:
@@ -38,6 +39,16 @@ def verdict_text(entry: dict) -> str:
             f"(data wait {waits})"
         )
     return f"compute-bound: {share} of the model's ceiling, data wait {waits}"
+
+
+def _percent(value: float, threshold: float) -> str:
+    """``value`` in whole percent, with the digits it takes not to read as ``threshold`` when on the
+    other side of it (``89.8%`` under a rule of 90%, not ``90%``)."""
+    for digits in range(4):
+        text = f"{100 * value:.{digits}f}"
+        if (float(text) < 100 * threshold) == (value < threshold):
+            return f"{text}%"
+    return f"just under {100 * threshold:.0f}%"  # within 0.0005 % of it
 
 
 def _phase(report: dict) -> str:
@@ -66,7 +77,9 @@ def suggestions(report: dict) -> dict[str, str]:
     else the general advice, left out where it names a backend measured here and not faster."""
     settings = report.get("settings", {})
     on_gpu = str(settings.get("device", "cpu")).startswith("cuda")
-    threads = settings.get("threads", 1)
+    # on a CPU the model and the loading share the machine's cores (however many threads load); on a GPU,
+    # the advice is about the loader's own threads
+    threads = settings.get("threads", 1) if on_gpu else report.get("machine", {}).get("cpu_cores_usable") or 1
     out: dict[str, str] = {}
     # on data too small to time throughput (see ratios_withheld) no backend is called faster than another
     order = [] if ratios_withheld(report) else ranked(report)
@@ -84,6 +97,9 @@ def suggestions(report: dict) -> dict[str, str]:
         text = advice(name, on_gpu, threads)
         if any(f"'{n}'" in text or f" {n} " in text for n in report["results"] if n != name):
             text = advice("", on_gpu, threads)  # it named a backend the table shows no faster
+        lacking = [why for n, why in (report.get("unavailable") or {}).items() if f"'{n}'" in text]
+        if on_gpu and lacking:  # (on a CPU the advice names dali for a GPU, which it needs)
+            text += f" (not available here: {lacking[0]})"
         out[name] = text
     return out
 
@@ -132,7 +148,7 @@ def winner_line(report: dict) -> str:
     """One line: the fastest backend for training on this machine, and why, from the measured figures."""
     order = ranked(report)
     if not order:
-        return "fastest backend: none measured"
+        return "fastest backend: none measured" + _failed_note(report)
     what = "for training" if _phase(report) == "train" else "for loading (training not measured)"
     best = order[0]
     figure, verdict = _figure(report, best), verdict_text(report["results"][best])
@@ -141,6 +157,7 @@ def winner_line(report: dict) -> str:
     if ratios_withheld(report):
         return (
             f"{head}, on this data only: the timed windows crossed epoch boundaries, no ratio given (see the warning)"
+            + _failed_note(report)
         )
     if len(order) == 1:
         line = f"{head}, the only one measured{verdict}"
@@ -158,7 +175,17 @@ def winner_line(report: dict) -> str:
             line += "; no gpupipe backend beat the tutorial DataLoader here"
     if report.get("reliability"):
         line += "; the figures may not be reliable (see the warning)"
-    return line
+    return line + _failed_note(report)
+
+
+def _failed_note(report: dict) -> str:
+    """``; dali-cpu failed (see above)``, naming the backends that failed, and ``; interrupted after 1 of 3
+    repeats`` after Ctrl-C; ``""`` without either."""
+    failed, stopped = report.get("failed") or {}, report.get("interrupted")
+    note = f"; {', '.join(failed)} failed (see above)" if failed else ""
+    if stopped:
+        note += f"; interrupted after {stopped['repeats_done']} of {stopped['repeats_planned']} repeats"
+    return note
 
 
 def conclude(report: dict) -> None:

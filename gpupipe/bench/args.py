@@ -15,7 +15,8 @@ from ..amp import AMP_CHOICES
 from ..checks import did_you_mean
 from ..cli import with_flag_guess
 from ..errors import Error as GpupipeError
-from .runner import BASELINE
+from ..remote.urls import is_url
+from .advice import BASELINE
 
 logger = logging.getLogger("gpupipe.bench")
 
@@ -68,9 +69,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--data",
-        type=Path,
+        type=_data_path,
         help="image folder root/<class>/<image>, or a folder packed by "
-        "python -m gpupipe.pack (no baseline then) (default: the demo data)",
+        "python -m gpupipe.pack or its URL (https://, s3://, gs://; no baseline then) (default: the demo data)",
     )
     parser.add_argument(
         "--backends",
@@ -185,21 +186,29 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _data_path(value: str) -> Path | str:
+    """``--data``: a path, or the URL of a pack kept as it was typed (``Path`` would fold its ``//``)."""
+    return value if is_url(value) else Path(value)
+
+
 def choose_backends(spec: str, on_gpu: bool) -> list[str]:
-    """The backends to compare: ``all`` means the baseline plus every backend available here.
+    """The backends to compare: ``all`` means the baseline plus every backend available here; a backend
+    named twice is measured once.
 
     Raises:
-        BenchError: an unknown backend, or ``dali`` without a GPU.
+        BenchError: an unknown backend, ``all`` beside others, or ``dali`` without a GPU.
     """
-    if spec == "all":
-        names = [BASELINE] + [b for b in gp_backends.BACKENDS if gp_backends.available(b)]
-        for missing in sorted(set(gp_backends.BACKENDS) - set(names)):
-            logger.info("skipping backend %r: %s", missing, _why_unavailable(missing, on_gpu))
-        return names
-    names = [n.strip() for n in spec.split(",") if n.strip()]
+    if spec.strip().lower() == "all":
+        lacking = unavailable(on_gpu)
+        for missing, why in sorted(lacking.items()):
+            logger.info("skipping backend %r: %s", missing, why)
+        return [BASELINE] + [b for b in gp_backends.BACKENDS if b not in lacking]
+    names = list(dict.fromkeys(n.strip() for n in spec.split(",") if n.strip()))
     known = (BASELINE,) + gp_backends.BACKENDS
     if not names:
         raise BenchError(f"--backends: none given; choose from {', '.join(known)}")
+    if "all" in (n.lower() for n in names):
+        raise BenchError(f"--backends: 'all' stands alone (every backend this machine has); got {spec!r}")
     for name in names:
         if name not in known:
             raise BenchError(
@@ -207,7 +216,14 @@ def choose_backends(spec: str, on_gpu: bool) -> list[str]:
             )
         if name == "dali" and not on_gpu:
             raise BenchError("--backends: 'dali' needs a CUDA GPU; this machine has none (use dali-cpu)")
+        if name != BASELINE and not gp_backends.available(name):
+            raise BenchError(f"--backends: {name!r} cannot run here: {_why_unavailable(name, on_gpu)}")
     return names
+
+
+def unavailable(on_gpu: bool) -> dict[str, str]:
+    """The gpupipe backends that cannot run here, each with why (no GPU, or the pip command to install it)."""
+    return {b: _why_unavailable(b, on_gpu) for b in gp_backends.BACKENDS if not gp_backends.available(b)}
 
 
 def _why_unavailable(name: str, on_gpu: bool) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..errors import plural
 from ..loading.stats import WAIT_SHARE_INPUT_BOUND
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -34,8 +35,9 @@ class Stream:
         yielded: batches handed out.
     """
 
-    def __init__(self, loader: Iterable[Batch], clock=time.perf_counter) -> None:
+    def __init__(self, loader: Iterable[Batch], clock=time.perf_counter, stop=None) -> None:
         self.loader = loader
+        self.stop = stop  # a ``ctrlc.CtrlC``: checked before each batch
         self.clock = clock
         self.boundaries: list[float] = []
         self.epochs = 0
@@ -54,6 +56,8 @@ class Stream:
         return self
 
     def __next__(self) -> Batch:
+        if self.stop is not None:
+            self.stop.check()
         if self._iterator is not None:
             try:
                 batch = next(self._iterator)
@@ -80,9 +84,9 @@ class Stream:
         self._iterator = None
 
 
-def forever(loader: Iterable[Batch]) -> Stream:
-    """Yields batches across epoch boundaries (see ``Stream``)."""
-    return Stream(loader)
+def forever(loader: Iterable[Batch], stop=None) -> Stream:
+    """Yields batches across epoch boundaries (see ``Stream``); ``stop``: a ``ctrlc.CtrlC`` checked before each."""
+    return Stream(loader, stop=stop)
 
 
 @dataclass
@@ -231,7 +235,7 @@ def advice(backend: str, on_gpu: bool, threads: int) -> str:
         return "move decoding to the GPU: backend='dali'"
     if not on_gpu:
         return (
-            f"loading and the model share the same {threads} CPU cores: pre-resize the images "
+            f"loading and the model share the same {plural(threads, 'CPU core')}: pre-resize the images "
             "(shorter side ~256 px) or train on a GPU" + (" with backend='dali'" if backend else "")
         )
     return f"more CPU threads than {threads} (--threads), or pre-resized images (shorter side ~256 px)"

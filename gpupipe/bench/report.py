@@ -105,6 +105,9 @@ def reliability(report: dict) -> list[str]:
                 f"{name} reached {100 * fraction:.0f}% of the ceiling, which a loop with loading cannot "
                 f"really beat: {ranges}; {why}"
             )
+    repeats = (report.get("interrupted") or {}).get("repeats_done") or report.get("settings", {}).get("repeats")
+    if repeats == 1:
+        notes.append("1 repeat: no spread measured, so no difference between backends can be told from noise")
     ceiling = report.get("ceiling")
     if ceiling and ceiling.get("spread", 0) > SPREAD_WARNING:
         notes.append(f"the ceiling's repeats spread {100 * ceiling['spread']:.0f}%")
@@ -184,10 +187,16 @@ def measured_line(report: dict) -> str:
             f"a {s['model']} training loop in {report['amp']['dtype']} ({s['train_steps']} steps after "
             f"{s['train_warmup']} of warm-up) and the same loop on one batch kept on the device (its ceiling)"
         )
+    stopped = report.get("interrupted")
+    repeats = (
+        f"{stopped['repeats_done']} of {stopped['repeats_planned']} repeats of each (interrupted)"
+        if stopped
+        else f"{plural(s['repeats'], 'repeat')} of each"
+    )
     return (
         f"measured on {report['machine']['label']}, {data['images']} images in {data['classes']} classes, "
         f"batch {s['batch_size']} at {s['image_size']} px: {', '.join(parts)}; "
-        f"{plural(s['repeats'], 'repeat')} of each, interleaved; medians (min-max):"
+        f"{repeats}, interleaved; medians (min-max):"
     )
 
 
@@ -207,6 +216,15 @@ def table(report: dict) -> str:
     suggestions = [f"- {name}: {tip}" for name, tip in advice.suggestions(report).items() if tip]
     if suggestions:
         text += "\n\nsuggestions:\n" + "\n".join(suggestions)
+    failed = report.get("failed") or {}
+    if failed:
+        text += "\n\nFAILED (not in the table):\n" + "\n".join(f"- {name}: {why}" for name, why in failed.items())
+    stopped = report.get("interrupted")
+    if stopped:
+        text += (
+            f"\n\nWARNING: interrupted (Ctrl-C) after {stopped['repeats_done']} of {stopped['repeats_planned']} "
+            "repeats: the figures are those repeats' (the one under way was dropped)"
+        )
     withheld = advice.ratios_withheld(report)
     if withheld:
         text += f"\n\nWARNING: no ratio to the baseline: {withheld}"

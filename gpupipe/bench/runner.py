@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import os
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -29,11 +30,12 @@ from gpupipe.amp import AmpChoice, choose_amp
 from . import measure
 from .advice import BASELINE
 from .baseline import HEAVY, pipeline_of, tutorial_loader  # noqa: F401 -- HEAVY and pipeline_of: part of this API
+from .ctrlc import CtrlC, noting
 from .monitor import ResourceMonitor
+from .summary import CEILING, summarise
 
 logger = logging.getLogger(__name__)
 
-CEILING = "ceiling"
 #: Seconds to wait for a finished loader's worker processes to exit before the next round starts.
 LEFTOVER_WAIT_S = 10.0
 
@@ -42,7 +44,7 @@ LEFTOVER_WAIT_S = 10.0
 class BenchConfig:
     """Settings of one bench run (see ``python -m gpupipe.bench --help``)."""
 
-    data: Path
+    data: Path | str  # a folder, a pack, or the URL of a pack
     backends: tuple[str, ...]
     model: str
     batch_size: int
@@ -66,7 +68,7 @@ def make_loader(backend: str, config: BenchConfig, source: gpupipe.sources.Sourc
     ``source`` is listed and scanned once per bench, not once per repeat.
     """
     if backend == BASELINE:
-        return tutorial_loader(config)
+        return tutorial_loader(config, source)
     return gpupipe.loader(
         source,
         pipeline_of(config),
@@ -150,7 +152,7 @@ def release_memory(device: torch.device) -> None:
 
 
 @contextlib.contextmanager
-def fresh_stream(name: str, config: BenchConfig, source, kept_batch=None) -> Iterator[measure.Stream]:
+def fresh_stream(name: str, config: BenchConfig, source, kept_batch=None, stop=None) -> Iterator[measure.Stream]:
     """An endless batch stream from a new loader (or the kept batch), shut down afterwards.
 
     A loader left alive would refill its prefetch queue in the background,
@@ -158,7 +160,7 @@ def fresh_stream(name: str, config: BenchConfig, source, kept_batch=None) -> Ite
     repeat with free batches.
     """
     loader = measure.repeat_batch(kept_batch) if name == CEILING else make_loader(name, config, source)
-    stream = measure.forever(loader)
+    stream = measure.forever(loader, stop)
     try:
         yield stream
     finally:
@@ -190,49 +192,107 @@ def interleaved(
 ) -> dict:
     """Times every loop of every phase ``config.repeats`` times, interleaving loops within each repeat.
 
+    A backend whose round raises is measured no further and left out of the figures, with its reason
+    (the ceiling's failure, the model's, ends the bench). Ctrl-C (``KeyboardInterrupt``) ends the
+    rounds: the repeats every loop finished are kept, the one under way is dropped.
+
     Args:
         on_repeat: called with the number of repeats done after each one.
 
     Returns:
         ``{phase label: {name: {"runs", "waits", "boundaries", "batches", "resources"}}}``; ``batches``
         holds, per repeat, the batches warmed up and timed, the epoch boundaries inside the timed
-        window, and the worker processes of earlier loaders still alive when timing began.
+        window, and the worker processes of earlier loaders still alive when timing began; with
+        ``"failed"`` (``{backend: reason}``) and, after Ctrl-C, ``"interrupted"``
+        (``{"repeats_done", "repeats_planned"}``).
+
+    Raises:
+        KeyboardInterrupt: Ctrl-C before the first repeat ended.
     """
     out: dict = {
         p.label: {n: {"runs": [], "waits": [], "boundaries": [], "batches": []} for n in p.names} for p in phases
     }
     monitors = {p.label: {n: _monitor(config) for n in p.names} for p in phases}
+    failed: dict[str, str] = {}
     before = _children()
-    for r in range(config.repeats):
-        for phase in phases:
-            for name in rotated(phase.names, r):
-                leftover = wait_for_children(before)
-                with fresh_stream(name, config, source, kept_batch) as stream:
-                    phase.warm(stream)
-                    warmed, epochs = stream.yielded, stream.epochs
-                    with monitors[phase.label][name]:
-                        rate, wait = phase.timed(stream)
-                    entry = out[phase.label][name]
-                    entry["runs"].append(rate)
-                    entry["waits"].append(wait)
-                    entry["boundaries"].extend(stream.boundaries)
-                    entry["batches"].append(
-                        {
-                            "warmup": warmed,
-                            "timed": stream.yielded - warmed,
-                            "boundaries_timed": stream.epochs - epochs,
-                            "leftover_processes": leftover,
-                        }
-                    )
-                logger.debug("[%s %d/%d] %-12s %8.1f images/s", phase.label, r + 1, config.repeats, name, rate)
-                if progress is not None:
-                    progress.update(1)
-        if on_repeat is not None:
-            on_repeat(r + 1)
+    done = 0
+    ctrl_c = CtrlC()
+    try:
+        with noting(ctrl_c):
+            for r in range(config.repeats):
+                for phase in phases:
+                    for name in rotated(phase.names, r):
+                        if name in failed:
+                            continue
+                        try:
+                            _one_round(phase, name, r, config, source, kept_batch, before, out, monitors, ctrl_c)
+                        except Exception as err:  # noqa: BLE001 -- any backend's failure is reported, not fatal
+                            # Ctrl-C also stops a DataLoader's workers: their loss is the interrupt, not a failure
+                            if ctrl_c.pressed or name == CEILING or os.environ.get("GPUPIPE_DEBUG") == "1":
+                                raise
+                            failed[name] = f"{PHASE_NAMES[phase.label]}, repeat {r + 1}: {_reason(err)}"
+                            logger.warning("backend %s failed (%s): measured no further", name, failed[name])
+                        ctrl_c.check()  # pressed while the round's loader shut down
+                        if progress is not None:
+                            progress.update(1)
+                done = r + 1
+                if on_repeat is not None:
+                    on_repeat(done)
+    except (Exception, KeyboardInterrupt) as err:
+        if isinstance(err, Exception) and not ctrl_c.pressed:
+            raise
+        if not done:
+            raise KeyboardInterrupt from None
+        out["interrupted"] = {"repeats_done": done, "repeats_planned": config.repeats}
+        logger.warning("interrupted (Ctrl-C) after %d of %d repeats: reporting those", done, config.repeats)
     for phase in phases:
         for name in phase.names:
-            out[phase.label][name]["resources"] = monitors[phase.label][name].summary()
+            entry = out[phase.label][name]
+            for key in ("runs", "waits", "batches", "boundaries"):
+                del entry[key][done:]
+            entry["boundaries"] = [b for per_repeat in entry["boundaries"] for b in per_repeat]
+            entry["resources"] = monitors[phase.label][name].summary()
+            if name in failed:
+                del out[phase.label][name]
+    out["failed"] = failed
     return out
+
+
+#: How a phase is named in a failed backend's reason.
+PHASE_NAMES = {"loader": "loader alone", "train": "training loop"}
+
+
+def _reason(err: BaseException) -> str:
+    """``Type: message``, the message as the command line prints it (a worker's own, without its traceback)."""
+    from ..cli import message
+
+    lines = message(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
+
+
+def _one_round(
+    phase: Phase, name: str, r: int, config: BenchConfig, source, kept_batch, before, out, monitors, ctrl_c=None
+):
+    """Builds ``name``'s loader, warms it up and times one repeat of ``phase``, appending to ``out``."""
+    leftover = wait_for_children(before)
+    with fresh_stream(name, config, source, kept_batch, stop=ctrl_c) as stream:
+        phase.warm(stream)
+        warmed, epochs = stream.yielded, stream.epochs
+        with monitors[phase.label][name]:
+            rate, wait = phase.timed(stream)
+        entry = out[phase.label][name]
+        entry["runs"].append(rate)
+        entry["waits"].append(wait)
+        entry["boundaries"].append(list(stream.boundaries))
+        entry["batches"].append(
+            {
+                "warmup": warmed,
+                "timed": stream.yielded - warmed,
+                "boundaries_timed": stream.epochs - epochs,
+                "leftover_processes": leftover,
+            }
+        )
+    logger.debug("[%s %d/%d] %-12s %8.1f images/s", phase.label, r + 1, config.repeats, name, rate)
 
 
 def rotated(names: list[str], repeat: int) -> list[str]:
@@ -329,56 +389,3 @@ def rounds(config: BenchConfig) -> int:
     """Timed rounds the bench runs (one per loop, phase and repeat)."""
     loops = len(config.backends) + ((1 + len(config.backends)) if config.measure_training else 0)
     return loops * config.repeats
-
-
-def summarise(measured: dict, config: BenchConfig) -> dict:
-    """Medians, spreads, ratios to the baseline, fractions of the ceiling and verdicts."""
-    results: dict = {name: {} for name in config.backends}
-    for name in config.backends:
-        loader = measured["loader"][name]
-        results[name]["loader"] = _figures(measure.Result.of(loader["runs"]), loader["boundaries"])
-        results[name]["loader"]["batches"] = loader["batches"]
-        results[name]["loader_resources"] = loader["resources"]
-    figures: dict = {"results": results}
-    if "train" in measured:
-        top = measure.Result.of(measured["train"][CEILING]["runs"])
-        figures["ceiling"] = {**_figures(top), "resources": measured["train"][CEILING]["resources"]}
-        for name in config.backends:
-            entry = measured["train"][name]
-            train = measure.Result.of(entry["runs"], entry["waits"])
-            v = measure.verdict(train, top, backend=name, on_gpu=config.device.type == "cuda", threads=config.threads)
-            results[name]["train"] = {
-                **_figures(train),
-                "wait_share": None if train.wait_share is None else round(train.wait_share, 3),
-                "wait_shares": [round(x, 3) for x in train.wait_shares],
-                "fraction_of_ceiling": round(v.fraction_of_ceiling, 3),
-                "batches": entry["batches"],
-            }
-            results[name]["train_resources"] = entry["resources"]
-            results[name]["verdict"] = {"bound": v.bound, "suggestion": v.suggestion}
-    _add_speedups(results)
-    return figures
-
-
-def _figures(result: measure.Result, boundaries: list[float] | None = None) -> dict:
-    out = {
-        "images_per_s": round(result.images_per_s, 1),
-        "min": round(result.low, 1),
-        "max": round(result.high, 1),
-        "spread": round(result.spread, 3),
-        "runs": [round(v, 1) for v in result.runs],
-    }
-    if boundaries:
-        out["epoch_boundary_s"] = round(sorted(boundaries)[len(boundaries) // 2], 4)
-    return out
-
-
-def _add_speedups(results: dict[str, dict]) -> None:
-    """Adds each backend's ratio to the baseline, measured in the same run."""
-    base = results.get(BASELINE)
-    if not base:
-        return
-    for entry in results.values():
-        entry["loader"]["x_baseline"] = round(entry["loader"]["images_per_s"] / base["loader"]["images_per_s"], 2)
-        if "train" in entry:
-            entry["train"]["x_baseline"] = round(entry["train"]["images_per_s"] / base["train"]["images_per_s"], 2)
