@@ -17,7 +17,14 @@ Accelerate's ``prepare()`` hands a gpupipe loader back unchanged. Its
 ``skip_first_batches`` would rebuild a ``torch.utils.data.DataLoader`` over
 ``loader.dataset`` (decoding with PIL, without gpupipe's pipeline): reading
 ``loader.dataset`` from there fails at once (``refuse_rebuild``) with
-``NO_DATASET``, which points to ``loader.skip(n)``.
+``NO_DATASET``, which points to ``loader.skip(n)`` (also through ``DetectionLists``);
+``accelerator.prepare_data_loader(loader)``, which would rebuild and shard it
+again, likewise (``NO_PREPARE_DATA_LOADER``).
+
+Under Lightning, an ``even_batches=False`` loader that leaves a rank without
+batches is refused on every rank (``refuse_empty_rank``): Lightning skips its
+loop on that rank and the others hang in its epoch-end reductions. A loader is
+not pickled (Lightning's ``ddp_spawn``): ``NO_PICKLE`` says where to build it.
 
 A ``DistributedSampler`` given to ``gpupipe.DataLoader`` is the loader's
 ``sampler``: its ``set_epoch`` decides the epoch each pass reads
@@ -36,6 +43,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import Error
+from .sampling import batches_per_epoch, per_rank
 
 if TYPE_CHECKING:
     from ..backends import EpochRead
@@ -47,8 +55,25 @@ NO_DATASET = (
     "load_state() resumes it exactly"
 )
 
-#: ``(module, function)`` of the callers that rebuild a torch ``DataLoader`` from ``loader.dataset``.
-REBUILDERS = (("accelerate.data_loader", "skip_first_batches"),)
+NO_PICKLE = (
+    "a gpupipe Loader cannot be pickled and sent to another process (it holds decoding pipelines and threads): "
+    "Lightning's strategy='ddp_spawn' and torch.multiprocessing.spawn pickle what they are given; build the loader "
+    "in the process that reads it, e.g. in LightningDataModule.train_dataloader(), which runs in every process, "
+    "or use strategy='ddp'"
+)
+
+NO_PREPARE_DATA_LOADER = (
+    "a gpupipe Loader is not a torch DataLoader: Accelerate's prepare_data_loader would rebuild a torch DataLoader "
+    "over loader.dataset, without gpupipe's pipeline, and shard it a second time; pass the loader to "
+    "accelerator.prepare(...), which hands it back as it is (it shards itself), or use it without preparing"
+)
+
+#: ``(module, function)`` of the callers that rebuild a torch ``DataLoader`` from ``loader.dataset``, and what
+#: the refusal says to each.
+REBUILDERS = {
+    ("accelerate.data_loader", "skip_first_batches"): NO_DATASET,
+    ("accelerate.data_loader", "prepare_data_loader"): NO_PREPARE_DATA_LOADER,
+}
 
 #: ``(module, function)`` of the callers through which Lightning's fit loop sets the sampler's epoch: restarted
 #: from a checkpoint written when ``max_steps`` stopped an epoch, it sets the next epoch while its loop goes on
@@ -108,16 +133,55 @@ def framework_config(loader: Any, world: Any) -> Any:
     return dataclasses.replace(own, seed=seed, even_batches=own.even_batches and not predicting)
 
 
+class EmptyRank(Error, ValueError):
+    """Under Lightning, an ``even_batches=False`` loader whose share leaves some rank without a batch."""
+
+
+def refuse_empty_rank(config: Any, world: Any, samples: int) -> None:
+    """Raises ``EmptyRank`` on every rank alike when, under Lightning's loops (fitting or validating, not
+    predicting), an ``even_batches=False`` loader (``config``, an epoch of ``samples`` samples over all ranks)
+    leaves some rank of ``world`` without a batch (fewer samples than ranks).
+
+    Lightning skips its loop on such a rank, hooks and epoch-end reductions included (``sync_dist`` logging,
+    a torchmetrics sync), so the other ranks wait in them for a rank that has gone on: a hang. Every rank
+    decides from the same numbers (samples, world size, batch size), so every rank raises.
+    """
+    ranks = world.world_size
+    if config.even_batches or ranks < 2:
+        return
+
+    def batches(rank: int) -> int:
+        share = per_rank(samples, ranks, drop_last=config.drop_last, even_batches=False, rank=rank)
+        return batches_per_epoch(share, config.batch_size, config.drop_last)
+
+    if batches(ranks - 1) or getattr(_lightning_trainer(), "predicting", True):  # the last rank's is the least
+        return
+    empty = [rank for rank in range(ranks) if not batches(rank)]
+    more = f" (and {len(empty) - 1} more)" if len(empty) > 1 else ""
+    raise EmptyRank(
+        f"even_batches=False leaves rank {empty[0]} of {ranks}{more} without a batch ({samples} "
+        f"sample{'s' if samples != 1 else ''}, batch_size {config.batch_size}): Lightning skips its loop on a rank "
+        "without batches, and the other ranks then wait forever in its epoch-end reductions (sync_dist logging, "
+        "metric syncs); use even_batches=True for this loader (a few samples are then read twice) or more samples "
+        "than ranks"
+    )
+
+
 class RebuildRefused(Error, AttributeError):
     """A framework tried to rebuild a torch ``DataLoader`` over a gpupipe loader's ``dataset``."""
 
 
 def refuse_rebuild() -> None:
-    """Raises ``RebuildRefused`` (``NO_DATASET``) when ``loader.dataset`` is read by a function
-    of ``REBUILDERS`` (the caller of the ``dataset`` property), before it builds anything."""
-    frame = sys._getframe(2)  # refuse_rebuild <- Loader.dataset <- the reader
-    if (frame.f_globals.get("__name__"), frame.f_code.co_name) in REBUILDERS:
-        raise RebuildRefused(NO_DATASET)
+    """Raises ``RebuildRefused`` (``NO_DATASET``, ...) when ``loader.dataset`` is read by a function
+    of ``REBUILDERS`` (the caller of the ``dataset`` property), before it builds anything; also through
+    gpupipe's wrappers that hand ``dataset`` on to their loader (``DetectionLists``): their frames are passed
+    over."""
+    frame: FrameType | None = sys._getframe(2)  # refuse_rebuild <- Loader.dataset <- the reader
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("gpupipe."):
+        frame = frame.f_back
+    caller = (frame.f_globals.get("__name__"), frame.f_code.co_name) if frame is not None else None
+    if caller in REBUILDERS:
+        raise RebuildRefused(REBUILDERS[caller])
 
 
 class PassEnded(Error, RuntimeError):
@@ -204,6 +268,16 @@ class EpochSampler:
 
     def __init__(self, loader: Loader) -> None:
         self._loader = weakref.ref(loader)
+
+    def __reduce__(self) -> Any:
+        """Refuses pickling with ``NO_PICKLE``: a loader is pickled with its sampler (it failed on the weak
+        reference here, naming neither gpupipe nor a remedy)."""
+        raise TypeError(NO_PICKLE)
+
+    def __deepcopy__(self, memo: dict) -> EpochSampler:
+        """The sampler of the loader's copy (``copy.deepcopy`` of a loader), not of the loader copied."""
+        loader = self.loader
+        return EpochSampler(memo.get(id(loader), loader))
 
     @property
     def loader(self) -> Loader:
@@ -311,8 +385,12 @@ __all__ = [
     "begin_pass",
     "end_pass",
     "NO_DATASET",
+    "NO_PICKLE",
+    "NO_PREPARE_DATA_LOADER",
     "RebuildRefused",
     "refuse_rebuild",
+    "EmptyRank",
+    "refuse_empty_rank",
     "follow_sampler",
     "shards_torch_loaders",
     "framework_config",

@@ -187,6 +187,7 @@ class Loader:
         """Batches per epoch on this rank (the same on every rank unless ``even_batches=False``)."""
         world, drop_last = self._settle(), self.drop_last
         n = epoch_samples(self.source)
+        frameworks.refuse_empty_rank(self.config, world, n)  # under Lightning, a rank without batches hangs the rest
         samples = per_rank(n, world.world_size, drop_last=drop_last, even_batches=self.even_batches, rank=world.rank)
         return batches_per_epoch(samples, self.batch_size, drop_last)
 

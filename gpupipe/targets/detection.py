@@ -96,6 +96,21 @@ class DetectionLists:
     def __len__(self) -> int:
         return len(self.loader)
 
+    # Defined here, not only handed on by ``__getattr__``: Lightning keeps a loader's state in its checkpoints
+    # when ``isinstance(loader, _Stateful)``, a runtime protocol that Python >= 3.12 checks with
+    # ``inspect.getattr_static``, which never calls ``__getattr__``.
+    def state_dict(self) -> dict:
+        """The loader's ``state_dict``."""
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        """The loader's ``load_state_dict``."""
+        self.loader.load_state_dict(state)
+
+    def set_epoch(self, epoch: int) -> None:
+        """The loader's ``set_epoch``."""
+        self.loader.set_epoch(epoch)
+
     def __getattr__(self, name: str):
         if name == "loader":  # not set yet (copying, unpickling)
             raise AttributeError(name)
