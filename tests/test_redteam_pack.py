@@ -82,8 +82,9 @@ def test_one_huge_integer_label_is_a_named_error_not_a_memory_blowup(tmp_path, k
         src = _tar(tmp_path / "w.tar", members)
     else:
         (tmp_path / "a.png").write_bytes(_png())
+        (tmp_path / "b.png").write_bytes(_png())
         src = tmp_path / "list.txt"
-        src.write_text("a.png 0\na.png 99999999999\n")
+        src.write_text("a.png 0\nb.png 99999999999\n")
     proc = subprocess.run([sys.executable, "-c", _HUGE_LABEL, kind, str(src), str(tmp_path / "cache")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -93,7 +94,8 @@ def test_one_huge_integer_label_is_a_named_error_not_a_memory_blowup(tmp_path, k
 
 def test_integer_labels_with_a_gap_still_name_every_class_up_to_the_largest(tmp_path):
     (tmp_path / "a.png").write_bytes(_png())
-    source = FileList([(tmp_path / "a.png", 0), (tmp_path / "a.png", 4)])
+    (tmp_path / "b.png").write_bytes(_png())
+    source = FileList([(tmp_path / "a.png", 0), (tmp_path / "b.png", 4)])
     assert source.classes == ["0", "1", "2", "3", "4"]
 
 
@@ -273,10 +275,11 @@ def test_a_pack_without_its_manifest_is_named_as_such_not_as_an_empty_image_fold
 def test_a_list_file_saved_with_a_byte_order_mark_reads_its_first_file(tmp_path, suffix):
     # Was: Excel's and Notepad's "UTF-8 with BOM" glued U+FEFF to the first path: that file was "missing".
     (tmp_path / "a.png").write_bytes(_png())
+    (tmp_path / "b.png").write_bytes(_png())
     sep = "," if suffix == ".csv" else " "
-    (tmp_path / f"list{suffix}").write_bytes(f"\ufeffa.png{sep}cat\na.png{sep}dog\n".encode())
+    (tmp_path / f"list{suffix}").write_bytes(f"\ufeffa.png{sep}cat\nb.png{sep}dog\n".encode())
     source = FileList(tmp_path / f"list{suffix}")
-    assert source.names == [str(tmp_path / "a.png")] * 2
+    assert source.names == [str(tmp_path / "a.png"), str(tmp_path / "b.png")]
     assert source.classes == ["cat", "dog"]
 
 

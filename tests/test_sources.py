@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torchvision
 
@@ -90,6 +91,27 @@ def test_a_folder_of_split_folders_is_refused_naming_the_split(tmp_path, monkeyp
     make_image_folder(tmp_path / "only" / "Validation", {"a": 1})
     with pytest.raises(ValueError, match=r"split folders Validation/, .*: pass only/Validation$"):
         ImageFolder("only")
+
+
+@pytest.mark.parametrize("images, masks", [("images", "masks"), ("JPEGImages", "SegmentationClass"),
+                                            ("img", "labels")])
+def test_a_folder_of_images_and_their_masks_is_refused_naming_segmentation_folder(tmp_path, monkeypatch, images, masks):
+    """``data/images/x.jpg`` + ``data/masks/x.png`` given as an image folder would be two classes, the masks
+    trained on as images of the second: refused, saying what reads it."""
+    monkeypatch.chdir(tmp_path)
+    for path, _ in make_image_folder(tmp_path / "seg", {images: 3}):
+        write_image(tmp_path / "seg" / masks / f"{path.stem}.png", np.zeros((8, 8, 3), np.uint8))
+    with pytest.raises(ValueError) as caught:
+        gpupipe.loader("seg", "train", batch_size=2, backend="torchvision", num_threads=0)
+    assert str(caught.value) == (
+        f"ImageFolder: seg/ holds {images}/ and {masks}/, whose files pair by name (an image and its mask): a "
+        f"segmentation dataset, not two classes: read it with gpupipe.SegmentationFolder('seg/{images}', "
+        f"'seg/{masks}')"
+    )
+    make_image_folder(tmp_path / "plain", {"images": 2, "labels": 2}, ext=".png")  # named so, not pairs: classes
+    for k, path in enumerate(sorted((tmp_path / "plain" / "labels").iterdir())):
+        path.rename(path.with_name(f"other_{k}.png"))
+    assert ImageFolder("plain").classes == ["images", "labels"]
 
 
 def test_classes_named_like_splits_that_hold_images_are_classes(tmp_path):

@@ -102,27 +102,17 @@ def _sampler_options(
             chosen.update(weights=[1.0] * n, num_samples=drawn.num_samples, replacement=drawn.replacement)
         return chosen
     if type(sampler) is WeightedRandomSampler:  # epochs drawn by weight (gpupipe.loading.draws)
-        own = sampler.generator
-        return {
-            "shuffle": False,
-            "seed": own.initial_seed() % 2**63 if own is not None else seed,
-            "drop_last": drop_last,
-            "rank": 0,
-            "world_size": 1,
-            "weights": sampler.weights,
-            "num_samples": sampler.num_samples,
-            "replacement": sampler.replacement,
-        }
+        if len(sampler.weights) != len(dataset):  # torch's draws among its weights' first indices only
+            raise _refuse(
+                "sampler",
+                sampler,
+                f"its {len(sampler.weights)} weights are over other samples than the dataset's {len(dataset)} "
+                "samples: give one weight per sample of the dataset",
+            )
+        drawn_by = {"weights": sampler.weights, "num_samples": sampler.num_samples, "replacement": sampler.replacement}
+        return _seeded_by(sampler, seed, drop_last, shuffle=False, **drawn_by)
     if type(sampler) is SubsetRandomSampler:  # the tutorials' split: a shuffled subset, a new order every pass
-        own = sampler.generator
-        return {
-            "shuffle": True,
-            "seed": own.initial_seed() % 2**63 if own is not None else seed,
-            "drop_last": drop_last,
-            "rank": 0,
-            "world_size": 1,
-            "indices": [int(i) for i in sampler.indices],
-        }
+        return _seeded_by(sampler, seed, drop_last, shuffle=True, indices=[int(i) for i in sampler.indices])
     if not isinstance(sampler, DistributedSampler):
         raise _refuse(
             "sampler",
@@ -133,6 +123,13 @@ def _sampler_options(
     if sampler.dataset is not dataset:
         raise _refuse("sampler", sampler, "the DistributedSampler is over another dataset")
     return _distributed_options(sampler, drop_last, batch_size)
+
+
+def _seeded_by(sampler: Any, seed: int, drop_last: bool, **chosen: Any) -> dict[str, Any]:
+    """The loader's options for a sampler of one process seeded by its own ``generator`` (else ``seed``)."""
+    own = sampler.generator
+    seed = own.initial_seed() % 2**63 if own is not None else seed
+    return {"seed": seed, "drop_last": drop_last, "rank": 0, "world_size": 1, **chosen}
 
 
 def _distributed_options(sampler: Any, drop_last: bool, batch_size: int) -> dict[str, Any]:

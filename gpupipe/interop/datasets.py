@@ -29,7 +29,8 @@ ACCEPTED = (
 #: What to use for a dataset gpupipe cannot read (every refusal of a dataset object says it).
 INSTEAD = (
     "gpupipe reads the image files itself, so it never runs a dataset's own __getitem__. For files of your "
-    "own, give it gpupipe.FileList([(path, label), ...], classes=...) (class labels), "
+    "own, give it gpupipe.FileList([(path, label), ...], classes=...) (class labels; a list of labels per image "
+    "for multi-label targets), "
     "gpupipe.SegmentationFolder(images, masks) (masks) or gpupipe.CocoDetection(images, annotations) (boxes); "
     "or read this dataset as it is, dataset[i] in DataLoader workers (not on the GPU), with fallback='torchvision'; "
     "or keep torch.utils.data.DataLoader for this dataset"
@@ -188,11 +189,13 @@ class DatasetGuard:
         dataset: the user's dataset (``ImageFolder`` / ``DatasetFolder``, or a ``Subset`` or ``ConcatDataset``
             of those).
         transform_compiled: whether the loader's pipeline is the dataset's ``transform``.
+        label_map: its ``target_transform``'s table (``target_map.LabelMap``), worked out again at each check.
     """
 
-    def __init__(self, dataset: Any, transform_compiled: bool) -> None:
+    def __init__(self, dataset: Any, transform_compiled: bool, label_map: LabelMap | None = None) -> None:
         self.dataset = dataset
         self.transform_compiled = transform_compiled
+        self.label_map = label_map
         self.seen = self._state()
 
     def _state(self, layer: Any = None) -> list[tuple[str, Any, int]]:
@@ -215,7 +218,8 @@ class DatasetGuard:
         return state
 
     def check(self) -> None:
-        """Raises ``UnsupportedDataset`` naming what changed since the loader was built."""
+        """Raises ``UnsupportedDataset`` naming what changed since the loader was built; the ``target_transform``'s
+        values are worked out again (their change followed, as torch's ``DataLoader`` workers follow it)."""
         now = self._state()
         changed = [what for (what, was, n), (_, obj, m) in zip(self.seen, now) if obj is not was or n != m]
         if changed or len(now) != len(self.seen):
@@ -223,11 +227,18 @@ class DatasetGuard:
                 f"{', '.join(changed) or 'the dataset'} changed after the loader was built; gpupipe read the "
                 "dataset (and compiled its transform) then, once: build the loader again after the change"
             )
+        if self.label_map is not None:
+            try:
+                self.label_map.refresh()
+            except UnmappableTarget as err:
+                raise UnsupportedDataset(str(err)) from err.__cause__
 
 
-def guard_of(dataset: Any, transform_compiled: bool) -> DatasetGuard | None:
+def guard_of(dataset: Any, transform_compiled: bool, label_map: LabelMap | None = None) -> DatasetGuard | None:
     """The ``DatasetGuard`` of a torchvision folder dataset (``None`` for a gpupipe loader's own view)."""
-    return None if isinstance(_unwrap(dataset)[0], SourceDataset) else DatasetGuard(dataset, transform_compiled)
+    if isinstance(_unwrap(dataset)[0], SourceDataset):
+        return None
+    return DatasetGuard(dataset, transform_compiled, label_map)
 
 
 class SourceDataset(_TorchDataset):  # type: ignore[misc,valid-type]
@@ -236,7 +247,9 @@ class SourceDataset(_TorchDataset):  # type: ignore[misc,valid-type]
 
     ``len()``, ``classes``, ``class_to_idx``, ``samples`` / ``imgs`` (``(path, class index)``
     tuples), ``targets``; ``dataset[i]`` is ``(PIL image, class index)`` (RGB, as ImageFolder
-    without a transform). ``Subset(loader.dataset, indices)`` may be given to [`gpupipe.loader`][gpupipe.loader].
+    without a transform). A multi-label source's target is its list of class indices in ``samples``
+    and ``targets``, and in ``dataset[i]`` its ``(num_classes,)`` float32 multi-hot row, as its batches
+    carry it. ``Subset(loader.dataset, indices)`` may be given to [`gpupipe.loader`][gpupipe.loader].
 
     Args:
         source: the loader's source (bad files already left out).
@@ -257,20 +270,21 @@ class SourceDataset(_TorchDataset):  # type: ignore[misc,valid-type]
         return self.source.class_to_idx
 
     @property
-    def samples(self) -> list[tuple[str, int]]:
-        return [(name, int(label)) for name, label in zip(self.source.names, self.source.labels)]
+    def samples(self) -> list[tuple[str, Any]]:
+        return list(zip(self.source.names, self.targets))
 
     imgs = samples
 
     @property
-    def targets(self) -> list[int]:
-        return [int(label) for label in self.source.labels]
+    def targets(self) -> list[Any]:
+        """Per sample its class index, or its list of class indices (multi-label)."""
+        return self.source.target.listed(self.source, range(len(self.source)))
 
-    def __getitem__(self, index: int) -> tuple[Any, int]:
+    def __getitem__(self, index: int) -> tuple[Any, Any]:
         from PIL import Image
 
         image = Image.open(io.BytesIO(self.source.read_bytes(int(index)).tobytes())).convert("RGB")
-        return image, int(self.source.labels[index])
+        return image, self.source.target.item(self.source, int(index))
 
     def __repr__(self) -> str:
         return f"gpupipe dataset view of {self.source!r}"

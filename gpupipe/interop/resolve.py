@@ -66,7 +66,8 @@ def resolve_inputs(
         elif transform is not None:
             logger.info("gpupipe loader: the pipeline given replaces the dataset's own transform")
         # checked before every pass (gpupipe.loading.frameworks.follow_sampler): read once, changed later
-        source.dataset_guard = guard_of(dataset, transform_compiled=pipeline is transform)  # type: ignore[attr-defined]
+        guard = guard_of(dataset, pipeline is transform, getattr(source, "label_map", None))
+        source.dataset_guard = guard  # type: ignore[attr-defined]
     elif not isinstance(source, (str, bytes)) and hasattr(source, "__getitem__") and hasattr(source, "__len__"):
         if fallback is None:
             raise refuse_dataset(source)

@@ -18,7 +18,13 @@ from typing import Any
 import numpy as np
 
 from ..checks import positive_int
+from ..errors import Error, plural
 from ..plan.seeding import order_generator
+
+#: The most categories ``torch.multinomial`` draws from.
+MAX_CATEGORIES = 2**24
+#: The most draws an epoch holds (its order is held in memory, 8 bytes a draw: 8 GiB).
+MAX_DRAWS = 2**30
 
 
 @dataclass(frozen=True, eq=False)
@@ -29,19 +35,22 @@ class Draws:
         weights: ``(N,)`` float64, one per sample of the source (not normalised: relative weights).
         num_samples: samples drawn per epoch (all ranks together).
         replacement: draw with replacement (a sample may come several times in an epoch).
+        given: ``num_samples`` was given; else it is the source's samples, and a subset's are its own.
     """
 
     weights: np.ndarray
     num_samples: int
     replacement: bool = True
+    given: bool = True
 
     @classmethod
     def checked(cls, weights: Any, num_samples: Any, replacement: Any, samples: int) -> Draws:
         """Draws over a source of ``samples`` samples, every argument checked.
 
         Args:
-            weights: a sequence or 1-D tensor/array of ``samples`` finite numbers >= 0, not all 0.
-            num_samples: samples per epoch; ``None``: ``samples``.
+            weights: a sequence or 1-D tensor/array of ``samples`` real, finite numbers >= 0, not all 0, whose
+                sum is finite; at most ``MAX_CATEGORIES`` of them (``torch.multinomial``'s limit).
+            num_samples: samples per epoch, at most ``MAX_DRAWS``; ``None``: ``samples``.
             replacement: a bool.
 
         Raises:
@@ -49,6 +58,8 @@ class Draws:
         """
         try:
             values = np.asarray(_as_numbers(weights), dtype=np.float64)
+        except _Complex:
+            raise ValueError(f"weights must be real numbers, got complex ones: {_short(weights)}") from None
         except (TypeError, ValueError):
             raise ValueError(f"weights must be numbers, one per sample, got {_short(weights)}") from None
         if values.ndim != 1 or len(values) != samples:
@@ -56,9 +67,22 @@ class Draws:
         if not np.isfinite(values).all() or (values < 0).any():
             bad = int(np.flatnonzero(~np.isfinite(values) | (values < 0))[0])
             raise ValueError(f"weights must be finite and >= 0: weights[{bad}] is {values[bad]}")
+        with np.errstate(over="ignore"):
+            total = values.sum()
+        if not np.isfinite(total):
+            raise ValueError(
+                f"weights sum to inf ({values.max():.3g} the largest): torch.multinomial would draw one sample every "
+                "time; the weights are relative, so scale them down"
+            )
+        if samples > MAX_CATEGORIES:
+            raise ValueError(
+                f"weights over {samples:,} samples: torch.multinomial draws from at most 2**24 "
+                f"({MAX_CATEGORIES:,}) categories, as torch's WeightedRandomSampler does; draw over fewer samples "
+                "(a subset, or groups of samples)"
+            )
         if not isinstance(replacement, bool):
             raise ValueError(f"replacement must be a bool, got {replacement!r}")
-        drawn = samples if num_samples is None else positive_int("num_samples", num_samples, 1, 2**62)
+        drawn = samples if num_samples is None else positive_int("num_samples", num_samples, 1, MAX_DRAWS)
         nonzero = int(np.count_nonzero(values))
         if nonzero == 0:
             raise ValueError("weights are all 0: no sample can be drawn")
@@ -66,7 +90,7 @@ class Draws:
             raise ValueError(
                 f"num_samples={drawn:,} without replacement needs as many samples of weight > 0; {nonzero:,} have one"
             )
-        return cls(values, drawn, replacement)
+        return cls(values, drawn, replacement, num_samples is not None)
 
     def order(self, seed: int, epoch: int) -> np.ndarray:
         """``(num_samples,)`` int64: epoch ``epoch``'s draws (all ranks), from ``(seed, epoch)`` alone."""
@@ -76,13 +100,30 @@ class Draws:
         weights = torch.from_numpy(self.weights)
         return torch.multinomial(weights, self.num_samples, self.replacement, generator=generator).numpy()
 
-    def subset(self, keep: np.ndarray) -> Draws:
-        """The draws over the samples at ``keep`` (their weights; bad files left out).
+    def subset(self, keep: np.ndarray, names: Sequence[str] = ()) -> Draws:
+        """The draws over the samples at ``keep`` (their weights; bad files left out): ``num_samples`` as given,
+        else the samples kept.
+
+        Args:
+            keep: the samples kept.
+            names: every sample's name (messages name the samples left out).
 
         Raises:
-            ValueError: what is left cannot give the draws (all weights 0, too few without replacement).
+            ValueError: what is left cannot give the draws (all weights 0, too few without replacement), naming
+                the samples left out.
         """
-        return Draws.checked(self.weights[np.asarray(keep, np.int64)], self.num_samples, self.replacement, len(keep))
+        keep = np.asarray(keep, np.int64)
+        try:
+            return Draws.checked(
+                self.weights[keep], self.num_samples if self.given else None, self.replacement, len(keep)
+            )
+        except ValueError as err:
+            out = np.setdiff1d(np.arange(len(self.weights)), keep)
+            shown = ", ".join(str(names[i]) for i in out[:3]) + (", ..." if len(out) > 3 else "") if names else ""
+            raise ValueError(
+                f"{err}, once the {plural(len(out), 'bad file')} {'was' if len(out) == 1 else 'were'} left out "
+                f"({shown or 'on_error=skip'})"
+            ) from None
 
     def digest(self) -> str:
         """What a resumed loader must draw by: the weights, ``num_samples`` and ``replacement``."""
@@ -95,14 +136,27 @@ class Draws:
         return f"Draws({self.num_samples:,} of {len(self.weights):,} samples {kind} replacement)"
 
 
+class _Complex(Error, TypeError):
+    """Complex weights (numpy and torch would keep their real part, with a warning at most)."""
+
+
 def _as_numbers(weights: Any) -> Sequence[float] | np.ndarray:
-    """``weights`` as something numpy reads as numbers (a tensor's values, on the CPU)."""
+    """``weights`` as something numpy reads as real numbers (a tensor's values, on the CPU).
+
+    Raises:
+        TypeError: not numbers; ``_Complex``: complex ones.
+    """
     if hasattr(weights, "detach") and hasattr(weights, "cpu"):  # a torch tensor
+        if weights.is_complex():
+            raise _Complex
         return weights.detach().cpu().double().numpy()
     if isinstance(weights, (str, bytes)) or isinstance(weights, bool):
         raise TypeError("not numbers")
-    if isinstance(weights, np.ndarray) and not np.issubdtype(weights.dtype, np.number):
-        raise TypeError("not numbers")
+    if isinstance(weights, np.ndarray):
+        if np.issubdtype(weights.dtype, np.complexfloating):
+            raise _Complex
+        if not (np.issubdtype(weights.dtype, np.number) or weights.dtype == np.bool_):
+            raise TypeError("not numbers")
     return weights
 
 

@@ -19,7 +19,7 @@ import torch
 from .. import backends, env
 from ..errors import ErrorPolicy, Skipped, plural
 from ..ops import Output
-from ..sources import FileSource, Source
+from ..sources import Source
 from . import agreement
 from .config import LoaderConfig
 from .draws import Draws, epoch_samples
@@ -114,20 +114,27 @@ def without_bad_files(
 
 
 def with_draws(source: Source, weights: Any, num_samples: Any, replacement: Any) -> Source:
-    """The source with its epochs drawn by ``weights`` (``gpupipe.loading.draws``), or as it is without them.
+    """The source with its epochs drawn by ``weights`` (``gpupipe.loading.draws``), or without draws (those of
+    another loader's source, given as ``loader.dataset``, left behind).
 
     Raises:
         ValueError: ``num_samples`` or ``replacement`` without ``weights``, a source of tars (read one tar at a
-            time; draws would read every tar for each batch), or bad ``weights`` (``Draws.checked``), named.
+            time, in an order of its own; draws would read every tar for each batch), or bad ``weights``
+            (``Draws.checked``), named.
     """
     if weights is None:
         if num_samples is not None or replacement is not True:
             raise ValueError("num_samples= and replacement= go with weights= (epochs drawn by weight)")
+        if source.draws is None:
+            return source
+        source = copy.copy(source)  # another loader's source (its ``dataset``): its samples, not its draws
+        source.draws = None
         return source
-    if not isinstance(source, FileSource):
+    if type(source).epoch_order is not Source.epoch_order:  # packed shards, WebDataset: an order of tars
         raise ValueError(
             f"weights=: epochs drawn by weight read loose files (a folder, a file list, annotations, a torchvision "
-            f"dataset); {type(source).__name__} reads tars one at a time, which draws would give up"
+            f"dataset, or one read as it is); {type(source).__name__} reads tars one at a time, which draws would "
+            "give up"
         )
     drawn = copy.copy(source)
     drawn.draws = Draws.checked(weights, num_samples, replacement, len(source))

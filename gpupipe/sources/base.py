@@ -49,10 +49,11 @@ def numbered_classes(largest: int, what: str, where: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Sample:
-    """One image and its class index; ``path`` names it (a file, or ``shard.tar#key.jpg``)."""
+    """One image and its class index (a multi-label source's: its list of class indices); ``path`` names it (a
+    file, or ``shard.tar#key.jpg``)."""
 
     path: str
-    label: int
+    label: int | list[int]
 
 
 class Source:
@@ -214,7 +215,7 @@ class Source:
             else:
                 setattr(part, name, [column[i] for i in keep])
         if self.draws is not None:
-            part.draws = self.draws.subset(keep)
+            part.draws = self.draws.subset(keep, self.names)
         part.__dict__["_scans"] = {
             k: ScanResult(bad={position[i]: r for i, r in v.bad.items() if i in position}, sizes=v.sizes[keep])
             for k, v in self.__dict__.get("_scans", {}).items()
@@ -248,4 +249,4 @@ class _SampleView(Sequence):
     def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[k] for k in range(*i.indices(len(self)))]
-        return Sample(self.source.names[i], int(self.source.labels[i]))
+        return Sample(self.source.names[i], self.source.target.listed(self.source, [i])[0])

@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import logging
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import PathNotFound, plural
-from ..fileio import UnreadableFile, read_file
 from ..targets import TargetKind
-from .base import Indices, Source, numbered_classes
-from .sniff import check_list_file
+from .base import Indices, Source
+from .listfile import (
+    LabelArg,
+    check_space_separated,
+    label_sets,
+    merge_repeated,
+    numbering,
+    read_list_file,
+    read_pairs,
+)
 
 logger = logging.getLogger("gpupipe.sources")
 
@@ -26,7 +31,6 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 OTHER_IMAGE_EXTENSIONS = (".tif", ".tiff", ".ppm", ".pgm")
 
 PathLike = str | os.PathLike
-LabelArg = int | str | Sequence[int | str]
 
 
 class FileSource(Source):
@@ -143,7 +147,7 @@ class ImageFolder(FileSource):
             raise ValueError(
                 f"ImageFolder: {str(self.root)!r} has no class folders (expected root/<class>/<image>){hint}"
             )
-        problem = split_folders_message(root, self.classes)
+        problem = split_folders_message(root, self.classes) or segmentation_folders_message(root, self.classes)
         if problem:
             raise ValueError(f"ImageFolder: {problem}")
         if len(self.classes) == 1:
@@ -210,6 +214,64 @@ def split_folders_message(root: PathLike, classes: Sequence[str] | None = None) 
     )
 
 
+#: Folder names of a segmentation dataset's images and of its masks (compared in lower case).
+IMAGE_FOLDER_NAMES = ("images", "image", "imgs", "img", "jpegimages", "rgb", "inputs")
+MASK_FOLDER_NAMES = (
+    "masks",
+    "mask",
+    "labels",
+    "label",
+    "annotations",
+    "segmentationclass",
+    "segmentationobject",
+    "segmentations",
+    "segmentation",
+    "gt",
+    "groundtruth",
+    "ground_truth",
+    "trimaps",
+    "targets",
+)
+#: Images looked at when telling image and mask pairs from classes, and the mask endings looked for.
+_PAIR_SAMPLE = 50
+_MASK_ENDINGS = (".png", ".PNG", ".bmp", ".tif", ".tiff", ".jpg")
+
+
+def segmentation_folders_message(root: PathLike, classes: Sequence[str]) -> str:
+    """Why ``root`` is a segmentation dataset (an images folder and a masks folder whose files pair by name)
+    rather than a folder of classes, or ``""``: ``ImageFolder`` would take the masks for a class of images."""
+    image_dirs = [c for c in classes if c.lower() in IMAGE_FOLDER_NAMES]
+    mask_dirs = [c for c in classes if c.lower() in MASK_FOLDER_NAMES]
+    for images in image_dirs:
+        stems = _first_stems(os.path.join(root, images))
+        for masks in mask_dirs:
+            folder = os.path.join(root, masks)
+            if any(os.path.isfile(os.path.join(folder, stem + end)) for stem in stems for end in _MASK_ENDINGS):
+                shown = os.fspath(root)
+                slash = "" if shown.endswith(os.sep) else os.sep
+                return (
+                    f"{shown}{slash} holds {images}{os.sep} and {masks}{os.sep}, whose files pair by name (an image "
+                    f"and its mask): a segmentation dataset, not two classes: read it with gpupipe.SegmentationFolder("
+                    f"{shown + slash + images!r}, {shown + slash + masks!r})"
+                )
+    return ""
+
+
+def _first_stems(folder: str) -> list[str]:
+    """The name stems of the first ``_PAIR_SAMPLE`` files of ``folder`` (not below it)."""
+    stems: list[str] = []
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if len(stems) >= _PAIR_SAMPLE:
+                    break
+                if not entry.name.startswith(".") and not _is_dir(entry):
+                    stems.append(os.path.splitext(entry.name)[0])
+    except OSError:
+        return []
+    return stems
+
+
 def _warn_one_class(root: Path, name: str) -> None:
     """Says that ``root`` has one class folder, so that every label is 0: a warning when that folder holds
     folders (the classes are likely one level down: ``data/images/<class>/...`` given as ``data``), else logged
@@ -247,22 +309,30 @@ class FileList(FileSource):
 
     A list file is either text, one ``path label`` per line (the path may
     contain spaces; the label is the last field), or CSV (``.csv``) with
-    ``path,label`` rows and an optional header. Labels are class indices,
-    or class names that are then numbered in sorted order. Several labels
-    per image (``path cat,dog``; in CSV ``"cat,dog"`` or ``cat;dog``) make a
+    ``path,label`` rows and an optional header. Labels are class indices
+    (ASCII digits), or class names that are then numbered in sorted order.
+    Several labels per image (``path cat,dog`` or ``path cat, dog``; in CSV
+    ``"cat,dog"`` or ``cat;dog``), or a list of labels in a pair, make a
     multi-label source: batches then carry ``(B, num_classes)`` float32
-    multi-hot targets. Relative paths are taken from ``root``, by default
-    the list file's folder. Missing files are reported by the loader's scan.
+    multi-hot targets; a label given twice counts once, and an empty list is
+    an image of no class (a row of zeros). Relative paths are taken from
+    ``root``, by default the list file's folder. Missing files are reported
+    by the loader's scan.
 
     Args:
-        entries: ``(path, label)`` pairs (a label, or a list of labels), or the path of a list file.
+        entries: ``(path, label)`` pairs (a label, or a list of labels; NumPy and torch values are read as
+            their values), or the path of a list file.
         root: folder that relative paths start from.
         classes: class names; by default the sorted label names, or
             ``"0" .. str(max label)`` for integer labels.
+        multi_label: ``None`` (default): multi-label when some entry has several labels (or a list);
+            ``True``: multi-label even if every entry has one label (a validation list beside a
+            multi-label training list); ``False``: an entry with several labels is an error.
 
     Raises:
-        ValueError: a missing list file, a malformed line or a label outside
-            ``classes``; the message names the file and line.
+        ValueError: a missing list file, a malformed line, labels mixing indices and names, a label
+            outside ``classes``, a class named twice, or multi-hot rows given as labels; the message names
+            the file and line (or the pair's path).
     """
 
     def __init__(
@@ -271,6 +341,7 @@ class FileList(FileSource):
         *,
         root: PathLike | None = None,
         classes: Sequence[str] | None = None,
+        multi_label: bool | None = None,
     ) -> None:
         if isinstance(entries, (str, os.PathLike)):
             list_file = Path(entries).expanduser().absolute()
@@ -278,23 +349,24 @@ class FileList(FileSource):
                 raise PathNotFound(f"FileList: list file {str(list_file)!r} does not exist")
             if not list_file.is_file():
                 raise ValueError(f"FileList: list file {str(list_file)!r} is not a file")
-            pairs = list(_read_list_file(list_file))
+            listing = read_list_file(list_file, empty=multi_label is True)
             root = list_file.parent if root is None else root
         else:
-            pairs = [(os.fspath(p), lbl) for p, lbl in entries]
-        if not pairs:
+            listing = read_pairs(entries)
+        if not listing.paths:
             raise ValueError("FileList: no entries")
         base = str(Path(root).expanduser().absolute() if root is not None else Path.cwd())
-        self.names = [p if os.path.isabs(p) else os.path.join(base, p) for p, _ in pairs]
-        raw = [lbl for _, lbl in pairs]
-        if not any(isinstance(v, _SETS) for v in raw):
-            self.classes, index = _numbering(raw, classes, self.names)
-            self.labels = np.fromiter(map(index, raw), np.int64, len(raw))
+        names = [p if os.path.isabs(p) else os.path.join(base, p) for p in listing.paths]
+        self.names = merge_repeated(listing, names, multi_label)
+        check_space_separated(listing, self.names)
+        sets = label_sets(listing, multi_label)
+        if sets is None:
+            self.classes, index = numbering(listing.labels, range(len(listing.labels)), listing, classes)  # type: ignore[arg-type]
+            self.labels = np.fromiter(map(index, listing.labels), np.int64, len(listing.labels))  # type: ignore[arg-type]
             self.target.check(self, "FileList")
             return
-        sets = [list(v) if isinstance(v, _SETS) else [v] for v in raw]
-        owners = [name for name, s in zip(self.names, sets) for _ in s]  # each label's file, for messages
-        self.classes, index = _numbering([v for s in sets for v in s], classes, owners)
+        owners = [i for i, s in enumerate(sets) for _ in s]  # each label's entry, for messages
+        self.classes, index = numbering([v for s in sets for v in s], owners, listing, classes)
         self.label_lists = [np.fromiter(map(index, s), np.int64, len(s)) for s in sets]
         self.kind = TargetKind.MULTI_LABEL
         self.columns = ("names", "labels", "label_lists")
@@ -303,77 +375,3 @@ class FileList(FileSource):
 
     def label_sets(self, indices: Indices) -> list[np.ndarray]:
         return [self.label_lists[i] for i in indices]
-
-
-_SETS = (list, tuple, set, frozenset, np.ndarray)
-
-
-def _numbering(labels: list, classes: Sequence[str] | None, names: Sequence[str] = ()):
-    """Class names and a function from a raw label (index or name) to its index (``names``: the
-    file of each label, for messages)."""
-    if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in labels):
-        if classes is None:
-            largest = int(max(labels, default=-1))
-            where = f"of {names[labels.index(largest)]!r}" if len(names) == len(labels) and labels else "in the list"
-            classes = numbered_classes(largest, "FileList", where)
-        return list(classes), int
-    if all(isinstance(v, str) for v in labels):
-        if classes is None:
-            classes = sorted(set(labels))
-        table = {c: i for i, c in enumerate(classes)}
-        unknown = sorted(set(labels) - set(table))
-        if unknown:
-            raise ValueError(f"FileList: labels {unknown[:5]} are not among classes {list(classes)[:10]}")
-        return list(classes), table.__getitem__
-    raise ValueError("FileList: labels must be all ints or all class names")
-
-
-def _read_list_file(list_file: Path) -> Iterator[tuple[str, LabelArg]]:
-    """Parses a text (``path label``) or CSV (``path,label``) list file."""
-    check_list_file(list_file, "a list file (text, one 'path label' per line)")
-    try:
-        text = read_file(str(list_file)).decode("utf-8-sig", "surrogateescape")  # a BOM (Excel, Notepad) is dropped
-    except UnreadableFile as err:
-        raise ValueError(f"FileList: {list_file}: {err.reason}") from None
-    if list_file.suffix.lower() == ".csv":
-        rows = [
-            (i, row)
-            for i, row in enumerate(csv.reader(io.StringIO(text, newline="")), 1)
-            if any(c.strip() for c in row)
-        ]
-        if rows and len(rows[0][1]) == 2 and rows[0][1][1].strip().lower() in _CSV_HEADER_LABELS:
-            rows = rows[1:]
-        for lineno, row in rows:
-            if len(row) != 2 or not row[0].strip():
-                raise ValueError(f"FileList: {list_file}:{lineno}: expected 'path,label', got {row!r}")
-            yield row[0].strip(), _labels(row[1].strip(), list_file, lineno)
-        return
-    for lineno, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line or line[0] == "#":
-            continue
-        parts = line.rsplit(None, 1)
-        if len(parts) != 2:
-            raise ValueError(f"FileList: {list_file}:{lineno}: expected 'path label', got {line!r}")
-        yield parts[0], _labels(parts[1], list_file, lineno)
-
-
-_CSV_HEADER_LABELS = ("label", "labels", "class", "target")
-
-
-def _labels(text: str, list_file: Path, lineno: int) -> LabelArg:
-    if not text:
-        raise ValueError(f"FileList: {list_file}:{lineno}: the label is empty")
-    if "," not in text and ";" not in text:
-        return _label(text)
-    parts = [p.strip() for p in text.replace(";", ",").split(",")]
-    if not all(parts):
-        raise ValueError(f"FileList: {list_file}:{lineno}: empty label in {text!r}")
-    return [_label(p) for p in parts]
-
-
-def _label(text: str) -> int | str:
-    try:
-        return int(text)
-    except ValueError:
-        return text

@@ -106,6 +106,14 @@ class Target:
         """The targets of ``indices`` as one batch tensor (image-level kinds)."""
         raise NotImplementedError(f"{self.title} move with the pixels: the backend makes them")
 
+    def listed(self, source: SampleSource, indices: Indices) -> list[Any]:
+        """Each sample's target as ``loader.dataset.targets`` and ``samples`` show it (a class index)."""
+        return [int(source.labels[i]) for i in indices]
+
+    def item(self, source: SampleSource, index: int) -> Any:
+        """One sample's target as ``loader.dataset[index]`` gives it (a class index)."""
+        return int(source.labels[index])
+
     def bytes_per_sample(self, source: SampleSource) -> int:
         """Bytes one sample's batch row takes (a backend may keep a run's rows on the device)."""
         return 0

@@ -38,6 +38,14 @@ class MultiHot(Target):
             out[row, torch.from_numpy(np.asarray(labels, np.int64))] = 1.0
         return out
 
+    def listed(self, source: SampleSource, indices: Indices) -> list[Any]:
+        """Each sample's class indices, as lists."""
+        return [labels.tolist() for labels in source.label_sets(np.asarray(indices, np.int64))]
+
+    def item(self, source: SampleSource, index: int) -> torch.Tensor:
+        """The sample's ``(num_classes,)`` float32 multi-hot row, as its batches carry it."""
+        return self.batch(source, [index])[0]
+
     def bytes_per_sample(self, source: SampleSource) -> int:
         return 4 * len(source.classes)
 

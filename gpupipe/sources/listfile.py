@@ -1,0 +1,389 @@
+"""What ``FileList`` reads: list files (text or CSV) and ``(path, label)`` pairs, as checked labels.
+
+Each entry keeps where it came from (the list file and line, or the pair's
+path), so that every refusal names it. A label is a class index (an int; in
+a list file, ASCII digits only) or a class name (a str); a list of them is a
+label set (multi-label), each label counted once.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import os
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..fileio import UnreadableFile, read_file
+from .base import numbered_classes
+from .sniff import check_list_file
+
+logger = logging.getLogger("gpupipe.sources")
+
+PathLike = str | os.PathLike
+Label = int | str
+LabelArg = Label | list[Label]
+
+_WORD = re.compile(r"\S+")
+_SEPARATORS = (",", ";")
+#: A class index in a list file: ASCII digits (``int()`` also takes ``1_0``, Arabic and full-width digits).
+_INDEX = re.compile(r"[+-]?[0-9]+")
+#: A first row is a header when its label or its path cell is one of these (lower case, letters only).
+_HEADER_LABELS = frozenset(
+    "label labels labelname labelnames class classes classname target targets tag tags category categories "
+    "categoryname annotation annotations".split()
+)
+_HEADER_PATHS = frozenset(
+    "path paths file files filename filepath fname image images imagepath imagename imageid imagefile img imgpath "
+    "imgname url".split()
+)
+
+
+def _is_header(cells: Sequence[str], either: bool) -> bool:
+    """Whether a first row ``[path, label]`` names its columns (``either``: one name is enough, else both)."""
+    words = ["".join(c for c in cell.lower() if c.isalpha()) for cell in cells]
+    found = (words[0] in _HEADER_PATHS, words[1] in _HEADER_LABELS)
+    return any(found) if either else all(found)
+
+
+@dataclass
+class Listing:
+    """``FileList``'s entries: per entry its path (as given), its label or label list, and its line in
+    ``list_file`` (0 for pairs)."""
+
+    paths: list[str] = field(default_factory=list)
+    labels: list[LabelArg] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)
+    list_file: Path | None = None
+
+    def add(self, path: str, label: LabelArg, line: int = 0) -> None:
+        self.paths.append(path)
+        self.labels.append(label)
+        self.lines.append(line)
+
+    def where(self, i: int) -> str:
+        """Entry ``i`` in messages: ``'path' (list.txt:3)``, or ``'path'`` for a pair."""
+        return f"{self.paths[i]!r} ({self.list_file}:{self.lines[i]})" if self.lines[i] else repr(self.paths[i])
+
+
+def read_pairs(entries: Iterable[tuple[PathLike, Any]]) -> Listing:
+    """``(path, label)`` pairs; a label is an int or a str, a list (tuple, set, array, tensor) of those is a
+    label set; NumPy and torch values are read as their Python values.
+
+    Raises:
+        ValueError: a label that is neither a class index nor a class name, naming its path.
+    """
+    listing = Listing()
+    for path, label in entries:
+        listing.add(os.fspath(path), _plain(label, os.fspath(path)))
+    joined = [(i, v) for i, v in enumerate(listing.labels) if isinstance(v, str) and ("," in v or ";" in v)]
+    if joined:
+        i, v = joined[0]
+        logger.warning(
+            "FileList: label %r of %s is one class name (%d such labels); several labels per image are a list: %r",
+            v,
+            listing.where(i),
+            len(joined),
+            [p.strip() for p in v.replace(";", ",").split(",")],
+        )
+    return listing
+
+
+def _plain(label: Any, path: str) -> LabelArg:
+    if hasattr(label, "tolist") and not isinstance(label, str):  # NumPy / torch values and arrays
+        label = label.tolist()
+    if isinstance(label, (set, frozenset)):
+        try:
+            label = sorted(label)
+        except TypeError:
+            label = sorted(label, key=repr)
+    if isinstance(label, (list, tuple)):
+        return [_one(v.tolist() if hasattr(v, "tolist") else v, path) for v in label]
+    return _one(label, path)
+
+
+def _one(label: Any, path: str) -> Label:
+    if isinstance(label, str) or (isinstance(label, int) and not isinstance(label, bool)):
+        return label
+    raise ValueError(
+        f"FileList: label {label!r} of {path!r} is neither a class index (int) nor a class name (str): labels "
+        "must be all ints or all class names"
+    )
+
+
+def read_list_file(list_file: Path, empty: bool = False) -> Listing:
+    """Parses a text (``path label``) or CSV (``path,label``) list file (``empty``: a CSV row's empty label
+    cell is no label, not an error).
+
+    Raises:
+        ValueError: a malformed line, naming the file and line.
+    """
+    check_list_file(list_file, "a list file (text, one 'path label' per line)")
+    try:
+        text = read_file(str(list_file)).decode("utf-8-sig", "surrogateescape")  # a BOM (Excel, Notepad) is dropped
+    except UnreadableFile as err:
+        raise ValueError(f"FileList: {list_file}: {err.reason}") from None
+    listing = Listing(list_file=list_file)
+    if list_file.suffix.lower() == ".csv":
+        rows = [
+            (i, row)
+            for i, row in enumerate(csv.reader(io.StringIO(text, newline="")), 1)
+            if any(c.strip() for c in row)
+        ]
+        if rows and len(rows[0][1]) == 2 and _is_header(rows[0][1], either=True):
+            rows = rows[1:]
+        for lineno, row in rows:
+            if len(row) != 2 or not row[0].strip():
+                hint = (
+                    ": for several labels, quote them (\"cat,dog\") or separate them with ';' (cat;dog)"
+                    if len(row) > 2
+                    else ""
+                )
+                raise ValueError(f"FileList: {list_file}:{lineno}: expected 'path,label', got {row!r}{hint}")
+            listing.add(row[0].strip(), _labels(row[1].strip(), list_file, lineno, empty), lineno)
+        return listing
+    paths, labels, lines = listing.paths, listing.labels, listing.lines
+    for lineno, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line[0] == "#":
+            continue
+        parts = _split_line(line) if "," in line or ";" in line else line.rsplit(None, 1)
+        if len(parts) != 2:
+            raise ValueError(f"FileList: {list_file}:{lineno}: expected 'path label', got {line!r}")
+        if not paths and _is_header(parts, either=False):
+            continue
+        path, label = parts
+        paths.append(path)
+        labels.append(int(label) if label.isdigit() and label.isascii() else _labels(label, list_file, lineno))
+        lines.append(lineno)
+    return listing
+
+
+def _split_line(line: str) -> list[str]:
+    """``[path, labels]`` of a text line with separated labels: the labels are the last words joined by ``,``
+    or ``;`` with spaces allowed around them (``cat, dog``), the path (which may hold spaces) the words before
+    (at least one). One pass from the end, no backtracking."""
+    words = [(m.start(), m.end()) for m in _WORD.finditer(line)]
+    if len(words) < 2:
+        return [line]
+    k = len(words) - 1
+    while k > 1 and (line[words[k - 1][1] - 1] in _SEPARATORS or line[words[k][0]] in _SEPARATORS):
+        k -= 1
+    return [line[: words[k - 1][1]], line[words[k][0] :]]
+
+
+def _labels(text: str, list_file: Path, lineno: int, empty: bool = False) -> LabelArg:
+    """A cell's label, or its labels (joined by ``,`` or ``;``, or in brackets as pandas writes a list:
+    ``['cat', 'dog']``, quotes dropped; ``[]``: none); ``empty``: an empty cell is no label."""
+    if not text:
+        if empty:
+            return []
+        raise ValueError(f"FileList: {list_file}:{lineno}: the label is empty")
+    listed = text[0] == "[" and text[-1] == "]"
+    inner = text[1:-1].strip() if listed else text
+    if listed and not inner:
+        return []
+    if not listed and "," not in text and ";" not in text:
+        return _label(text)
+    parts = [_unquote(p.strip()) for p in inner.replace(";", ",").split(",")]
+    if not all(parts):
+        raise ValueError(f"FileList: {list_file}:{lineno}: empty label in {text!r}")
+    return [_label(p) for p in parts]
+
+
+def _unquote(text: str) -> str:
+    return text[1:-1].strip() if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"" else text
+
+
+def _label(text: str) -> Label:
+    return int(text) if (text.isascii() and text.isdigit()) or _INDEX.fullmatch(text) else text
+
+
+def merge_repeated(listing: Listing, names: list[str], multi_label: bool | None) -> list[str]:
+    """An image listed more than once (Open Images' long form: one line per image and label): with
+    ``multi_label=True`` its entries become one, at its first place, with every label; otherwise entries with
+    other labels are refused (listed twice alike, it is read twice).
+
+    Args:
+        listing: the entries (merged in place).
+        names: their absolute paths.
+
+    Returns:
+        The absolute paths of the entries left.
+
+    Raises:
+        ValueError: an image listed with other labels and ``multi_label`` not ``True``, naming both entries.
+    """
+    joined = "\n".join(names)
+    keys = [os.path.normpath(n) for n in names] if "/." in joined or "//" in joined or os.sep != "/" else names
+    if len(set(keys)) == len(keys):
+        return names
+    first: dict[str, int] = {}
+    for i, key in enumerate(keys):
+        j = first.setdefault(key, i)
+        if j == i:
+            continue
+        a, b = listing.labels[j], listing.labels[i]
+        one_kind = len({isinstance(v, str) for v in _as_list(a) + _as_list(b)}) < 2  # else: numbering says it
+        if multi_label is not True and one_kind and set(_as_list(a)) != set(_as_list(b)):
+            if listing.list_file is None:
+                said = f"{a!r} and {b!r} (entries {j} and {i})"
+            else:
+                shown = [", ".join(map(repr, _as_list(v))) for v in (a, b)]
+                said = (
+                    f"on line {listing.lines[j]} ({shown[0]}) and line {listing.lines[i]} ({shown[1]}) of "
+                    f"{listing.list_file}"
+                )
+            raise ValueError(
+                f"FileList: {listing.paths[i]!r} is listed with other labels{':' if listing.list_file is None else ''} "
+                f"{said}: give an image's labels together ([...] in a pair, 'path cat,dog' in a list file), or pass "
+                "multi_label=True to merge an image's entries into one label set"
+            )
+    if multi_label is not True:
+        return names
+    merged: dict[str, int] = {}
+    keep: list[int] = []
+    for i, key in enumerate(keys):
+        j = merged.setdefault(key, i)
+        if j == i:
+            listing.labels[i] = _as_list(listing.labels[i])
+            keep.append(i)
+        else:
+            listing.labels[j] = _as_list(listing.labels[j]) + _as_list(listing.labels[i])  # type: ignore[operator]
+    listing.paths = [listing.paths[i] for i in keep]
+    listing.labels = [listing.labels[i] for i in keep]
+    listing.lines = [listing.lines[i] for i in keep]
+    return [names[i] for i in keep]
+
+
+def check_space_separated(listing: Listing, names: Sequence[str]) -> None:
+    """Refuses a text line whose path (holding a space) is no file while its first word is one: labels
+    separated by spaces (``path cat dog``), which would be read as the file ``path cat`` labelled ``dog``.
+
+    Args:
+        listing: the list file's entries.
+        names: their absolute paths.
+    """
+    if listing.list_file is None or listing.list_file.suffix.lower() == ".csv":
+        return
+    for i, (path, name) in enumerate(zip(listing.paths, names)):
+        head, *rest = path.split(None, 1)
+        if not rest or os.path.lexists(name):
+            continue
+        if os.path.isfile(name[: len(name) - len(path)] + head):  # name: the folder the path starts from + path
+            words = rest[0].split() + [str(v) for v in _as_list(listing.labels[i])]
+            raise ValueError(
+                f"FileList: {listing.list_file}:{listing.lines[i]}: {path!r} does not exist but {head!r} exists: "
+                f"if {', '.join(map(repr, words))} are its labels, separate several labels with ',' "
+                f"({head} {','.join(words)})"
+            )
+
+
+def _as_list(label: LabelArg) -> list[Label]:
+    return list(label) if isinstance(label, list) else [label]
+
+
+def label_sets(listing: Listing, multi_label: bool | None) -> list[list[Label]] | None:
+    """Each entry's label set, each label once, if the listing is multi-label (``multi_label``, or by default
+    a list of labels on some entry), else ``None``.
+
+    Raises:
+        ValueError: several labels (or none) on an entry while ``multi_label`` is ``False``; rows of 0s and
+            1s (multi-hot rows, not class indices); each naming the entry.
+    """
+    if multi_label not in (True, False, None):
+        raise ValueError(f"FileList: multi_label must be True, False or None, got {multi_label!r}")
+    listed = [i for i, v in enumerate(listing.labels) if isinstance(v, list)]
+    if multi_label is False:
+        for i in listed:
+            row = _as_list(listing.labels[i])
+            if len(row) != 1:
+                said = f"several labels {row!r}" if row else "no label"
+                raise ValueError(f"FileList: {said} of {listing.where(i)}, but multi_label=False")
+        listing.labels = [v[0] if isinstance(v, list) else v for v in listing.labels]
+        return None
+    if multi_label is None and not listed:
+        return None
+    rows = [_as_list(v) for v in listing.labels]
+    _refuse_multi_hot(rows, listing)
+    return [list(dict.fromkeys(row)) for row in rows]
+
+
+def _refuse_multi_hot(rows: list[list[Label]], listing: Listing) -> None:
+    """Rows all of one length (2 or more), of 0s and 1s only, one with a value twice, are multi-hot rows: read as
+    class indices they would be the classes {0, 1}."""
+    length = len(rows[0])
+    if length < 2 or any(len(r) != length for r in rows):
+        return
+    if any(any(v not in (0, 1) or isinstance(v, str) for v in r) for r in rows):
+        return
+    twice = next((i for i, r in enumerate(rows) if len(set(r)) < len(r)), None)
+    if twice is not None:
+        raise ValueError(
+            f"FileList: the labels look like multi-hot rows (every row {length} values of 0 and 1; "
+            f"{listing.where(twice)} gives {rows[twice]!r}); labels are class indices: pass "
+            "np.flatnonzero(row).tolist() for each row"
+        )
+
+
+def numbering(
+    labels: Sequence[Label], owners: Sequence[int], listing: Listing, classes: Sequence[str] | None
+) -> tuple[list[str], Callable[[Label], int]]:
+    """Class names and a function from a label to its class index.
+
+    Args:
+        labels: every label (of every entry, flattened).
+        owners: per label, its entry in ``listing`` (for messages).
+        listing: the entries.
+        classes: the user's class names, or ``None`` (sorted names, or ``"0" .. str(largest index)``).
+
+    Raises:
+        ValueError: indices mixed with names, a name not among ``classes``, an index outside them, a class
+            named twice, or no labels at all without ``classes``; naming the entry.
+    """
+    if classes is not None:
+        classes = list(classes)
+        seen: set[str] = set()
+        twice = next((c for c in classes if c in seen or seen.add(c)), None)  # type: ignore[func-returns-value]
+        if twice is not None:
+            raise ValueError(f"FileList: classes={classes[:10]} names {twice!r} twice: each class needs one name")
+    elif not labels:
+        raise ValueError("FileList: no labels at all: pass classes=[...] to name the classes")
+    if not labels:
+        return list(classes or ()), int
+    first = isinstance(labels[0], str)
+    other = next((k for k, v in enumerate(labels) if isinstance(v, str) is not first), None)
+    if other is not None:
+        kinds = ("class index", "class name")
+        raise ValueError(
+            f"FileList: label {labels[other]!r} of {listing.where(owners[other])} is a {kinds[not first]}, but "
+            f"label {labels[0]!r} of {listing.where(owners[0])} is a {kinds[first]}: labels must be all ints or "
+            "all class names"
+        )
+    if not first:
+        if classes is None:
+            largest = max(range(len(labels)), key=labels.__getitem__)
+            classes = numbered_classes(int(labels[largest]), "FileList", f"of {listing.where(owners[largest])}")
+        bad = next((k for k, v in enumerate(labels) if not 0 <= int(v) < len(classes)), None)  # type: ignore[arg-type]
+        if bad is not None:
+            raise ValueError(
+                f"FileList: label {labels[bad]} of {listing.where(owners[bad])} is outside the class range "
+                f"0..{len(classes) - 1}"
+            )
+        return list(classes), int
+    if classes is None:
+        classes = sorted(set(labels))  # type: ignore[arg-type]
+    table = {c: i for i, c in enumerate(classes)}
+    unknown = next((k for k, v in enumerate(labels) if v not in table), None)
+    if unknown is not None:
+        missing = sorted({v for v in labels if v not in table})  # type: ignore[type-var]
+        raise ValueError(
+            f"FileList: labels {missing[:5]} are not among classes {list(classes)[:10]} (label "
+            f"{labels[unknown]!r} of {listing.where(owners[unknown])}"
+            + (f", and {len(missing) - 1} more)" if len(missing) > 1 else ")")
+        )
+    return list(classes), table.__getitem__  # type: ignore[return-value]
