@@ -393,5 +393,7 @@ def test_a_framework_splits_a_weighted_sampler_s_draws_among_ranks_with_the_labe
         assert [epochs[k]["ids"], epochs[k + 1]["ids"]] == [draws[0::2], draws[1::2]], epoch
         for got in epochs[k : k + 2]:
             check_labels(got, folder)
+    if framework == "accelerate":  # the sampler's own generator seeds the draws, as it seeds torch's sampler
+        assert [r["seed"] for r in runs] == [6, 6]
     if framework == "lightning":
         assert epochs[0]["ids"] != epochs[2]["ids"]

@@ -248,6 +248,7 @@ def DataLoader(  # noqa: N802 -- torch's name, for a one-import swap
         source = Subset(dataset, indices)
     built = loader(source, given.pop("pipeline", None), batch_size=batch_size, **given)
     built._dataset = dataset
+    built._seeded_by_sampler = getattr(sampler, "generator", None) is not None  # type: ignore[attr-defined]
     if chosen["world_size"] == 1 and "rank" not in options and "world_size" not in options:
         # no DistributedSampler: every sample in every process, as torch's, unless Lightning or Accelerate
         # (which shard a torch DataLoader given without one) drives the loader (gpupipe.env.settle_world)

@@ -118,17 +118,17 @@ def framework_config(loader: Any, world: Any) -> Any:
     Read as it was built where it reads everything (``"unsampled"``); where a framework shards it
     (``"framework"``, ``shards_torch_loaders``) the order is seeded alike on every rank, where
     ``torch.initial_seed()`` differs from process to process: under Accelerate by the loader's ``generator``
-    (seed it alike on every rank), else by the seed of the framework's own ``DistributedSampler``
+    or its sampler's own (seed it alike on every rank), else by the seed of the framework's own ``DistributedSampler``
     (Lightning's ``PL_GLOBAL_SEED``, from ``seed_everything``, else 0), as Lightning orders a torch
     ``DataLoader``, whose ``generator`` it ignores there. Lightning's ``predict`` reads each sample once,
     the shares unpadded (its ``UnrepeatedDistributedSampler``): ``even_batches=False`` then."""
     own = loader.__dict__.setdefault("_own_config", loader.config)  # as built
-    generator = getattr(loader, "generator", None)
+    seeded = getattr(loader, "generator", None) is not None or getattr(loader, "_seeded_by_sampler", False)
     if world.origin != "framework":
         return own
     seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
     if _gradient_state() is not None:  # Accelerate
-        return own if generator is not None else dataclasses.replace(own, seed=seed)
+        return own if seeded else dataclasses.replace(own, seed=seed)
     predicting = bool(getattr(_lightning_trainer(), "predicting", False))
     return dataclasses.replace(own, seed=seed, even_batches=own.even_batches and not predicting)
 
