@@ -130,7 +130,7 @@ def test_masks_whose_values_cannot_be_kept_are_refused_naming_the_file(tmp_path,
     loader = gpupipe.loader(source, [ops.Decode(), ops.CenterCrop((H, W)), ops.Output("uint8")], batch_size=1,
                             backend=backend, num_threads=1, shuffle=False, on_error="skip")
     seen = [m for _, m in loader]
-    assert len(seen) == 3
+    assert len(seen) == 2, "both found by the scan (a 16-bit mask is decoded there), before the run"
     reasons = {Path(s.path).name: s.reason for s in loader.skipped}
     assert set(reasons) == {"s1.png", "s2.png"}
     assert "0..255" in reasons["s2.png"] and "300" in reasons["s2.png"]

@@ -1,7 +1,7 @@
 """python -m gpupipe.pack SRC DST: image folders (or file lists) into validated WebDataset shards.
 
     python -m gpupipe.pack SRC DST [--max-size PX] [--quality Q] [--shard-size 256MB]
-                           [--workers N] [--on-error skip|raise] [--staging DIR]
+                           [--workers N] [--on-error skip|raise] [--staging DIR] [--multi-label]
     torchrun --nnodes=N --nproc_per_node=P -m gpupipe.pack SRC DST ...
     python -m gpupipe.pack --verify DST
 
@@ -23,6 +23,7 @@ from ..errors import plural
 from ..fileio import byte_size, sha256_hex
 from ..remote import Retry, is_url
 from ..shards import format as shardfmt
+from ..sources import FileList
 from . import ConvertSettings, PackSettings, pack, parse_size, verify
 from .packer import barrier
 from .upload import upload, upload_manifest, verify_remote
@@ -88,6 +89,12 @@ def parse_args(argv: list[str] | None):
         help="where shards for a URL DST are written before the upload "
         f"(default: under {env.cache_dir('pack-staging')}; a rerun resumes there)",
     )
+    parser.add_argument(
+        "--multi-label",
+        action="store_true",
+        help="SRC is a list file: pack it multi-label (multi-hot targets) even if every line has one label, as "
+        "FileList(SRC, multi_label=True) reads it; repeated lines of an image merge into its label set",
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     if args.verify:
@@ -100,6 +107,10 @@ def parse_args(argv: list[str] | None):
             parser.error(f"--verify: {args.dst} does not exist")
     elif args.dst is None:
         parser.error("SRC and DST are required (or --verify DST)")
+    if args.multi_label and args.verify:
+        parser.error("--multi-label is for packing a list file, not for --verify")
+    if args.multi_label and (is_url(args.src) or not Path(args.src).is_file()):
+        parser.error(f"--multi-label reads a list file as SRC, and {args.src} is not a file")
     if args.max_size is not None and args.max_size < 1:
         parser.error(f"--max-size must be >= 1, got {args.max_size}")
     if not 1 <= args.quality <= 100:
@@ -141,9 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     rank, world_size = _distributed()
     local_dst = Path(args.staging or staging_dir(args.dst)) if is_url(args.dst) else Path(args.dst)
     workers = args.workers or env.default_threads()
+    src = FileList(args.src, multi_label=True) if args.multi_label else args.src
     try:
         summary = pack(
-            args.src,
+            src,
             local_dst,
             settings,
             workers=workers,
@@ -162,6 +174,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(interrupted(local_dst), file=sys.stderr)
         return EXIT_INTERRUPTED
+    except ValueError as err:
+        if "pass multi_label=True" not in str(err):
+            raise
+        raise ValueError(str(err).replace("pass multi_label=True", "pass --multi-label")) from None
     finally:
         if world_size > 1:
             import torch.distributed as dist

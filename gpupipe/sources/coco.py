@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from pathlib import Path
@@ -15,6 +16,8 @@ from ..fileio import UnreadableFile, read_file
 from ..targets import TargetKind
 from .files import FileSource, PathLike
 from .scan import ScanResult, scan
+
+_log = logging.getLogger(__name__)
 
 #: How far (pixels) a box may reach past its image before it counts as outside (rounding in annotation tools).
 EDGE_TOLERANCE = 1.0
@@ -31,14 +34,21 @@ class CocoDetection(FileSource):
 
     Malformed annotations are reported when the source is built and the
     loader refuses or skips them by ``on_error``: an annotation with a
-    negative or empty size, a box outside its image, an unknown category,
+    negative size, a box outside its image, an unknown category,
     an ``iscrowd`` other than 0 or 1 (a string ``"0"`` is not) or a box that
     is not 4 numbers makes its image a bad sample (skipping
     leaves the image out rather than train on it with a box missing); an
     annotation of an unknown image id, and an image record whose
     ``file_name`` leads outside ``images`` or whose id repeats, are listed in
-    ``problems``. Image records naming one file make it a bad sample (its
+    ``problems`` (an id of the other type, ``"1"`` for ``1``, is named so).
+    Image records naming one file make it a bad sample (its
     boxes split between them) and the later ones are listed in ``problems``.
+    Empty boxes (0 wide or tall, or empty once clipped to the image: COCO 2017
+    holds a few) are dropped, as torchvision's detection reference drops
+    them, logged and listed in ``dropped``; their image is kept. A box
+    reaching up to ``EDGE_TOLERANCE`` pixels past its image is clipped to it.
+    A crowd annotation that is left out is not checked beyond its ``iscrowd``
+    and category.
     An image whose size differs from the one annotated is a bad sample.
     Boxes are in the image's displayed orientation (EXIF applied), as
     gpupipe decodes it.
@@ -53,6 +63,11 @@ class CocoDetection(FileSource):
         ValueError: a missing folder or file, JSON that is not COCO's shape,
             repeated category ids, or no image left.
     """
+
+    #: ``category_ids[label]``: the COCO category id of each label (torchvision's COCO models' label).
+    category_ids: list
+    #: The empty boxes left out (``file#annotation id``, why).
+    dropped: list[Skipped]
 
     columns = ("names", "labels", "boxes", "box_labels", "annotated_sizes", "annotation_errors")
 
@@ -72,7 +87,9 @@ class CocoDetection(FileSource):
         if len(label_of) != len(categories):
             raise ValueError(f"CocoDetection: {self.annotations}: category ids repeat")
         self.classes = [str(c.get("name", c["id"])) for c in categories]
+        self.category_ids = [c["id"] for c in categories]
         self.problems: list[Skipped] = []
+        self.dropped = []
         image_of = self._images(_records(data, "images", self.annotations))
         boxes: dict = {i: [] for i in image_of}
         labels: dict = {i: [] for i in image_of}
@@ -81,12 +98,14 @@ class CocoDetection(FileSource):
             where = f"{self.annotations}#annotation {ann.get('id', '?')}"
             image = image_of.get(_hashable(ann.get("image_id")))
             if image is None:
-                self.problems.append(Skipped(where, f"unknown image id {ann.get('image_id')!r}"))
+                self.problems.append(Skipped(where, _unknown_image(ann.get("image_id"), image_of)))
                 continue
-            box, problem = _box(ann, image, label_of)
-            if problem:
-                errors.setdefault(image["id"], f"annotation {ann.get('id', '?')}: {problem}")
-            elif include_crowd or not ann.get("iscrowd", 0):
+            what, box = _box(ann, image, label_of, include_crowd)
+            if what == "bad":
+                errors.setdefault(image["id"], f"annotation {ann.get('id', '?')}: {box}")
+            elif what == "empty":
+                self.dropped.append(Skipped(where, str(box)))
+            elif what == "box":
                 boxes[image["id"]].append(box)
                 labels[image["id"]].append(label_of[ann["category_id"]])
         for ids in _repeated_files(image_of):
@@ -95,6 +114,14 @@ class CocoDetection(FileSource):
                 where = f"{self.annotations}#image {i!r}"
                 self.problems.append(Skipped(where, f"names the file of image id {ids[0]!r}"))
                 del image_of[i]
+        if self.dropped:
+            _log.warning(
+                "CocoDetection: %s: %d empty boxes left out (as torchvision's reference drops them; the source's "
+                "dropped lists them), the first: %s",
+                self.annotations,
+                len(self.dropped),
+                self.dropped[0],
+            )
         kept = [i for i in image_of if keep_empty or boxes[i] or i in errors]
         if not kept:
             raise ValueError(f"CocoDetection: {self.annotations} leaves no image to read")
@@ -166,7 +193,14 @@ def _records(data: dict, key: str, path: Path) -> list[dict]:
     for k, record in enumerate(records):
         missing = [f for f in need if f not in record]
         if missing:
-            raise ValueError(f"CocoDetection: {path}: {key}[{k}] has no {', '.join(missing)}")
+            hint = ""
+            if "file_name" in missing and isinstance(record.get("coco_url"), str):  # LVIS names its images by URL
+                named = "/".join(record["coco_url"].split("/")[-2:])
+                hint = (
+                    f" (an LVIS file? its coco_url is {record['coco_url']!r}: give each image a file_name relative "
+                    f"to the images folder, such as {named!r} beside a folder holding val2017/)"
+                )
+            raise ValueError(f"CocoDetection: {path}: {key}[{k}] has no {', '.join(missing)}{hint}")
         if key == "images" and not all(_positive_int(record[f]) for f in ("width", "height")):
             raise ValueError(f"CocoDetection: {path}: {key}[{k}] width and height must be positive ints")
         if key == "categories" and _hashable(record["id"]) is None:
@@ -197,26 +231,45 @@ def _positive_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
-def _box(ann: dict, image: dict, label_of: dict) -> tuple[list[float] | None, str]:
-    """``(xyxy box, '')`` of an annotation, or ``(None, why it is malformed)``."""
+def _unknown_image(value, image_of: dict) -> str:
+    """Why an annotation's ``image_id`` names no image, naming an id of the other type that would."""
+    reason = f"unknown image id {value!r}"
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit() and int(value) in image_of:
+        return reason + f" (a string; the images' ids are numbers: {int(value)} is one)"
+    if _hashable(value) is not None and not isinstance(value, str) and str(value) in image_of:
+        return reason + f" (a number; the images' ids are strings: {str(value)!r} is one)"
+    return reason
+
+
+def _box(ann: dict, image: dict, label_of: dict, include_crowd: bool) -> tuple[str, object]:
+    """What an annotation gives: ``("box", xyxy)``, ``("empty", why)`` (dropped, as torchvision's
+    reference drops empty boxes), ``("crowd", None)`` (left out) or ``("bad", why it is malformed)``."""
     if _hashable(ann.get("category_id")) not in label_of:
-        return None, f"unknown category {ann.get('category_id')!r}"
+        return "bad", f"unknown category {ann.get('category_id')!r}"
     if ann.get("iscrowd", 0) not in (0, 1):  # a string "0" would be taken for a crowd
-        return None, f"iscrowd must be 0 or 1, got {ann.get('iscrowd')!r}"
+        return "bad", f"iscrowd must be 0 or 1, got {ann.get('iscrowd')!r}"
+    if ann.get("iscrowd", 0) and not include_crowd:
+        return "crowd", None
     bbox = ann.get("bbox")
     if (
         not isinstance(bbox, list)
         or len(bbox) != 4
         or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in bbox)
     ):
-        return None, f"bbox must be 4 numbers [x, y, w, h], got {bbox!r}"
+        return "bad", f"bbox must be 4 numbers [x, y, w, h], got {bbox!r}"
     x, y, w, h = (float(v) for v in bbox)
-    if w <= 0 or h <= 0:
-        return None, f"box of size {w:g}x{h:g} (sizes must be positive)"
+    if w < 0 or h < 0:
+        return "bad", f"box of size {w:g}x{h:g} (sizes must be positive)"
+    if w == 0 or h == 0:
+        return "empty", f"box [{x:g}, {y:g}, {w:g}, {h:g}] is empty (0 wide or tall)"
     width, height = image["width"], image["height"]
     if x < -EDGE_TOLERANCE or y < -EDGE_TOLERANCE or x + w > width + EDGE_TOLERANCE or y + h > height + EDGE_TOLERANCE:
-        return None, f"box [{x:g}, {y:g}, {w:g}, {h:g}] lies outside its {width}x{height} image"
-    return [max(0.0, x), max(0.0, y), min(float(width), x + w), min(float(height), y + h)], ""
+        return "bad", f"box [{x:g}, {y:g}, {w:g}, {h:g}] lies outside its {width}x{height} image"
+    x0, x1 = (min(max(0.0, v), float(width)) for v in (x, x + w))
+    y0, y1 = (min(max(0.0, v), float(height)) for v in (y, y + h))
+    if x1 <= x0 or y1 <= y0:
+        return "empty", f"box [{x:g}, {y:g}, {w:g}, {h:g}] is empty once clipped to its {width}x{height} image"
+    return "box", [x0, y0, x1, y1]
 
 
 __all__ = ["CocoDetection", "EDGE_TOLERANCE"]

@@ -20,6 +20,16 @@ from typing import Any
 
 from ..fileio import UnreadableFile, read_file
 from .base import numbered_classes
+from .listcells import (
+    Bracketed,
+    check_label,
+    columns_message,
+    float_indices_message,
+    is_header,
+    refuse_multi_hot,
+    settle_brackets,
+    unquote,
+)
 from .sniff import check_list_file
 
 logger = logging.getLogger("gpupipe.sources")
@@ -32,22 +42,6 @@ _WORD = re.compile(r"\S+")
 _SEPARATORS = (",", ";")
 #: A class index in a list file: ASCII digits (``int()`` also takes ``1_0``, Arabic and full-width digits).
 _INDEX = re.compile(r"[+-]?[0-9]+")
-#: A first row is a header when its label or its path cell is one of these (lower case, letters only).
-_HEADER_LABELS = frozenset(
-    "label labels labelname labelnames class classes classname target targets tag tags category categories "
-    "categoryname annotation annotations".split()
-)
-_HEADER_PATHS = frozenset(
-    "path paths file files filename filepath fname image images imagepath imagename imageid imagefile img imgpath "
-    "imgname url".split()
-)
-
-
-def _is_header(cells: Sequence[str], either: bool) -> bool:
-    """Whether a first row ``[path, label]`` names its columns (``either``: one name is enough, else both)."""
-    words = ["".join(c for c in cell.lower() if c.isalpha()) for cell in cells]
-    found = (words[0] in _HEADER_PATHS, words[1] in _HEADER_LABELS)
-    return any(found) if either else all(found)
 
 
 @dataclass
@@ -134,32 +128,42 @@ def read_list_file(list_file: Path, empty: bool = False) -> Listing:
             for i, row in enumerate(csv.reader(io.StringIO(text, newline="")), 1)
             if any(c.strip() for c in row)
         ]
-        if rows and len(rows[0][1]) == 2 and _is_header(rows[0][1], either=True):
+        for _, row in rows:
+            while len(row) > 2 and not row[-1].strip():  # the empty cells Excel leaves after the last column
+                row.pop()
+        if rows and len(rows[0][1]) == 2 and is_header(rows[0][1], either=True):
+            logger.info("FileList: %s:%d %r is read as a header, not as a sample", list_file, *rows[0])
             rows = rows[1:]
         for lineno, row in rows:
             if len(row) != 2 or not row[0].strip():
-                hint = (
-                    ": for several labels, quote them (\"cat,dog\") or separate them with ';' (cat;dog)"
-                    if len(row) > 2
-                    else ""
-                )
+                hint = columns_message(row, lineno)
                 raise ValueError(f"FileList: {list_file}:{lineno}: expected 'path,label', got {row!r}{hint}")
             listing.add(row[0].strip(), _labels(row[1].strip(), list_file, lineno, empty), lineno)
+        settle_brackets(listing.labels, empty)
         return listing
     paths, labels, lines = listing.paths, listing.labels, listing.lines
     for lineno, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line[0] == "#":
             continue
-        parts = _split_line(line) if "," in line or ";" in line else line.rsplit(None, 1)
+        if "\t" in line:  # tab-separated: the label may hold spaces (golden retriever)
+            parts = [cell.strip() for cell in line.split("\t") if cell.strip()]
+            if len(parts) > 2:
+                raise ValueError(
+                    f"FileList: {list_file}:{lineno}: expected 'path<TAB>label', got {len(parts)} columns {parts!r}"
+                )
+        else:
+            parts = _split_line(line) if "," in line or ";" in line else line.rsplit(None, 1)
         if len(parts) != 2:
             raise ValueError(f"FileList: {list_file}:{lineno}: expected 'path label', got {line!r}")
-        if not paths and _is_header(parts, either=False):
+        if not paths and is_header(parts, either=False):
+            logger.info("FileList: %s:%d %r is read as a header, not as a sample", list_file, lineno, parts)
             continue
         path, label = parts
         paths.append(path)
         labels.append(int(label) if label.isdigit() and label.isascii() else _labels(label, list_file, lineno))
         lines.append(lineno)
+    settle_brackets(labels, empty)
     return listing
 
 
@@ -178,7 +182,12 @@ def _split_line(line: str) -> list[str]:
 
 def _labels(text: str, list_file: Path, lineno: int, empty: bool = False) -> LabelArg:
     """A cell's label, or its labels (joined by ``,`` or ``;``, or in brackets as pandas writes a list:
-    ``['cat', 'dog']``, quotes dropped; ``[]``: none); ``empty``: an empty cell is no label."""
+    ``['cat', 'dog']``, quotes dropped; ``[]``: none; ``[unk]``: a ``Bracketed`` list, settled once the whole
+    file is read); ``empty``: an empty cell is no label.
+
+    Raises:
+        ValueError: an empty label, or a cell that is no label (an image path, a class and its boxes).
+    """
     if not text:
         if empty:
             return []
@@ -188,15 +197,17 @@ def _labels(text: str, list_file: Path, lineno: int, empty: bool = False) -> Lab
     if listed and not inner:
         return []
     if not listed and "," not in text and ";" not in text:
+        check_label(text, list_file, lineno)
         return _label(text)
-    parts = [_unquote(p.strip()) for p in inner.replace(";", ",").split(",")]
+    raw = [p.strip() for p in inner.replace(";", ",").split(",")]
+    parts = [unquote(p) for p in raw]
     if not all(parts):
         raise ValueError(f"FileList: {list_file}:{lineno}: empty label in {text!r}")
+    for part in parts:
+        check_label(part, list_file, lineno)
+    if listed and len(raw) == 1 and raw[0] == parts[0] and not _INDEX.fullmatch(parts[0]):
+        return Bracketed([parts[0]], text)  # [unk]: a class name unless the file has lists
     return [_label(p) for p in parts]
-
-
-def _unquote(text: str) -> str:
-    return text[1:-1].strip() if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"" else text
 
 
 def _label(text: str) -> Label:
@@ -309,25 +320,8 @@ def label_sets(listing: Listing, multi_label: bool | None) -> list[list[Label]] 
     if multi_label is None and not listed:
         return None
     rows = [_as_list(v) for v in listing.labels]
-    _refuse_multi_hot(rows, listing)
+    refuse_multi_hot(rows, listing)
     return [list(dict.fromkeys(row)) for row in rows]
-
-
-def _refuse_multi_hot(rows: list[list[Label]], listing: Listing) -> None:
-    """Rows all of one length (2 or more), of 0s and 1s only, one with a value twice, are multi-hot rows: read as
-    class indices they would be the classes {0, 1}."""
-    length = len(rows[0])
-    if length < 2 or any(len(r) != length for r in rows):
-        return
-    if any(any(v not in (0, 1) or isinstance(v, str) for v in r) for r in rows):
-        return
-    twice = next((i for i, r in enumerate(rows) if len(set(r)) < len(r)), None)
-    if twice is not None:
-        raise ValueError(
-            f"FileList: the labels look like multi-hot rows (every row {length} values of 0 and 1; "
-            f"{listing.where(twice)} gives {rows[twice]!r}); labels are class indices: pass "
-            "np.flatnonzero(row).tolist() for each row"
-        )
 
 
 def numbering(
@@ -364,12 +358,16 @@ def numbering(
             f"label {labels[0]!r} of {listing.where(owners[0])} is a {kinds[first]}: labels must be all ints or "
             "all class names"
         )
+    if first and classes is None:
+        problem = float_indices_message(labels, _at(listing, owners[0]))
+        if problem:
+            raise ValueError(problem)
     if not first:
+        largest = labels.index(max(labels))  # type: ignore[type-var]  # max() and index() run in C: 1M lines
         if classes is None:
-            largest = max(range(len(labels)), key=labels.__getitem__)
             classes = numbered_classes(int(labels[largest]), "FileList", f"of {listing.where(owners[largest])}")
-        bad = next((k for k, v in enumerate(labels) if not 0 <= int(v) < len(classes)), None)  # type: ignore[arg-type]
-        if bad is not None:
+        if min(labels) < 0 or int(labels[largest]) >= len(classes):  # type: ignore[type-var, operator]
+            bad = next(k for k, v in enumerate(labels) if not 0 <= int(v) < len(classes))
             raise ValueError(
                 f"FileList: label {labels[bad]} of {listing.where(owners[bad])} is outside the class range "
                 f"0..{len(classes) - 1}"
@@ -387,3 +385,8 @@ def numbering(
             + (f", and {len(missing) - 1} more)" if len(missing) > 1 else ")")
         )
     return list(classes), table.__getitem__  # type: ignore[return-value]
+
+
+def _at(listing: Listing, i: int) -> str:
+    """Entry ``i`` in a refusal's first words: ``list.txt:3``, or its path for a pair."""
+    return f"{listing.list_file}:{listing.lines[i]}" if listing.lines[i] else repr(listing.paths[i])

@@ -12,8 +12,8 @@ from .. import env
 from ..errors import PathNotFound, Skipped
 from ..fileio import read_file
 from ..targets import TargetKind
-from ..targets.maskfiles import header_problem
-from .files import IMAGE_EXTENSIONS, FileSource, PathLike, folder_id, walk_images
+from ..targets.maskfiles import decode_mask, header_problem, png_layout
+from .files import IMAGE_EXTENSIONS, OTHER_IMAGE_EXTENSIONS, FileSource, PathLike, folder_id, walk_images
 from .scan import ScanResult, scan
 
 
@@ -30,7 +30,14 @@ class SegmentationFolder(FileSource):
     is read as displayed (its EXIF orientation applied), and a mask whose values
     cannot be class ids (RGB, alpha, 16-bit ids above 255) or whose size
     differs from its image's is a bad sample: the loader refuses or skips
-    them by ``on_error``.
+    them by ``on_error`` (a 16-bit mask is decoded when scanned, to find ids above 255
+    before a run). A mask saved as JPEG (lossy: values between classes) is not
+    read; the image's "no mask" problem names it.
+
+    ``split``, a text file of image names without extension, one a line (Pascal
+    VOC's ``ImageSets/Segmentation/train.txt``), reads only the pairs it lists, as
+    torchvision's ``VOCSegmentation(image_set=...)``: the other files are not
+    problems, a listed name without its image or mask is.
 
     Args:
         images: the folder of images (any depth).
@@ -38,6 +45,7 @@ class SegmentationFolder(FileSource):
         classes: class names (``classes[id]``); optional.
         ignore_index: the mask value of pixels no class covers (and of padding).
         extensions: image file endings to accept.
+        split: a file listing the names (relative paths without extension) to read.
 
     Raises:
         ValueError: a folder is missing or holds no image with a mask.
@@ -53,6 +61,7 @@ class SegmentationFolder(FileSource):
         classes: Sequence[str] | None = None,
         ignore_index: int = 255,
         extensions: Sequence[str] = IMAGE_EXTENSIONS,
+        split: PathLike | None = None,
     ) -> None:
         self.kind = TargetKind.MASK
         self.root = Path(images).expanduser().absolute()
@@ -73,13 +82,24 @@ class SegmentationFolder(FileSource):
         mask_paths = (path for paths in (masks_found.values(), *masks_shared.values()) for path in paths)
         is_mask = {os.path.realpath(path) for path in mask_paths} if overlap else set()
         found, shared = _by_stem(self.root, tuple(e.lower() for e in extensions), exclude=is_mask)
-        self.problems: list[Skipped] = _ambiguous(shared, "images", "which one {} belongs to", self.mask_root)
+        self.split = None if split is None else Path(split).expanduser().absolute()
+        self.problems: list[Skipped] = []
+        if self.split is not None:
+            listed = _read_split(self.split)
+            for found_or_shared in (found, shared, masks_found, masks_shared):
+                for key in [key for key in found_or_shared if key not in listed]:
+                    del found_or_shared[key]
+            self.problems += [
+                Skipped(f"{self.split}:{line}", f"{key} names no image under {str(self.root)!r}")
+                for key, line in listed.items()
+                if key not in found and key not in shared
+            ]
+        self.problems += _ambiguous(shared, "images", "which one {} belongs to", self.mask_root)
         self.problems += _ambiguous(masks_shared, "masks", "which one is the mask of {}", self.root)
-        self.problems += [
-            Skipped(path, "no mask (expected " + str(self.mask_root / (key + ".png")) + ")")
-            for key, path in sorted(found.items())
-            if key not in masks_found and key not in masks_shared
-        ]
+        unmasked = sorted(key for key in found if key not in masks_found and key not in masks_shared)
+        other = _by_stem(self.mask_root, _NOT_MASKS)[0] if unmasked and not overlap else {}
+        self.problems += [Skipped(found[key], _no_mask(self.mask_root, key, other.get(key))) for key in unmasked]
+        self.unmasked = len(unmasked)
         self.problems += [
             Skipped(path, "a mask without an image")
             for key, path in sorted(masks_found.items())
@@ -87,9 +107,12 @@ class SegmentationFolder(FileSource):
         ]
         paired = sorted(key for key in found if key in masks_found)
         if not paired:
+            example = ""
+            if found and masks_found:  # Cityscapes: aachen_..._leftImg8bit.png beside aachen_..._gtFine_labelIds.png
+                example = f"; an image is {min(found)!r}, a mask {min(masks_found)!r}: rename one side to pair them"
             raise ValueError(
                 f"SegmentationFolder: no image under {str(self.root)!r} has a mask under "
-                f"{str(self.mask_root)!r} (a mask is <masks>/<same relative path>/<stem>.png)"
+                f"{str(self.mask_root)!r} (a mask is <masks>/<same relative path>/<stem>.png{example})"
             )
         self.names = [found[key] for key in paired]
         self.mask_names = [masks_found[key] for key in paired]
@@ -97,7 +120,13 @@ class SegmentationFolder(FileSource):
 
     def problem_summary(self) -> str:
         n = len(self.problems)
-        return f"{n} file{'s' if n != 1 else ''} {'does' if n == 1 else 'do'} not pair up"
+        hint = ""
+        if getattr(self, "unmasked", 0) and self.split is None:
+            hint = (
+                " (to read only the images a list names, as Pascal VOC's JPEGImages with "
+                "ImageSets/Segmentation/train.txt, pass split=)"
+            )
+        return f"{n} file{'s' if n != 1 else ''} {'does' if n == 1 else 'do'} not pair up{hint}"
 
     def read_mask(self, index: int) -> np.ndarray:
         return np.frombuffer(bytearray(read_file(self.mask_names[index], self.max_file_size)), np.uint8)
@@ -130,6 +159,45 @@ def _by_stem(root: Path, extensions, exclude=frozenset()) -> tuple[dict[str, str
     return unique, {key: sorted(paths) for key, paths in by_key.items() if len(paths) > 1}
 
 
+#: File endings of images that are not read as masks (named when an image's PNG mask is missing).
+_NOT_MASKS = tuple(e for e in IMAGE_EXTENSIONS + OTHER_IMAGE_EXTENSIONS if e != ".png")
+
+
+def _no_mask(mask_root: Path, key: str, other: str | None) -> str:
+    """Why an image has no mask, naming a mask file of another format where one is there."""
+    reason = "no mask (expected " + str(mask_root / (key + ".png"))
+    if other is None:
+        return reason + ")"
+    lossy = other.lower().endswith((".jpg", ".jpeg", ".webp"))
+    why = "lossy compression puts values between the class ids" if lossy else "masks are read from PNG files only"
+    return reason + f"; {other} is not read: {why}, save masks as PNG)"
+
+
+def _read_split(path: Path) -> dict[str, int]:
+    """``{name: line number}`` of a split file (blank lines skipped; an image ending is dropped).
+
+    Raises:
+        PathNotFound: no such file.
+        ValueError: a line that is not one name (VOC's ``ImageSets/Main`` lines are ``name label``).
+    """
+    if not path.is_file():
+        raise PathNotFound(f"SegmentationFolder: split file {str(path)!r} does not exist")
+    listed: dict[str, int] = {}
+    text = read_file(str(path)).decode("utf-8-sig", errors="replace")
+    for number, line in enumerate(text.splitlines(), 1):
+        name = line.strip()
+        if not name:
+            continue
+        if len(name.split()) != 1:
+            raise ValueError(
+                f"SegmentationFolder: {path} line {number}: {name!r} is not one image name (a split lists one "
+                "name a line, as ImageSets/Segmentation/train.txt)"
+            )
+        stem, ext = os.path.splitext(name)
+        listed.setdefault(stem if ext.lower() in IMAGE_EXTENSIONS else name, number)
+    return listed
+
+
 def _ambiguous(shared: dict[str, list[str]], what: str, question: str, other_root: Path) -> list[Skipped]:
     """One ``Skipped`` per file whose name (without extension) another file shares: neither is paired."""
     problems = []
@@ -152,6 +220,11 @@ def _mask_problem(path: str, mask_size: np.ndarray, image_size: np.ndarray) -> s
     problem = header_problem(head)
     if problem:
         return f"mask {path} {problem}"
+    if png_layout(head) == (0, 16):  # its ids may exceed 255: found now, not in the middle of a run
+        try:
+            decode_mask(read_file(path))
+        except (OSError, ValueError, SyntaxError) as err:  # UnreadableFile is a ValueError
+            return f"mask {path}: {err}"
     if tuple(mask_size) != tuple(image_size):
         return (
             f"mask {path} is {mask_size[1]}x{mask_size[0]}, its image {image_size[1]}x{image_size[0]} "

@@ -1,0 +1,141 @@
+"""How ``FileList`` tells a list file's cells apart: a header row from a first sample, a bracketed list from a
+class named in brackets, and a label from what is no label (an image path, a float, a class and its boxes).
+
+Each check errs towards reading a line as the sample it was before multi-label lists: a first row is a
+header only when both its cells are column names, and ``[unk]`` is a list only beside other lists.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+#: Column names of a header row (lower case, ``_``, ``-`` and spaces dropped; letters only).
+HEADER_LABELS = frozenset(
+    "label labels labelname labelnames class classes classname target targets tag tags category categories "
+    "categoryname annotation annotations".split()
+)
+HEADER_PATHS = frozenset(
+    "path paths file files filename filepath fname image images imagepath imagename imageid imagefile img imgpath "
+    "imgname url".split()
+)
+_SPACERS = str.maketrans("", "", "_- ")
+#: Endings of an image file: a label ending so is a path in the label's place.
+IMAGE_ENDINGS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm", ".pgm", ".gif")
+#: A class and its boxes, as ImageNet's ``LOC_val_solution.csv`` gives them: ``n02119789 255 142 454 329 ...``.
+_BOXES = re.compile(r"\S+(?:\s+[-+]?\d+(?:\.\d+)?){4}(?:\s|$)")
+#: An integer written as a float (``1.0``): pandas writes an int column that holds a NaN so.
+FLOAT_INDEX = re.compile(r"[+-]?[0-9]+\.0*")
+
+
+def column_name(cell: str) -> str:
+    """``cell`` as a column name (``Image_ID`` -> ``imageid``), or ``""`` when it holds anything but letters
+    and ``_ -`` (a digit, a dot, a slash: ``image_0001``, ``a.jpg``, ``class_1`` are samples)."""
+    word = cell.strip().lower().translate(_SPACERS)
+    return word if word.isalpha() and word.isascii() else ""
+
+
+def is_header(cells: Sequence[str], either: bool) -> bool:
+    """Whether a first row ``[path, label]`` names its columns: both cells are column names, and one of them
+    (``either``; a CSV) or both (a text file) are known ones."""
+    words = [column_name(c) for c in cells]
+    if not all(words):
+        return False
+    found = (words[0] in HEADER_PATHS, words[1] in HEADER_LABELS)
+    return any(found) if either else all(found)
+
+
+def unquote(text: str) -> str:
+    """``text`` without the quotes around it (``'cat'`` -> ``cat``), as a Python list's repr quotes items."""
+    return text[1:-1].strip() if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"" else text
+
+
+class Bracketed(list):
+    """The one label of a cell in brackets without quotes (``[unk]``): a list beside other lists (pandas'
+    ``['cat']``, ``cat,dog``), else the class name as written."""
+
+    def __init__(self, items: list, text: str) -> None:
+        super().__init__(items)
+        self.text = text
+
+
+def settle_brackets(labels: list, lists: bool) -> None:
+    """Reads each ``Bracketed`` label of ``labels`` (in place) as a list when ``lists`` or when another label
+    is a list, else as the class name it is written as."""
+    if not any(isinstance(v, Bracketed) for v in labels):
+        return
+    lists = lists or any(isinstance(v, list) and not isinstance(v, Bracketed) for v in labels)
+    for i, v in enumerate(labels):
+        if isinstance(v, Bracketed):
+            labels[i] = list(v) if lists else v.text
+
+
+def check_label(text: str, list_file: Path, lineno: int) -> None:
+    """Refuses a label cell that is no label: an image path (columns swapped, or CUB's ``images.txt``, which
+    is ``id path``), or a class followed by box coordinates.
+
+    Raises:
+        ValueError: naming the file and line.
+    """
+    if text.lower().endswith(IMAGE_ENDINGS):
+        raise ValueError(
+            f"FileList: {list_file}:{lineno}: the label {text!r} is an image path: a list file gives 'path label' "
+            "(path first; CUB's images.txt is 'id path': join it with image_class_labels.txt on the id)"
+        )
+    if " " in text and _BOXES.match(text):
+        raise ValueError(
+            f"FileList: {list_file}:{lineno}: the label {text[:60]!r} is a class followed by box coordinates "
+            f"(ImageNet's LOC_val_solution.csv): give one class per image, here {text.split()[0]!r}"
+        )
+
+
+def columns_message(row: list[str], lineno: int) -> str:
+    """Why a CSV row that is not ``path,label`` is refused: ``";"`` separators, extra columns, several labels."""
+    if len(row) == 1 and ";" in row[0]:
+        return (
+            ": the CSV is separated by ';' (as Excel saves it where ',' is the decimal mark): save it with ',', "
+            "or as a text list file"
+        )
+    if len(row) <= 2:
+        return ""
+    said = f": {len(row)} columns; FileList reads two, the path and the label"
+    if lineno == 1 or all(column_name(c) for c in row):
+        return f"{said}: keep those two (pandas: df[['id', 'label']].to_csv(path, index=False))"
+    return f"{said}: for several labels, quote them (\"cat,dog\") or separate them with ';' (cat;dog)"
+
+
+def float_indices_message(labels: Sequence, where: str) -> str:
+    """A refusal for class names that are all integers written as floats (``1.0``, read as names they would be
+    numbered from 0 in sorted order: ``1.0`` would be class 0), or ``""``."""
+    if not labels or not isinstance(labels[0], str) or not FLOAT_INDEX.fullmatch(labels[0]):
+        return ""
+    if not all(isinstance(v, str) and FLOAT_INDEX.fullmatch(v) for v in labels):
+        return ""
+    return (
+        f"FileList: {where}: the label {labels[0]!r} is a class index written as a float, as every label is "
+        "(pandas writes an int column that holds a NaN so): write them as ints (df['label'].astype(int)), or "
+        "pass classes=[...] to read them as class names"
+    )
+
+
+def refuse_multi_hot(rows: list[list], listing: Any) -> None:
+    """Rows all of one length (2 or more), of 0s and 1s only, one with a value twice, are multi-hot rows: read as
+    class indices they would be the classes {0, 1} (``listing``: a ``listfile.Listing``, naming the entry).
+
+    Raises:
+        ValueError: naming the first row with a value twice.
+    """
+    length = len(rows[0])
+    if length < 2 or any(len(r) != length for r in rows):
+        return
+    if any(any(v not in (0, 1) or isinstance(v, str) for v in r) for r in rows):
+        return
+    twice = next((i for i, r in enumerate(rows) if len(set(r)) < len(r)), None)
+    if twice is not None:
+        raise ValueError(
+            f"FileList: the labels look like multi-hot rows (every row {length} values of 0 and 1; "
+            f"{listing.where(twice)} gives {rows[twice]!r}); labels are class indices: pass "
+            "np.flatnonzero(row).tolist() for each row"
+        )
