@@ -19,6 +19,7 @@ import enum
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 logger = logging.getLogger("gpupipe.skipped")  # every sample left out, wherever it was found
 
@@ -114,6 +115,12 @@ class SampleError(Error, ValueError, RuntimeError):
     def __reduce__(self):
         """Pickled (and copied) from its entries, as it was made: errors cross process boundaries."""
         return type(self), (self.entries, self.summary)
+
+
+def short_repr(value: Any, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters (ending in ``...``) for a message."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def first_line(err: BaseException) -> str:

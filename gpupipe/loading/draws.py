@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..checks import positive_int
-from ..errors import Error, plural
+from ..errors import Error, plural, short_repr
 from ..plan.seeding import order_generator
 
 #: The most categories ``torch.multinomial`` draws from.
@@ -59,9 +59,9 @@ class Draws:
         try:
             values = np.asarray(_as_numbers(weights), dtype=np.float64)
         except _Complex:
-            raise ValueError(f"weights must be real numbers, got complex ones: {_short(weights)}") from None
+            raise ValueError(f"weights must be real numbers, got complex ones: {short_repr(weights, 60)}") from None
         except (TypeError, ValueError):
-            raise ValueError(f"weights must be numbers, one per sample, got {_short(weights)}") from None
+            raise ValueError(f"weights must be numbers, one per sample, got {short_repr(weights, 60)}") from None
         if values.ndim != 1 or len(values) != samples:
             raise ValueError(f"weights must hold one number per sample ({samples:,}), got shape {values.shape}")
         if not np.isfinite(values).all() or (values < 0).any():
@@ -158,11 +158,6 @@ def _as_numbers(weights: Any) -> Sequence[float] | np.ndarray:
         if not (np.issubdtype(weights.dtype, np.number) or weights.dtype == np.bool_):
             raise TypeError("not numbers")
     return weights
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def epoch_samples(source: Any) -> int:

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO, cast
 
+from ..errors import short_repr
 from ..fileio import DEFAULT_MAX_FILE_SIZE
 from ..images import ImageRefused, header_at
 from . import format as shardfmt
@@ -278,17 +279,12 @@ def _label(data: bytes, json_field: str):
             raise ValueError(f"no field {json_field!r} in the JSON label member") from None
         if isinstance(value, bool) or not isinstance(value, (int, str)):
             raise ValueError(
-                f"the label field {json_field!r} is {_short(value)}, not an int or a class name{_list_hint(value)}"
+                f"the label field {json_field!r} is {short_repr(value)}, not an int or a class name{_list_hint(value)}"
             )
         return value
     if not text:
         raise ValueError("an empty label")
     return int(text) if re.fullmatch(r"-?\d+", text) else text
-
-
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _list_hint(value) -> str:
