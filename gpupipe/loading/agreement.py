@@ -10,6 +10,10 @@ the ranks), rather than giving the ranks different batches or another
 sample's size. The scan's own exchange (``gpupipe.sources.scan``) happens among
 the same ranks, and compares the listing it scanned again.
 
+The ranks compare again when they load a state (``load_alike``): each must resume at the same batch (per-rank
+files of which one is older would have them read different batches and batch counts), and a state refused on one
+rank is refused on every rank, rather than leave the others resuming alone.
+
 Each exchange first waits for the other ranks to reach it (``arrived``); a
 rank that waits longer than ``WAIT_NOTICE_S`` says which ranks it waits for
 and why (a loader built on some ranks only, without ``world_size=1``), then
@@ -30,7 +34,7 @@ import datetime
 import itertools
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from .. import env
@@ -172,8 +176,51 @@ def check_ranks_agree(names: Sequence[str], config: Any, group: tuple[int, int] 
     check_agree(gather(payload), "the loader's files and settings")
 
 
+def load_alike(load: Callable[[], tuple[int, int]], group: tuple[int, int] | None) -> None:
+    """Runs ``load`` (a loader's ``load_state_dict``, which returns where the state resumes: ``(epoch,
+    batches_done)``) and, under ``group`` (``exchange_group``), compares in one exchange what each rank loaded:
+    ranks that resume at different batches (per-rank files, one of them older: a job stopped between the ranks'
+    saves) would read different batches and batch counts, and a state refused on some ranks only would leave the
+    others resuming alone.
+
+    Raises:
+        ValueError: this rank's refusal, as ``load`` raised it (any other error too); ``RanksDisagree``: on the
+            other ranks, naming the ranks that refused and the first refusal, or naming where each rank resumes.
+    """
+    if group is None:
+        load()
+        return
+    refusal: Exception | None = None
+    try:
+        where = list(load())
+    except Exception as error:  # any failure: the other ranks hear of it, rather than wait in the exchange
+        where, refusal = None, error
+    said = None if refusal is None else str(refusal) if isinstance(refusal, ValueError) else repr(refusal)
+    gathered = gather({"where": where, "refused": said})
+    if refusal is not None:
+        raise refusal
+    refused = [rank for rank, payload in enumerate(gathered) if payload["refused"] is not None]
+    if refused:
+        raise RanksDisagree(
+            f"load_state_dict: {_ranks(refused)} refused its state ({gathered[refused[0]]['refused']}); every rank "
+            "must resume from a state that fits, or the ranks read different batches"
+        )
+    places: dict[tuple[int, ...], list[int]] = {}
+    for rank, payload in enumerate(gathered):
+        places.setdefault(tuple(payload["where"]), []).append(rank)
+    if len(places) > 1:
+        shown = "; ".join(f"({epoch}, {done}) on {_ranks(ranks)}" for (epoch, done), ranks in places.items())
+        raise RanksDisagree(
+            f"load_state_dict: the ranks loaded states that resume at different batches: (epoch, batches_done) is "
+            f"{shown}; they would read different batches and batch counts (a DDP job then hangs). Load the same "
+            "state on every rank (rank 0's, as Accelerate's load_state does: with even_batches every rank is at the "
+            "same batch), or per-rank files saved at the same step"
+        )
+
+
 __all__ = [
     "AGREED",
+    "load_alike",
     "RanksDisagree",
     "listing_digest",
     "exchange_group",

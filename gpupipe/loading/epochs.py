@@ -22,7 +22,16 @@ The rule (the README states it too):
 5. A state records what decides the samples that follow (``resume_fields``:
    seed, world size, per-rank batch size, shuffle, drop_last, even_batches
    with several ranks, the dataset's sample count and digest); loading it
-   into a loader that differs in any of them is refused, naming the field.
+   into a loader that differs in any of them is refused, naming the field,
+   except that a state at an epoch's start (``batches_done`` 0: saved at an
+   epoch's end, or before a pass) resumes with another world size, batch
+   size, drop_last or even_batches (``SPLIT``): nothing of that epoch is read.
+6. A pass ended under its loop by ``load_state_dict`` or ``skip`` says so
+   when asked for another batch (``Pass.ended``), rather than stop short;
+   ``set_epoch`` during a pass applies to the next pass. A state taken after
+   the loop left a pass with batches to go (a ``break``, an exception out of
+   the loop), with no ``set_epoch`` since, warns (``LeftPass``): by rule 3 it
+   resumes at the next epoch, which an emergency checkpoint did not mean.
 """
 
 from __future__ import annotations
@@ -46,6 +55,12 @@ class RanksMayPart(Error, UserWarning):
     as every class gpupipe defines)."""
 
 
+class LeftPass(Error, UserWarning):
+    """A state taken after the loop left a pass with batches to go (a ``break``, or an exception out of the loop):
+    it resumes at the next epoch, as the next pass in this process reads it, not at the rest of the pass left
+    (``EpochCursor.state_dict``). A warning category (``gpupipe.Error`` too)."""
+
+
 @dataclass
 class Pass:
     """One pass over one epoch.
@@ -56,6 +71,7 @@ class Pass:
         done: batches delivered so far, counting from the epoch's start.
         total: batches in the epoch.
         live: the pass has not finished or been ended.
+        ended_by: what ended it with batches left, under its loop (``load_state_dict``, ``skip(n)``), else ``""``.
     """
 
     epoch: int
@@ -63,10 +79,25 @@ class Pass:
     done: int
     total: int
     live: bool = True
+    ended_by: str = ""
 
     @property
     def remaining(self) -> int:
         return self.total - self.done
+
+    def end(self, by: str) -> None:
+        """Ends the pass, ``by`` (``ended_by``) where it had batches left: asked for more, it then says so."""
+        if self.live and self.remaining > 0:
+            self.ended_by = by
+        self.live = False
+
+    def ended(self) -> str:
+        """What a pass ended by ``ended_by`` says when its loop asks it for another batch."""
+        return (
+            f"the pass over epoch {self.epoch} was ended after {self.done} of {self.total} batches by "
+            f"{self.ended_by}, which chose where the next pass starts (and what state_dict() says); "
+            "start that pass with iter(loader) (a `for` loop over the loader) instead of reading on"
+        )
 
 
 class EpochCursor:
@@ -124,18 +155,30 @@ class EpochCursor:
         self._next_epoch = epoch + 1
         return self._pass
 
-    def load(self, epoch: int, done: int) -> None:
-        """The next pass reads ``epoch`` from batch ``done``."""
+    def load(self, epoch: int, done: int, *, by: str = "load_state_dict") -> None:
+        """The next pass reads ``epoch`` from batch ``done`` (``by``: what asked, for a pass it ends)."""
         if self._pass is not None:
-            self._pass.live = False
+            self._pass.end(by)
         self._pass = None
         self._chosen = True
         self._next_epoch = epoch
         self._resume = (epoch, done) if done else None
 
     def skip(self, done: int) -> None:
-        """The next pass starts at batch ``done`` of the epoch it reads (as ``load`` of that epoch)."""
-        self.load(self._next_epoch, done)
+        """The next pass starts at batch ``done`` of the epoch it reads (as ``load`` of that epoch).
+
+        Raises:
+            ValueError: a loaded state, not yet read, resumes at another batch (Accelerate's ``load_state``
+                followed by the ``skip`` its ``skip_first_batches`` would do: the batches would repeat or be lost).
+        """
+        if self._resume is not None and self._resume[1] != done:
+            epoch, at = self._resume
+            raise ValueError(
+                f"skip({done}): the state loaded (load_state_dict, or Accelerate's load_state) already resumes "
+                f"epoch {epoch} at batch {at}; skipping to batch {done} instead would "
+                f"{'repeat' if done < at else 'lose'} {abs(at - done)} batches: leave skip out"
+            )
+        self.load(self._next_epoch, done, by=f"skip({done})")
 
     def state(self) -> tuple[int, int]:
         """``(epoch, batches done)``: where the next batch comes from."""
@@ -160,17 +203,33 @@ class EpochCursor:
         return self._pass if self._pass is not None and self._pass.live else None
 
     def state_dict(self, *, rank: int, backend: str, match: dict[str, Any]) -> dict[str, Any]:
-        """A loader's checkpoint: ``state``, with ``match`` (``resume_fields``): what a resume must match."""
+        """A loader's checkpoint: ``state``, with ``match`` (``resume_fields``): what a resume must match.
+
+        Warns (``LeftPass``) where the last pass was left with batches to go and nothing chose the next epoch
+        since: the state resumes at the next epoch, and a checkpoint on an exception meant the rest of the pass.
+        """
         epoch, done = self.state()
+        left = self._pass
+        if left is not None and not left.live and left.remaining > 0 and not self._chosen:
+            warnings.warn(
+                f"state_dict: the pass over epoch {left.epoch} was left after {left.done} of {left.total} batches "
+                f"(a break, or an exception out of the loop), so this state resumes at epoch {epoch}, as the next "
+                f"pass here reads it: the rest of epoch {left.epoch} is not read. To resume inside it (a checkpoint "
+                "on an exception or Ctrl-C), take the state inside the loop, before leaving it; to say that the next "
+                f"epoch is meant, call loader.set_epoch({epoch}) first",
+                LeftPass,
+                stacklevel=3,
+            )
         return {"format": STATE_FORMAT, "epoch": epoch, "batches_done": done, "rank": rank, "backend": backend, **match}
 
-    def load_state_dict(self, state: dict[str, Any], *, match: dict[str, Any], batches: int) -> None:
+    def load_state_dict(self, state: dict[str, Any], *, match: dict[str, Any], batches: int) -> tuple[int, int]:
         """Loads a checkpoint of ``state_dict`` into a loader whose ``resume_fields`` are
         ``match`` (epochs of ``batches`` batches).
 
         A field of ``match`` that the state records must be equal: another value would change the
-        samples that follow. A state of an older format that lacks some fields is loaded with a
-        warning naming them (it was valid when it was written); ``seed`` it must have.
+        samples that follow; at an epoch's start (``batches_done`` 0) those of ``SPLIT`` may differ. A state
+        of an older format that lacks some fields is loaded with a warning naming them (it was valid when it
+        was written); ``seed`` it must have. Returns where the state resumes: ``(epoch, batches_done)``.
 
         Raises:
             ValueError: naming the first field that differs with both values, an epoch or
@@ -194,13 +253,11 @@ class EpochCursor:
             )
         epoch, done = int(state["epoch"]), int(state["batches_done"])
         state = {"world_size": 1, **state}  # format 1 had no world size: a single process
+        if not done:  # at an epoch's start nothing of it is read: the split may change (SPLIT)
+            match = {name: value for name, value in match.items() if name not in SPLIT}
         for name, ours in match.items():
             if name in state and state[name] != ours:
-                raise ValueError(
-                    f"load_state_dict: {name} differs: the state has {name} {state[name]!r}, this loader {name} "
-                    f"{ours!r}; "
-                    f"{_WHY[name]}, so the rest of the epoch would repeat or skip samples"
-                )
+                raise ValueError(_differs(name, state[name], ours, epoch, done))
         if ("draws" in state) != ("draws" in match):  # no loader before draws drew by weight
             saved, ours = ("draws by weight", "does not") if "draws" in state else ("does not draw by weight", "does")
             raise ValueError(f"load_state_dict: the state's loader {saved}, this loader {ours}; {_WHY['draws']}")
@@ -215,20 +272,44 @@ class EpochCursor:
         if not 0 <= done <= batches:
             raise ValueError(f"load_state_dict: batches_done {done} is outside 0..{batches} (epoch {epoch})")
         self.load(epoch, done)
+        return epoch, done
 
+
+#: The fields that only split an epoch among ranks and batches: a state at an epoch's start (``batches_done`` 0)
+#: resumes with other values of them exactly (the epochs that follow read as a run with the new values would).
+SPLIT = ("world_size", "batch_size", "drop_last", "even_batches")
 
 #: Why each field of ``resume_fields`` must match (the error says it).
 _WHY = {
-    "seed": "the order and the augmentations are drawn from it",
+    "seed": (
+        "the order and the augmentations are drawn from it (gpupipe.DataLoader takes it from its generator, or "
+        "else from torch.initial_seed(): seed them in the resumed process as in the one saved)"
+    ),
     "world_size": "the order of an epoch is split among the ranks",
     "batch_size": "batches_done counts batches of the saved size",
     "shuffle": "it decides the order",
     "drop_last": "it decides which samples each rank reads",
     "even_batches": "it decides which samples each rank reads",
     "samples": "the order is a permutation of the dataset's samples",
-    "dataset": "the order is a permutation of these samples (the digest of their names)",
+    "dataset": (
+        "the order is a permutation of these samples (the digest of their names; a random_split or "
+        "SubsetRandomSampler drawn again without its seeded generator picks others)"
+    ),
     "draws": "the order is drawn by these weights, num_samples and replacement",
 }
+
+
+def _differs(name: str, saved: Any, ours: Any, epoch: int, done: int) -> str:
+    """Why a state whose ``name`` is ``saved`` is refused by a loader whose ``name`` is ``ours`` (the state resumes
+    ``epoch`` at batch ``done``), and what would do."""
+    said = f"load_state_dict: {name} differs: the state has {name} {saved!r}, this loader {name} {ours!r}; {_WHY[name]}"
+    if done:
+        end = f"; a state saved at an epoch's end (batches_done 0) resumes with another {name}" * (name in SPLIT)
+        return f"{said}, so the rest of the epoch would repeat or skip samples{end}"
+    said += f", so the epochs from {epoch} on would not be those of the run saved"
+    if name in ("samples", "dataset"):
+        said += f"; to read the changed dataset from epoch {epoch} on, call loader.set_epoch({epoch}) instead"
+    return said
 
 
 #: The last few names lists digested, with their digests (the list is held, so its id stays its own).

@@ -25,7 +25,7 @@ from ..errors import ErrorPolicy, Skipped
 from ..plan.seeding import batch_key
 from ..plan.spec import PipelineSpec
 from ..sources import Source
-from . import frameworks, steps
+from . import agreement, frameworks, steps
 from .batchsteps import BatchSteps
 from .config import LoaderConfig
 from .draws import epoch_samples
@@ -244,7 +244,9 @@ class Loader:
             read, samples=epoch_samples(self.source), batch_size=self.batch_size, world_size=world_size
         )
         try:
-            while current.live and current.done < current.total:
+            while current.done < current.total:
+                if not current.live:  # ended under its loop (load_state_dict, skip): not silently short
+                    raise frameworks.PassEnded(current.ended())
                 asked = self._stats.asking()
                 try:
                     batch = next(batches)
@@ -283,12 +285,8 @@ class Loader:
         return (images, targets), int(images.shape[0])
 
     def set_epoch(self, epoch: int) -> None:
-        """Sets the epoch whose order and augmentations the next pass reads.
-
-        The order is a function of ``(seed, epoch)`` alone. Without calls to
-        ``set_epoch`` each pass reads the epoch after the previous pass's
-        (see ``gpupipe.loading.epochs`` for the whole rule).
-        """
+        """Sets the epoch whose order (a function of ``(seed, epoch)`` alone) and augmentations the next pass
+        reads; without it each pass reads the epoch after the previous pass's (``gpupipe.loading.epochs``)."""
         self._cursor.set_epoch(epoch)  # checked there: 0 .. gpupipe.loading.config.MAX_EPOCH
 
     def skip(self, batches: int) -> Loader:
@@ -299,7 +297,7 @@ class Loader:
         registered loader): the state already says where to continue.
 
         Raises:
-            ValueError: ``batches`` outside ``0 .. len(loader)``.
+            ValueError: ``batches`` outside ``0 .. len(loader)``, or not where a loaded state resumes.
         """
         if isinstance(batches, bool) or not isinstance(batches, int) or not 0 <= batches <= len(self):
             raise ValueError(f"skip: batches must be an int in 0..{len(self)}, got {batches!r}")
@@ -359,10 +357,12 @@ class Loader:
         """Continues from ``state_dict``: the next pass gives exactly the batches that would have come next.
 
         Raises:
-            ValueError: the state records another value of a field that decides the samples (named), or is malformed.
+            ValueError: a field that decides the samples differs (named), a malformed state; ``agreement.load_alike``.
         """
-        match = resume_fields(self.config, self.world_size, self.source.names, self.source.draws)
-        self._cursor.load_state_dict(state, match=match, batches=len(self))
+        world, batches = self._settle(), len(self)
+        match = resume_fields(self.config, world.world_size, self.source.names, self.source.draws)
+        load = lambda: self._cursor.load_state_dict(state, match=match, batches=batches)  # noqa: E731
+        agreement.load_alike(load, agreement.exchange_group(world))
 
     # -- lifetime ----------------------------------------------------------------
 
