@@ -80,7 +80,8 @@ def test_a_broken_pass_moves_on_like_a_dataloader():
     loader = make()
     for _ in loader:
         break
-    assert loader.state_dict()["epoch"] == 1
+    with pytest.warns(gpupipe.loading.epochs.LeftPass, match="left after 1 of 4 batches"):
+        assert loader.state_dict()["epoch"] == 1
     assert keys(loader)[0] == (1, 0)
 
 
@@ -113,6 +114,7 @@ OPS = st.one_of(
 )
 
 
+@pytest.mark.filterwarnings("ignore::gpupipe.loading.epochs.LeftPass")  # a break then a save: warned, by rule
 @settings(max_examples=200, deadline=None)
 @given(ops=st.lists(OPS, max_size=8), tail=st.lists(OPS, max_size=4))
 def test_a_loaded_state_continues_exactly_as_the_original(ops, tail):
