@@ -58,10 +58,15 @@ def did_you_mean(given: str, choices: Iterable[str], quote: bool = True) -> str:
     For error messages: ``f"unknown preset {name!r}{did_you_mean(name, PRESETS)}; choose one of ..."``;
     ``quote=False`` names a command-line flag as it is typed (``--batch-size``).
     """
-    close = difflib.get_close_matches(given, list(choices), n=1, cutoff=0.75)
+    choices = list(choices)
+    by_case = {c.lower(): c for c in reversed(choices)}  # case aside (DALI-CPU, TorchVision), the first choice
+    close = difflib.get_close_matches(given.lower(), list(by_case), n=1, cutoff=0.75)
     if not close:
         return ""
-    return f" (did you mean {close[0]!r}?)" if quote else f" (did you mean {close[0]}?)"
+    meant = by_case[close[0]]
+    if meant == given:
+        return ""
+    return f" (did you mean {meant!r}?)" if quote else f" (did you mean {meant}?)"
 
 
 P = ParamSpec("P")

@@ -11,17 +11,48 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 #: The exit status of a command stopped by an error (as argparse's).
 EXIT_ERROR = 2
+#: A message that names a file: a path, or a name with an extension.
+_NAMES_A_FILE = re.compile(r"[/\\]|\w\.\w{2,5}\b")
+
+
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``argparse.ArgumentDefaultsHelpFormatter`` that says a default once: not after a help that says it
+    already (``... (default: DATA)``), and not when it is ``None``."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "(default" in text or action.default is None:
+            return text
+        return super()._get_help_string(action)
 
 
 class ArgumentParser(argparse.ArgumentParser):
     """``argparse.ArgumentParser`` whose errors are one line, ``error: ...`` (exit 2), without the usage; a
-    mistyped flag is named with the flag meant (``--batchsize 8 (did you mean --batch-size?)``)."""
+    mistyped flag is named with the flag meant (``--batchsize 8 (did you mean --batch-size?)``).
+
+    With ``formatter_class=argparse.ArgumentDefaultsHelpFormatter``, ``--help`` shows every option's default
+    once, options without a help text included (``DefaultsHelpFormatter``).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if kwargs.get("formatter_class") is argparse.ArgumentDefaultsHelpFormatter:
+            kwargs["formatter_class"] = DefaultsHelpFormatter
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        shown = action.default not in (None, False, argparse.SUPPRESS)
+        ours = isinstance(self.formatter_class, type) and issubclass(self.formatter_class, DefaultsHelpFormatter)
+        if ours and action.help is None and shown:
+            action.help = "(default: %(default)s)"
+        return action
 
     def error(self, message: str) -> NoReturn:
         fail(f"{with_flag_guess(self, message)} (see {self.prog} --help)")
@@ -62,11 +93,16 @@ def user_errors() -> tuple[type[BaseException], ...]:
 
 def message(err: BaseException) -> str:
     """The text of ``err`` for an ``error:`` line; an error re-raised from a ``DataLoader`` worker
-    (whose text holds the worker's traceback) gives the worker's own message."""
+    (whose text holds the worker's traceback) gives the worker's own message, and, where that names no file
+    (a decoder's ``Truncated File Read``), which worker raised it and that ``GPUPIPE_DEBUG=1`` shows where."""
     text = str(err) or type(err).__name__
     if "Original Traceback" in text:
-        last = text.strip().splitlines()[-1]
+        lines = text.strip().splitlines()
+        last = lines[-1]
+        worker = re.search(r"in (DataLoader worker process \d+)", lines[0])
         text = last.split(": ", 1)[1] if ": " in last else last
+        if worker and not _NAMES_A_FILE.search(text):
+            text += f" (in {worker.group(1)}; GPUPIPE_DEBUG=1 shows its traceback)"
     return text
 
 

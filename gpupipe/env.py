@@ -224,13 +224,15 @@ def default_threads() -> int:
 def cache_dir(*parts: str) -> Path:
     """gpupipe's cache folder (scan caches, demo data, remote tars), joined with ``parts``.
 
-    ``$GPUPIPE_CACHE``, else ``$XDG_CACHE_HOME/gpupipe``, else ``~/.cache/gpupipe``.
+    ``$GPUPIPE_CACHE``, else ``$XDG_CACHE_HOME/gpupipe``, else ``~/.cache/gpupipe``; a ``~`` the shell left
+    (a ``.env`` file, a Dockerfile's ``ENV``) is the home folder, and a relative path starts at the current
+    folder (made absolute, so that messages and worker processes name one folder).
     """
     if os.environ.get("GPUPIPE_CACHE"):
         base = Path(os.environ["GPUPIPE_CACHE"])
     else:
-        base = Path(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")) / "gpupipe"
-    return base.joinpath(*parts)
+        base = Path(os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")) / "gpupipe"
+    return base.expanduser().absolute().joinpath(*parts)
 
 
 def versions() -> dict[str, str | None]:

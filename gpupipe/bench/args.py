@@ -97,7 +97,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--model", help="torchvision model name (default: resnet50 on a GPU, shufflenet_v2_x0_5 on a CPU)"
     )
     parser.add_argument("--batch-size", type=int, help="images per batch (default: 256 on a GPU, 32 on a CPU)")
-    parser.add_argument("--image-size", type=int, default=224, help="train-preset crop size in px (default: 224)")
+    parser.add_argument(
+        "--image-size",
+        type=int,
+        default=224,
+        help="train-preset crop size in px, at least 32 and one the model takes (default: 224)",
+    )
     parser.add_argument(
         "--steps",
         type=int,
@@ -156,13 +161,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--cache-dir",
-        type=Path,
+        type=_local_path,
         default=env.cache_dir(),
         help=f"where the demo data is built once (default: {env.cache_dir()}, gpupipe's cache folder, "
         "set by $GPUPIPE_CACHE or $XDG_CACHE_HOME)",
     )
     parser.add_argument(
-        "--out", type=Path, default=Path("bench-out"), help="folder for bench.json and bench.png (default: ./bench-out)"
+        "--out",
+        type=_local_path,
+        default=Path("bench-out"),
+        help="folder for bench.json and bench.png (default: ./bench-out)",
     )
     args = parser.parse_args(argv)
     args.mode = args.mode or "quick"
@@ -177,7 +185,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             setattr(args, name, value)
     if args.demo_images is None:
         args.demo_images = max(1000, 50 * args.batch_size) if on_gpu else 1000
-    for name in ("batch_size", "image_size", "steps", "train_steps", "repeats", "threads", "demo_images"):
+    check_image_size(args.image_size, None if args.no_train else args.model)
+    for name in ("batch_size", "steps", "train_steps", "repeats", "threads", "demo_images"):
         if getattr(args, name) < 1:
             raise BenchError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     for name in ("warmup", "train_warmup"):
@@ -186,9 +195,71 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+#: The smallest ``--image-size``: below it, a model's five stride-2 stages leave less than a pixel and the
+#: figures mean nothing. (A size too large for the memory is refused by ``preflight.check_memory``.)
+MIN_IMAGE_SIZE = 32
+
+
+def check_image_size(size: int, model: str | None) -> None:
+    """Refuses a crop size under ``MIN_IMAGE_SIZE``, or one torchvision's ``model`` cannot take (a ViT's fixed
+    size, Inception's minimum), found by one forward pass on the meta device (no memory, no weights); and a
+    ``model`` of torchvision's that is no image classifier.
+
+    Raises:
+        BenchError: naming ``--image-size`` (and the model), or ``--model``.
+    """
+    if size < MIN_IMAGE_SIZE:
+        raise BenchError(
+            f"--image-size must be at least {MIN_IMAGE_SIZE} px, got {size} (the train preset's crop side; "
+            "ImageNet's is 224)"
+        )
+    if model is None:
+        return
+    import torchvision
+
+    if model not in torchvision.models.list_models(module=torchvision.models):
+        if model in torchvision.models.list_models():  # a video, detection, segmentation or optical-flow model
+            raise BenchError(
+                f"--model {model} is not an image classifier: the bench trains one on class labels; choose one of "
+                "torchvision.models.list_models(module=torchvision.models) (resnet50, shufflenet_v2_x0_5, ...)"
+            )
+        return  # an unknown name: check_model names it with the one meant, before any work
+    why = _meta_forward(model, size)
+    if why and size != 224 and not _meta_forward(model, 224):  # else: the meta device, not the size, failed
+        raise BenchError(
+            f"--image-size {size}: model {model} cannot take {size}x{size} images ({why}); pass a size it takes "
+            "(224 for most), or another --model"
+        )
+
+
+def _meta_forward(model: str, size: int) -> str:
+    """Why torchvision's ``model`` fails on a ``(1, 3, size, size)`` batch on the meta device (no memory, no
+    weights), ``""`` if it does not, or if the model cannot be built there (RegNet: a probe cannot tell)."""
+    import warnings
+
+    import torchvision
+
+    with warnings.catch_warnings(), torch.device("meta"):
+        warnings.simplefilter("ignore")
+        try:
+            net = torchvision.models.get_model(model).eval()
+        except Exception:  # any failure to build on the meta device: no probe
+            return ""
+        try:
+            net(torch.empty(1, 3, size, size))
+        except (AssertionError, RuntimeError, ValueError, NotImplementedError) as err:
+            return (str(err).strip().splitlines() or [type(err).__name__])[0]
+    return ""
+
+
 def _data_path(value: str) -> Path | str:
     """``--data``: a path, or the URL of a pack kept as it was typed (``Path`` would fold its ``//``)."""
-    return value if is_url(value) else Path(value)
+    return value if is_url(value) else _local_path(value)
+
+
+def _local_path(value: str) -> Path:
+    """A folder's path, with a ``~`` the shell left (``--out=~/results``) read as the home folder."""
+    return Path(value).expanduser()
 
 
 def choose_backends(spec: str, on_gpu: bool) -> list[str]:

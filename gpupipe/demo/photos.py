@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
@@ -179,33 +180,27 @@ def chunks(count: int, size: int | None = None) -> list[range]:
 
 
 def folder_stats(root: Path) -> dict[str, float]:
-    """Image count, classes, and size statistics (pixels from JPEG headers, no decoding)."""
-    from PIL import Image
+    """Image count, classes and size statistics of what the loaders read from ``root``.
 
-    sizes, widths, heights = [], [], []
-    classes = [d for d in sorted(root.iterdir()) if d.is_dir() and not d.name.startswith(".")]
-    for folder in classes:
-        for path in sorted(folder.iterdir()):
-            if path.suffix.lower() not in (".jpg", ".jpeg", ".png", ".webp", ".bmp"):
-                continue
-            sizes.append(path.stat().st_size)
-            with Image.open(path) as img:
-                widths.append(img.width)
-                heights.append(img.height)
-    if not sizes:
-        raise ValueError(f"no images under {root}")
-    kib = np.asarray(sizes) / 1024
-    return {
-        "images": len(sizes),
-        "classes": len(classes),
-        "mean_kib": round(float(kib.mean()), 1),
-        "median_kib": round(float(np.median(kib)), 1),
-        "total_mib": round(float(kib.sum() / 1024), 1),
-        "mean_width": round(float(np.mean(widths)), 1),
-        "mean_height": round(float(np.mean(heights)), 1),
-        "min_side": int(min(min(widths), min(heights))),
-        "max_side": int(max(max(widths), max(heights))),
-    }
+    An image folder is listed as ``gpupipe.loader`` lists it (nested folders included; hidden files, other
+    files and the files its scan finds bad left out), with pixel sizes from the headers (no decoding); a pack
+    is read from its manifest (``packed_stats``).
+
+    Raises:
+        ValueError: ``root`` holds no images the loaders read, naming it.
+    """
+    from ..sources import as_source
+
+    source = as_source(Path(root))
+    if getattr(source, "manifest", None) is not None:
+        return packed_stats(root)
+    bad = source.scan().bad
+    good = [i for i in range(len(source.names)) if i not in bad]
+    if not good:
+        raise ValueError(f"no images under {root} that the loaders read ({len(bad)} bad)")
+    kib = np.asarray([os.path.getsize(source.names[i]) for i in good], np.float64) / 1024
+    sizes = source.scan().sizes[good]
+    return _stats(len(good), len(source.classes), kib, float(kib.sum() / 1024), sizes)
 
 
 def packed_stats(root: Path) -> dict[str, float]:
@@ -213,19 +208,27 @@ def packed_stats(root: Path) -> dict[str, float]:
     from ..shards import format as shardfmt
 
     manifest = shardfmt.read_manifest(Path(root))
-    sizes = np.array([s for shard in manifest["shards"] for s in shard.get("sizes", [])], np.float64).reshape(-1, 2)
+    sizes = np.array([s for shard in manifest["shards"] for s in shard.get("sizes", [])], np.int64).reshape(-1, 2)
     samples = manifest["totals"]["samples"]
-    kib = manifest["totals"]["bytes"] / 1024 / max(1, samples)
+    kib = np.full(1, manifest["totals"]["bytes"] / 1024 / max(1, samples))
+    return _stats(samples, len(manifest["classes"]), kib, manifest["totals"]["bytes"] / 2**20, sizes)
+
+
+def _stats(images: int, classes: int, kib: np.ndarray, mib: float, sizes: np.ndarray) -> dict[str, float]:
+    """The statistics of ``images`` files of ``kib`` KiB each (or their mean) and ``sizes`` ``(N, 2)``
+    ``(h, w)`` (``-1``: not recorded, left out)."""
+    sizes = sizes[(sizes > 0).all(axis=1)] if len(sizes) else sizes
+    heights, widths = (sizes[:, 0], sizes[:, 1]) if len(sizes) else (np.zeros(1), np.zeros(1))
     return {
-        "images": samples,
-        "classes": len(manifest["classes"]),
-        "mean_kib": round(kib, 1),
-        "median_kib": round(kib, 1),
-        "total_mib": round(manifest["totals"]["bytes"] / 2**20, 1),
-        "mean_width": round(float(sizes[:, 1].mean()), 1) if len(sizes) else 0.0,
-        "mean_height": round(float(sizes[:, 0].mean()), 1) if len(sizes) else 0.0,
-        "min_side": int(sizes.min()) if len(sizes) else 0,
-        "max_side": int(sizes.max()) if len(sizes) else 0,
+        "images": images,
+        "classes": classes,
+        "mean_kib": round(float(kib.mean()), 1),
+        "median_kib": round(float(np.median(kib)), 1),
+        "total_mib": round(mib, 1),
+        "mean_width": round(float(widths.mean()), 1),
+        "mean_height": round(float(heights.mean()), 1),
+        "min_side": int(min(widths.min(), heights.min())),
+        "max_side": int(max(widths.max(), heights.max())),
     }
 
 

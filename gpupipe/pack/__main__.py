@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -97,6 +98,10 @@ def parse_args(argv: list[str] | None):
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
+    for name in ("src", "dst", "staging"):  # a '~' the shell left (--staging=~/s) is the home folder
+        value = getattr(args, name)
+        if value is not None and not is_url(value):
+            setattr(args, name, os.path.expanduser(value))
     if args.verify:
         if args.dst is not None:
             parser.error("--verify takes only DST")

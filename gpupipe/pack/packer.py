@@ -20,7 +20,7 @@ from ..errors import ErrorPolicy, SkipLog, Skipped
 from ..fileio import byte_size
 from ..plan.seeding import pack_order
 from ..shards import format as shardfmt
-from ..sources import IMAGE_EXTENSIONS, FileSource, Source, as_source
+from ..sources import IMAGE_EXTENSIONS, FileList, FileSource, Source, as_source
 from ..sources.files import OTHER_IMAGE_EXTENSIONS
 from ..targets import Target
 from . import manifest as mf
@@ -99,6 +99,8 @@ def packable(src, dst: Path) -> FileSource:
             if isinstance(source, Source) and not source.needs_scan
             else f"cannot pack a {type(source).__name__}"
         )
+    if isinstance(source, FileList):
+        source.refuse_none_found()  # not a pack of 0 images, each "cannot read"
     root = Path(getattr(source, "root", None) or os.path.commonpath(source.names)).resolve()
     target = Path(dst).resolve()
     if target == root or root in target.parents:

@@ -12,15 +12,9 @@ import numpy as np
 from ..errors import PathNotFound, plural
 from ..targets import TargetKind
 from .base import Indices, Source
-from .listfile import (
-    LabelArg,
-    check_space_separated,
-    label_sets,
-    merge_repeated,
-    numbering,
-    read_list_file,
-    read_pairs,
-)
+from .listfile import LabelArg, label_sets, merge_repeated, numbering, read_list_file, read_pairs
+from .listpaths import check_space_separated, refuse_none_found, windows_separators
+from .scan import ScanResult
 
 logger = logging.getLogger("gpupipe.sources")
 
@@ -135,13 +129,19 @@ class ImageFolder(FileSource):
             raise ValueError(f"ImageFolder: root {str(self.root)!r} is not a folder")
         extensions = tuple(e.lower() for e in extensions)
         with os.scandir(self.root) as entries:
-            self.classes = sorted(e.name for e in entries if not e.name.startswith(".") and _is_dir(e))
+            listed = [(e.name, _is_dir(e)) for e in entries if not e.name.startswith(".")]
+        self.classes = sorted(name for name, is_dir in listed if is_dir)
+        loose = sorted(name for name, is_dir in listed if not is_dir and name.lower().endswith(extensions))
+        shown = ", ".join(loose[:3]) + (" ..." if len(loose) > 3 else "")
         if not self.classes:
             tars = sum(1 for p in self.root.glob("*.tar"))
             hint = (
                 f"; it holds {plural(tars, '.tar file')} and no manifest.json: a pack not finished or whose "
                 "manifest is missing (run the pack again), or WebDataset shards (read them with gpupipe.WebDataset)"
                 if tars
+                else f"; it holds {plural(len(loose), 'image')} of its own ({shown}): move them into one folder "
+                "per class, or list them with their labels in a list file (gpupipe.FileList)"
+                if loose
                 else ""
             )
             raise ValueError(
@@ -152,6 +152,12 @@ class ImageFolder(FileSource):
             raise ValueError(f"ImageFolder: {problem}")
         if len(self.classes) == 1:
             _warn_one_class(self.root, self.classes[0])
+        if loose:
+            logger.warning(
+                f"ImageFolder: {str(self.root)!r} holds {plural(len(loose), 'image')} outside its class folders "
+                f"({shown}): they are left out (torchvision's ImageFolder leaves them out too); if the classes are "
+                f"the folders beside it, pass {str(self.root.parent)!r}"
+            )
         names: list[str] = []
         labels: list[int] = []
         class_dirs = [os.path.join(str(self.root), name) for name in self.classes]
@@ -316,8 +322,9 @@ class FileList(FileSource):
     multi-label source: batches then carry ``(B, num_classes)`` float32
     multi-hot targets; a label given twice counts once, and an empty list is
     an image of no class (a row of zeros). Relative paths are taken from
-    ``root``, by default the list file's folder. Missing files are reported
-    by the loader's scan.
+    ``root``, by default the list file's folder; a path written on Windows
+    (``train\\cat\\1.jpg``) that names no file is read with ``/``. Missing
+    files are reported by the loader's scan.
 
     Args:
         entries: ``(path, label)`` pairs (a label, or a list of labels; NumPy and torch values are read as
@@ -331,8 +338,8 @@ class FileList(FileSource):
 
     Raises:
         ValueError: a missing list file, a malformed line, labels mixing indices and names, a label
-            outside ``classes``, a class named twice, or multi-hot rows given as labels; the message names
-            the file and line (or the pair's path).
+            outside ``classes``, a class named twice, multi-hot rows given as labels, or a Windows absolute
+            path (``C:\\...``); the message names the file and line (or the pair's path).
     """
 
     def __init__(
@@ -361,8 +368,9 @@ class FileList(FileSource):
             names = [p if p[:1] == "/" else prefix + p for p in listing.paths]
         else:
             names = [p if os.path.isabs(p) else os.path.join(base, p) for p in listing.paths]
-        self.names = merge_repeated(listing, names, multi_label)
+        self.names = merge_repeated(listing, windows_separators(listing, names), multi_label)
         check_space_separated(listing, self.names)
+        self._written = (base, listing.list_file)  # where the paths start, for refuse_none_found
         sets = label_sets(listing, multi_label)
         if sets is None:
             self.classes, index = numbering(listing.labels, range(len(listing.labels)), listing, classes)  # type: ignore[arg-type]
@@ -379,3 +387,13 @@ class FileList(FileSource):
 
     def label_sets(self, indices: Indices) -> list[np.ndarray]:
         return [self.label_lists[i] for i in indices]
+
+    def refuse_none_found(self) -> None:
+        """Raises ``ValueError`` naming the ``root=`` to pass if none of the files exists (one stat if one does)."""
+        refuse_none_found(self.names, *self._written)
+
+    def _scan(self, max_pixels: int, max_file_size: int) -> ScanResult:
+        result = super()._scan(max_pixels, max_file_size)
+        if len(result.bad) == len(self.names):  # every file bad: missing because the paths start elsewhere?
+            self.refuse_none_found()
+        return result

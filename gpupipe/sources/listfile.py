@@ -239,12 +239,12 @@ def merge_repeated(listing: Listing, names: list[str], multi_label: bool | None)
         if j == i:
             continue
         a, b = listing.labels[j], listing.labels[i]
-        one_kind = len({isinstance(v, str) for v in _as_list(a) + _as_list(b)}) < 2  # else: numbering says it
-        if multi_label is not True and one_kind and set(_as_list(a)) != set(_as_list(b)):
+        one_kind = len({isinstance(v, str) for v in as_list(a) + as_list(b)}) < 2  # else: numbering says it
+        if multi_label is not True and one_kind and set(as_list(a)) != set(as_list(b)):
             if listing.list_file is None:
                 said = f"{a!r} and {b!r} (entries {j} and {i})"
             else:
-                shown = [", ".join(map(repr, _as_list(v))) for v in (a, b)]
+                shown = [", ".join(map(repr, as_list(v))) for v in (a, b)]
                 said = (
                     f"on line {listing.lines[j]} ({shown[0]}) and line {listing.lines[i]} ({shown[1]}) of "
                     f"{listing.list_file}"
@@ -261,40 +261,18 @@ def merge_repeated(listing: Listing, names: list[str], multi_label: bool | None)
     for i, key in enumerate(keys):
         j = merged.setdefault(key, i)
         if j == i:
-            listing.labels[i] = _as_list(listing.labels[i])
+            listing.labels[i] = as_list(listing.labels[i])
             keep.append(i)
         else:
-            listing.labels[j] = _as_list(listing.labels[j]) + _as_list(listing.labels[i])  # type: ignore[operator]
+            listing.labels[j] = as_list(listing.labels[j]) + as_list(listing.labels[i])  # type: ignore[operator]
     listing.paths = [listing.paths[i] for i in keep]
     listing.labels = [listing.labels[i] for i in keep]
     listing.lines = [listing.lines[i] for i in keep]
     return [names[i] for i in keep]
 
 
-def check_space_separated(listing: Listing, names: Sequence[str]) -> None:
-    """Refuses a text line whose path (holding a space) is no file while its first word is one: labels
-    separated by spaces (``path cat dog``), which would be read as the file ``path cat`` labelled ``dog``.
-
-    Args:
-        listing: the list file's entries.
-        names: their absolute paths.
-    """
-    if listing.list_file is None or listing.list_file.suffix.lower() == ".csv":
-        return
-    for i, (path, name) in enumerate(zip(listing.paths, names)):
-        head, *rest = path.split(None, 1)
-        if not rest or os.path.lexists(name):
-            continue
-        if os.path.isfile(name[: len(name) - len(path)] + head):  # name: the folder the path starts from + path
-            words = rest[0].split() + [str(v) for v in _as_list(listing.labels[i])]
-            raise ValueError(
-                f"FileList: {listing.list_file}:{listing.lines[i]}: {path!r} does not exist but {head!r} exists: "
-                f"if {', '.join(map(repr, words))} are its labels, separate several labels with ',' "
-                f"({head} {','.join(words)})"
-            )
-
-
-def _as_list(label: LabelArg) -> list[Label]:
+def as_list(label: LabelArg) -> list[Label]:
+    """``label`` as a list: a label set as it is, one label as a list of one."""
     return list(label) if isinstance(label, list) else [label]
 
 
@@ -311,7 +289,7 @@ def label_sets(listing: Listing, multi_label: bool | None) -> list[list[Label]] 
     listed = [i for i, v in enumerate(listing.labels) if isinstance(v, list)]
     if multi_label is False:
         for i in listed:
-            row = _as_list(listing.labels[i])
+            row = as_list(listing.labels[i])
             if len(row) != 1:
                 said = f"several labels {row!r}" if row else "no label"
                 raise ValueError(f"FileList: {said} of {listing.where(i)}, but multi_label=False")
@@ -319,7 +297,7 @@ def label_sets(listing: Listing, multi_label: bool | None) -> list[list[Label]] 
         return None
     if multi_label is None and not listed:
         return None
-    rows = [_as_list(v) for v in listing.labels]
+    rows = [as_list(v) for v in listing.labels]
     refuse_multi_hot(rows, listing)
     return [list(dict.fromkeys(row)) for row in rows]
 

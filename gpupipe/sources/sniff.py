@@ -1,4 +1,4 @@
-"""What a file is, by its first bytes: an image, an archive, other binary data, or text.
+"""What a file is, by its first bytes: an image, an archive, other binary data, JSON or YAML, or text.
 
 A path given where a folder or a list file is expected is checked here
 first, so that an image or an archive is named as such instead of being
@@ -35,7 +35,7 @@ _BMP_HEADERS = (12, 40, 52, 56, 64, 108, 124)
 
 
 class NotAListFile(Error, ValueError):
-    """A file given where a folder or a list file is expected is an image, an archive or binary data."""
+    """A file given where a folder or a list file is expected is an image, an archive, binary data, JSON or YAML."""
 
 
 def kind_of(head: bytes) -> str | None:
@@ -53,8 +53,20 @@ def kind_of(head: bytes) -> str | None:
     return None
 
 
+def _text_kind(head: bytes, path: str) -> str | None:
+    """``"a JSON file"`` (``"a JSON file (COCO annotations)"``) or ``"a YAML file"`` for a text file that is
+    no list file (a list's first path may start with ``[``: ``[2023] trip/a.jpg``, not ``[[`` or ``["``)."""
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if text[:1] == b"{" or text[:1] == b"[" and text[1:].lstrip()[:1] in (b"[", b"{", b'"'):
+        coco = b'"images"' in head and (b'"annotations"' in head or b'"categories"' in head)
+        return "a JSON file (COCO annotations)" if coco else "a JSON file"
+    if path.lower().endswith((".yaml", ".yml")):
+        return "a YAML file"
+    return None
+
+
 def check_list_file(path: str | os.PathLike, expected: str = "a list file", image_hint: str = "") -> None:
-    """Raises ``NotAListFile`` where ``path`` is not text, saying what it is instead.
+    """Raises ``NotAListFile`` where ``path`` is not a text list, saying what it is instead (and what reads it).
 
     Args:
         expected: what the argument should have been, e.g. ``"a folder or a list file"``.
@@ -65,10 +77,16 @@ def check_list_file(path: str | os.PathLike, expected: str = "a list file", imag
             head = fh.read(SNIFF_BYTES)
     except OSError:
         return  # the reader that follows reports it with its reason
-    what = kind_of(head)
+    what = kind_of(head) or _text_kind(head, os.fspath(path))
     if what is None:
         return
     hint = ""
+    if what.startswith("a JSON file (COCO"):
+        hint = f"read it with gpupipe.CocoDetection(IMAGES_FOLDER, {os.fspath(path)!r})"
+    elif what == "a JSON file":
+        hint = "load its (path, label) pairs and pass gpupipe.FileList(pairs)"
+    elif what == "a YAML file":
+        hint = "pass the image folder, or a list file of 'path label' lines"
     if what.endswith("image"):
         hint = image_hint
     elif what.endswith("archive"):

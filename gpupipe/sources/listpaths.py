@@ -1,0 +1,147 @@
+"""Where a list file's paths lead: paths written on Windows, and labels separated by spaces read as part of
+a path. (``FileList``'s checks that look at the file system; ``listfile`` parses.)"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Sequence
+
+from ..errors import plural
+from .listfile import Listing, as_list
+
+logger = logging.getLogger("gpupipe.sources")
+
+#: A Windows drive: ``C:\\`` or ``C:/``.
+_DRIVE = re.compile(r"[A-Za-z]:[\\/]")
+
+
+def windows_separators(listing: Listing, names: list[str]) -> list[str]:
+    """Paths written on Windows (``train\\cat\\001.jpg``), read on a system whose separator is ``/``: a
+    name holding ``\\`` that is no file is read with ``/`` (a file whose name holds a real ``\\`` is read as
+    named); one line says how many. A Windows absolute path (``C:\\...``, ``D:/...``, ``\\\\server\\...``)
+    cannot be opened here, and is refused.
+
+    Args:
+        listing: the entries (their paths as written, for messages).
+        names: their absolute paths.
+
+    Returns:
+        The absolute paths to read.
+
+    Raises:
+        ValueError: a Windows absolute path, naming its line (or the pair's path) and the fix.
+    """
+    if os.sep != "/":
+        return names
+    joined = "\n".join(listing.paths)
+    if "\\" not in joined and ":" not in joined:
+        return names
+    read = list(names)
+    turned = []
+    for i, path in enumerate(listing.paths):
+        if ("\\" in path or _DRIVE.match(path)) and not os.path.lexists(names[i]):
+            if _DRIVE.match(path) or path[:2] == "\\\\":
+                line = f"{listing.list_file}:{listing.lines[i]}: " if listing.lines[i] else ""
+                raise ValueError(
+                    f"FileList: {line}{path!r} is a Windows absolute path, which this system cannot open: write "
+                    "the paths relative to the list file's folder (or to root=)"
+                )
+            read[i] = names[i].replace("\\", "/")
+            turned.append(i)
+    if turned:
+        logger.info(
+            "FileList: %s: %s written with '\\' (Windows) are read with '/' (first: %s)",
+            listing.list_file if listing.list_file is not None else "pairs",
+            plural(len(turned), "path"),
+            listing.where(turned[0]),
+        )
+    return read
+
+
+def check_space_separated(listing: Listing, names: Sequence[str]) -> None:
+    """Refuses a text line whose path (holding a space) is no file while its first word is one: labels
+    separated by spaces (``path cat dog``), which would be read as the file ``path cat`` labelled ``dog``.
+
+    Args:
+        listing: the list file's entries.
+        names: their absolute paths.
+    """
+    if listing.list_file is None or listing.list_file.suffix.lower() == ".csv":
+        return
+    for i, (path, name) in enumerate(zip(listing.paths, names)):
+        head, *rest = path.split(None, 1)
+        if not rest or os.path.lexists(name):
+            continue
+        if os.path.isfile(name[: len(name) - len(path)] + head):  # name: the folder the path starts from + path
+            words = rest[0].split() + [str(v) for v in as_list(listing.labels[i])]
+            raise ValueError(
+                f"FileList: {listing.list_file}:{listing.lines[i]}: {path!r} does not exist but {head!r} exists: "
+                f"if {', '.join(map(repr, words))} are its labels, separate several labels with ',' "
+                f"({head} {','.join(words)})"
+            )
+
+
+def refuse_none_found(names: Sequence[str], base: str, list_file: os.PathLike | None) -> None:
+    """Refuses a list none of whose files exists (paths relative to another folder, or another machine's
+    absolute paths), naming the ``root=`` to pass where the first files are found (``base``, its parent, the
+    current folder, or a folder in ``base`` or beside it). One ``stat`` for a list whose first file exists.
+
+    Args:
+        names: the absolute paths of the list's files.
+        base: the folder relative paths start from.
+        list_file: the list file, or ``None`` for pairs.
+
+    Raises:
+        ValueError: no file exists, naming the list and, where found, the ``root=`` and the part to drop.
+    """
+    if not names or any(os.path.lexists(name) for name in names):
+        return
+    what = f"{list_file} names" if list_file is not None else "of the pairs"
+    head = f"FileList: none of the {plural(len(names), 'file')} {what} exists"
+    prefix = base.rstrip("/") + "/"
+    name = names[0]
+    if name.startswith(prefix):  # a relative path, as written (with '/')
+        path = name[len(prefix) :]
+        found = _holder(base, [n[len(prefix) :] for n in names[:10] if n.startswith(prefix)])
+        if found is None:
+            raise ValueError(
+                f"{head} ({path!r} is not in {base!r}, where relative paths start; pass root= to start them elsewhere)"
+            )
+        raise ValueError(
+            f"{head} ({path!r} is not in {base!r}, where relative paths start); they are in {found!r}: "
+            f"pass root={found!r}" + (" (or move the list file there)" if list_file is not None else "")
+        )
+    parts = name.strip("/").split("/")
+    for k in range(1, len(parts)):
+        suffix = "/".join(parts[k:])
+        found = _holder(base, [suffix])
+        if found is not None:
+            tail = f" and pass root={found!r}" if found != base else ""
+            raise ValueError(
+                f"{head} ({name!r} is not there); {suffix!r} is in {found!r}: write the paths without "
+                f"{name[: len(name) - len(suffix)]!r}{tail}"
+            )
+    raise ValueError(
+        f"{head} ({name!r} is not there: a path of another machine? write the paths relative to the list file's folder)"
+    )
+
+
+#: At most this many folders in ``base`` (and beside it) are tried as the ``root=`` of a list's relative paths.
+_FOLDERS_TRIED = 50
+
+
+def _holder(base: str, rel: Sequence[str]) -> str | None:
+    """The first of ``base``, its parent, the current folder and the folders in ``base`` and beside it that holds
+    every path of ``rel``, or ``None``."""
+    parent = os.path.dirname(base.rstrip("/")) or "/"
+    tried = [base, parent, os.getcwd()]
+    for folder in (base, parent):
+        try:
+            with os.scandir(folder) as entries:
+                inside = sorted(e.path for e in entries if not e.name.startswith(".") and e.is_dir())
+        except OSError:
+            continue
+        tried += inside[:_FOLDERS_TRIED]
+    return next((t for t in tried if all(os.path.lexists(os.path.join(t, r)) for r in rel)), None)
