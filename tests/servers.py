@@ -14,7 +14,6 @@ import time
 from collections import Counter
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Optional, Set
 
 import pytest
 
@@ -25,6 +24,8 @@ class FolderServer:
     Attributes:
         gets: ``Counter`` of request paths (``/name``).
         corrupt: paths whose next response has one byte flipped (each entry is used once).
+        unavailable: ``Counter`` of paths whose next GETs are answered 503 with ``Retry-After: 1`` (as many
+            as its count; HEADs too, uncounted).
         url: the server's base URL.
 
     Args:
@@ -33,9 +34,10 @@ class FolderServer:
             benchmarks use it to stand in for a network link.
     """
 
-    def __init__(self, root: Path, rate: Optional[float] = None) -> None:
+    def __init__(self, root: Path, rate: float | None = None) -> None:
         self.gets: Counter = Counter()
-        self.corrupt: Set[str] = set()
+        self.corrupt: set[str] = set()
+        self.unavailable: Counter = Counter()
         self.lock = threading.Lock()
         server = self
 
@@ -52,9 +54,28 @@ class FolderServer:
                     sent += len(chunk)
                     time.sleep(max(0.0, started + sent / rate - time.monotonic()))
 
+            def busy(self, count: bool) -> bool:
+                """Answers 503 while ``unavailable`` holds the path."""
+                with server.lock:
+                    if server.unavailable[self.path] <= 0:
+                        return False
+                    server.unavailable[self.path] -= count
+                self.send_response(503)
+                self.send_header("Retry-After", "1")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return True
+
+            def do_HEAD(self) -> None:
+                if not self.busy(False):
+                    super().do_HEAD()
+
             def do_GET(self) -> None:
                 with server.lock:
                     server.gets[self.path] += 1
+                if self.busy(True):
+                    return
+                with server.lock:
                     flip = self.path in server.corrupt
                     server.corrupt.discard(self.path)
                 if not flip:
@@ -100,8 +121,12 @@ class S3Server:
         self.server.start()
         host, port = self.server.get_host_and_port()
         self.endpoint = f"http://{host}:{port}"
-        self.env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                    "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": self.endpoint}
+        self.env = {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": self.endpoint,
+        }
         self.saved = {k: os.environ.get(k) for k in self.env}
         os.environ.update(self.env)
 
@@ -143,11 +168,32 @@ def s3():
     server.stop()
 
 
+def stall(hostile, path: str, data: bytes, *, seconds: float, head: bool = False) -> None:
+    """A route of ``hostile`` (a ``hostile_servers.HostileServer``) that sends nothing for ``seconds``
+    before its status line: on GETs (``head=False``; HEADs answer at once) or on every request."""
+    from hostile_servers import _etag, _headers
+
+    def route(h, is_head):
+        if head or not is_head:
+            time.sleep(seconds)
+        _headers(h, 200, len(data), _etag(data))
+        if not is_head:
+            h.wfile.write(data)
+
+    hostile.routes[path] = route
+
+
 def small_pack(root: Path, images: int, shard_size: int, size=(24, 32)) -> Path:
     """A packed folder ``root/packed`` of ``images`` flat PNGs in 3 classes (``helpers.flat_folder``)."""
-    from gpupipe.pack import PackSettings, pack
     from helpers import flat_folder
 
-    pack(flat_folder(root / "images", images, classes=3, size=size), root / "packed",
-         PackSettings(shard_size=shard_size), workers=1, progress=False)
+    from gpupipe.pack import PackSettings, pack
+
+    pack(
+        flat_folder(root / "images", images, classes=3, size=size),
+        root / "packed",
+        PackSettings(shard_size=shard_size),
+        workers=1,
+        progress=False,
+    )
     return root / "packed"

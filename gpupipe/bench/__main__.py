@@ -25,6 +25,7 @@ from ..amp import AmpChoice, choose_amp, cpu_info, probe_seconds, torch_build
 from ..cli import user_errors
 from ..demo import photos as demo
 from ..errors import plural
+from ..remote.urls import redact
 from ..sources import as_source
 from . import report
 from .advice import conclude
@@ -145,12 +146,12 @@ def _run(args: argparse.Namespace) -> int:
         target = source.target  # a classifier trains on one target per image, not on masks or boxes
         if target.moves_with_pixels and not args.no_train:
             raise BenchError(
-                f"--data {args.data} holds {target.kind.title}: the bench's training loop is a classifier's, on "
-                "class labels; pass --no-train to measure the loaders alone"
+                f"--data {redact(args.data)} holds {target.kind.title}: the bench's training loop is a "
+                "classifier's, on class labels; pass --no-train to measure the loaders alone"
             )
         if not packed:
             refuse_bad_files(source, args.data)
-        check_batch(len(source), args.batch_size, str(args.data))
+        check_batch(len(source), args.batch_size, redact(args.data))
     else:
         check_batch(spec.classes * spec.per_class, args.batch_size, None)
     num_classes = len(source.classes) if source is not None else spec.classes
@@ -158,10 +159,12 @@ def _run(args: argparse.Namespace) -> int:
     if packed and BASELINE in names:
         if names == [BASELINE]:
             raise BenchError(
-                f"--backends: the baseline reads only image folders, and --data {args.data} is packed: "
+                f"--backends: the baseline reads only image folders, and --data {redact(args.data)} is packed: "
                 "name a gpupipe backend too"
             )
-        logger.info("%s is packed: the tutorial baseline reads only image folders, so it is left out", args.data)
+        logger.info(
+            "%s is packed: the tutorial baseline reads only image folders, so it is left out", redact(args.data)
+        )
         names.remove(BASELINE)
     check_out(args.out)  # after the data's checks: a refused --data leaves no folder behind
     config = BenchConfig(
@@ -208,7 +211,7 @@ def _run(args: argparse.Namespace) -> int:
     stats = data_stats(source if source is not None else as_source(config.data))
     logger.info(
         "data: %s: %d images in %d classes, mean %.1f KiB (median %.1f), mean %dx%d px, sides %d-%d px",
-        config.data,
+        redact(config.data),
         stats["images"],
         stats["classes"],
         stats["mean_kib"],
@@ -227,6 +230,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     figures, loads, measured_s = _measure(config, train_step, kept)
     settings = {k: (str(v) if isinstance(v, (Path, torch.device)) else v) for k, v in asdict(config).items()}
+    settings["data"] = redact(settings["data"])  # a URL's password or token never reaches bench.json
     settings["mode"] = args.mode
     elapsed = time.perf_counter() - started
     full = {

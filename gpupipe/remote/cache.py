@@ -18,10 +18,14 @@ Locking: a process takes a file's lock shared to look at it; to download it, it 
 without waiting and, when readers hold the lock, lets go and retries after a short randomised pause. It never
 waits for an exclusive lock while readers hold it, because a reader may itself be waiting (on a collective,
 a queue) for the process that would wait on it.
+A process that must fetch again a file others still read (another version of it) warns after ``IN_USE_WAIT``
+seconds and gives up after ``Retry.deadline`` with a ``CacheError``. A read-only cache serves the copies it
+holds, checked, without locks.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -31,50 +35,18 @@ import time
 import uuid
 from pathlib import Path
 from typing import Literal, overload
+from urllib.parse import urlsplit
 
-from .. import env, fileio
+from .. import fileio
 from ..fileio import read_json_object, sha256_hex
 from .fetch import UNSIZED_CAP, CacheError, Retry, download, remote_info
-from .urls import redact
+from .folder import Pin, default_cache_dir, make_folder, without_dead_parts
+from .urls import cache_key, redact
 
 logger = logging.getLogger("gpupipe.remote")
 #: Seconds a process waits to fetch again a file the server states no version of while others hold it; then
 #: it takes their copy (they may be readers waiting for this process: waiting longer could wait for ever).
 IN_USE_WAIT = 10.0
-
-
-def default_cache_dir() -> Path:
-    """Where remote tars are cached: ``remote/`` in gpupipe's cache folder (``gpupipe.env.cache_dir``)."""
-    return env.cache_dir("remote")
-
-
-def make_folder(folder) -> Path:
-    """The cache folder ``folder`` (``cache_dir``), made if missing, as an absolute path.
-
-    Raises:
-        CacheError: it cannot be made (a file is in its place, no permission, ...).
-    """
-    path = Path(folder).expanduser().absolute()
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise CacheError(f"cache_dir {path}: cannot make the cache folder: {err.strerror or err}") from None
-    return path
-
-
-class Pin:
-    """A shared lock on a cached file: while it is held the file is not evicted."""
-
-    def __init__(self, fd: int, path: str) -> None:
-        self.fd, self.path = fd, path
-
-    def release(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)  # closing the descriptor drops the lock
-            self.fd = -1
-
-    def __del__(self) -> None:
-        self.release()
 
 
 class ShardCache:
@@ -92,13 +64,15 @@ class ShardCache:
         self.limit, self.retry, self.storage_options = int(limit), retry or Retry(), storage_options
         self.downloads = 0  # made by this process (tests and the bench read it)
         self.created = time.time()  # a file the server states no version of: used if fetched since
-        self._over_limit_warned = self._unversioned_warned = False
+        self._over_limit_warned = self._unversioned_warned = self._read_only_warned = False
         self._lock = threading.Lock()
 
     def path(self, url: str) -> str:
-        """Where ``url`` is (or will be) cached: an ASCII name, within 255 bytes whatever the URL's script."""
-        digest = sha256_hex(url, 24)
-        name = url.split("?", 1)[0].split("#", 1)[0].rsplit("/", 1)[-1]  # no query (it may hold a token)
+        """Where ``url`` is (or will be) cached: an ASCII name, within 255 bytes whatever the URL's script,
+        the same for the URL signed again or with other credentials (``urls.cache_key``)."""
+        key = cache_key(url)
+        digest = sha256_hex(key, 24)
+        name = urlsplit(key).path.rsplit("/", 1)[-1]  # no query (it may hold a token)
         tail = "".join(c if (c.isascii() and c.isalnum()) or c in "._-" else "_" for c in name)[-80:]
         return str(self.folder / f"{digest}-{tail}")
 
@@ -157,9 +131,11 @@ class ShardCache:
                 "cached copy is used only if fetched since this source was made",
                 redact(url),
             )
-        wait, since = 0.01, time.monotonic()
+        wait, since, held = 0.01, time.monotonic(), [0.0, 0.0]  # held: since when others hold a copy, warned
         while True:
-            fd = self._open_lock(path + ".lock")
+            fd = self._open_lock(path + ".lock", (path, size, sha256, version))
+            if fd < 0:  # a read-only cache holding the file checked
+                return Pin(-1, path) if pin else None
             try:
                 fileio.lock(fd, shared=True)  # waits only while another process downloads the file
                 if not self._valid(path, size, sha256, version):
@@ -169,6 +145,7 @@ class ShardCache:
                         if unversioned and self._in_use(fd, path, size):
                             return self._pinned(fd, path, pin)
                         os.close(fd)
+                        self._held_elsewhere(url, held)
                         time.sleep(wait * random.uniform(0.5, 1.5))  # out of step with the other waiters
                         wait = min(1.0, wait * 2)
                         continue
@@ -181,6 +158,31 @@ class ShardCache:
             except BaseException:
                 fileio.close_lock(fd)
                 raise
+
+    def _held_elsewhere(self, url: str, held: list[float]) -> None:
+        """Counts the time other processes hold a copy of ``url`` that this one must fetch again (another
+        version: an older tar still read by a job left running): a warning after ``IN_USE_WAIT`` s.
+
+        Raises:
+            CacheError: still held after ``Retry.deadline`` s (it cannot be replaced under its reader).
+        """
+        now = time.monotonic()
+        held[0] = held[0] or now
+        if now - held[0] > self.retry.deadline:
+            raise CacheError(
+                f"{redact(url)}: another process still reads another version of it (an older copy?) in the cache "
+                f"{self.folder} after {self.retry.deadline:g} s (Retry.deadline); it cannot be replaced under that "
+                "reader: stop that process, or give this one another cache_dir"
+            )
+        if now - held[0] > IN_USE_WAIT and not held[1]:
+            held[1] = 1.0
+            logger.warning(
+                "%s: the cache %s holds another version of it (changed on the server?) that another process "
+                "still reads: waiting for it to let go (at most Retry.deadline, %g s)",
+                redact(url),
+                self.folder,
+                self.retry.deadline,
+            )
 
     @staticmethod
     def _pinned(fd: int, path: str, pin: bool) -> Pin | None:
@@ -196,12 +198,30 @@ class ShardCache:
         fileio.lock(fd, shared=True)  # a failed upgrade may have dropped the shared lock
         return self._valid(path, size, None, None)
 
-    def _open_lock(self, path: str) -> int:
-        """``fileio.open_lock``, a file that cannot be made (a read-only or full disk) a ``CacheError``."""
+    def _open_lock(self, path: str, wanted: tuple | None = None) -> int:
+        """``fileio.open_lock``, a file that cannot be made (a read-only or full disk) a ``CacheError``; -1
+        where the cache is read-only (``EROFS``, ``EACCES``) and holds the file ``wanted`` (``(path, size,
+        sha256, version)``) checked: nothing of this process can then evict or change it.
+
+        Raises:
+            CacheError: naming the cache folder (and saying it is read-only where it is).
+        """
         try:
             return fileio.open_lock(path)
         except OSError as err:
-            raise CacheError(f"cannot write in the cache {self.folder}: {err.strerror or err} ({path})") from None
+            read_only = err.errno in (errno.EROFS, errno.EACCES, errno.EPERM)
+            if read_only and wanted is not None and self._valid(*wanted):
+                if not self._read_only_warned:
+                    self._read_only_warned = True
+                    logger.warning(
+                        "the cache %s is read-only (%s): its checked copies are read as they are, and a file "
+                        "it lacks cannot be fetched",
+                        self.folder,
+                        err.strerror or err,
+                    )
+                return -1
+            hint = "; it is read-only: give a writable cache_dir" if read_only else ""
+            raise CacheError(f"cannot write in the cache {self.folder}: {err.strerror or err} ({path}){hint}") from None
 
     def _fetch(self, url: str, path: str, size: int | None, sha256: str | None, version: str | None, cap: int) -> None:
         part, part_fd = self._make_room(size or 0, path)
@@ -210,7 +230,9 @@ class ShardCache:
             digest = download(
                 url, part, self.retry, size=size, sha256=sha256, storage_options=self.storage_options, max_bytes=cap
             )
-            try:
+            try:  # the part file made and locked, not one made again by the download after a removal
+                if not os.path.samestat(os.stat(part), os.fstat(part_fd)):
+                    raise FileNotFoundError(part)
                 os.replace(part, path)
             except FileNotFoundError:
                 raise CacheError(f"{part} was removed from the cache while {url} was downloaded into it") from None
@@ -321,7 +343,7 @@ class ShardCache:
         fd = self._open_lock(str(self.folder / ".evict.lock"))
         try:
             fileio.lock(fd)
-            present = _without_dead_parts(self._entries(with_parts=True))
+            present = without_dead_parts(self._entries(with_parts=True))
             total = sum(size for _, size, _ in present) + incoming
             for _, size, path in sorted(e for e in present if ".part-" not in e[2]):
                 if total <= self.limit:
@@ -360,20 +382,6 @@ class ShardCache:
             return True
         finally:
             os.close(fd)
-
-
-def _without_dead_parts(entries):
-    """Removes partial downloads that no process holds (left by one that died); returns the other
-    entries. A held lock, not a process id, says a download is alive: process ids mean nothing
-    across containers sharing the folder."""
-    alive = []
-    for entry in entries:
-        path = entry[2]
-        if ".part-" in path and not fileio.is_held(path):
-            Path(path).unlink(missing_ok=True)
-            continue
-        alive.append(entry)
-    return alive
 
 
 __all__ = ["ShardCache", "Pin", "default_cache_dir", "make_folder"]

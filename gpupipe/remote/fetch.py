@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ..errors import Error
 from ..progress import Progress
+from .causes import describe, missing, no_credentials, retry_after, status_of
 from .stream import Overdue, TooLarge, stream
 from .urls import filesystem, redact
 
@@ -117,16 +118,16 @@ def with_retries(url: str, retry: Retry, what: str, action: Callable[[float], ob
         except Exception as err:  # noqa: BLE001 -- fsspec back ends raise their own types (aiohttp, botocore)
             if isinstance(err, (ImportError, RemoteError)):
                 raise
-            last = f"{type(err).__name__}: {err}"
-            status = _status(err)
-            if _missing(err, status):
+            last = describe(err, retry.timeout)
+            status = status_of(err)
+            if missing(err, status):
                 raise RemoteMissing(f"{what} {url}: not found ({last})") from None
             if status in (401, 403) or isinstance(err, PermissionError):
                 raise RemoteDenied(f"{what} {url}: access denied ({last})") from None
-            if _no_credentials(err):
+            if no_credentials(err):
                 raise RemoteDenied(f"{what} {url}: no credentials found ({last}); {CREDENTIALS_HINT}") from None
             if tries < retry.attempts:
-                delay = _pause(retry.backoff, tries - 1, _retry_after(err), stop - time.monotonic())
+                delay = _pause(retry.backoff, tries - 1, retry_after(err), stop - time.monotonic())
                 logger.warning(
                     "%s",
                     redact(f"{what} {url} failed ({last}); retry {tries} of {retry.attempts - 1} in {delay:.1f} s"),
@@ -146,77 +147,12 @@ def _pause(backoff: float, attempt: int, retry_after: float | None, left: float)
     return max(0.0, min(delay, MAX_BACKOFF, left))
 
 
-def _chain(err: BaseException):
-    current: BaseException | None = err
-    seen = 0
-    while current is not None and seen < 8:
-        yield current
-        current, seen = (current.__cause__ or current.__context__), seen + 1
-
-
-def _status(err: BaseException) -> int | None:
-    """The HTTP status behind an error (aiohttp's or botocore's), if any."""
-    for e in _chain(err):
-        status = getattr(e, "status", None)
-        if isinstance(status, int):
-            return status
-        response = getattr(e, "response", None)
-        if isinstance(response, dict):
-            code = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            if isinstance(code, int):
-                return code
-    return None
-
-
-def _retry_after(err: BaseException) -> float | None:
-    """The server's ``Retry-After`` in seconds (a number of seconds; a date is ignored)."""
-    for e in _chain(err):
-        headers = getattr(e, "headers", None)
-        response = getattr(e, "response", None)
-        if headers is None and isinstance(response, dict):
-            headers = response.get("ResponseMetadata", {}).get("HTTPHeaders")
-        value = None
-        if headers is not None:
-            value = headers.get("Retry-After") or headers.get("retry-after")
-        if value is not None:
-            try:
-                return max(0.0, float(value))
-            except (TypeError, ValueError):
-                return None
-    return None
-
-
 #: What to set when the object store's client found no credentials.
 CREDENTIALS_HINT = (
     "set them as the store's client reads them (for S3: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
     "~/.aws/credentials or AWS_PROFILE), pass storage_options={'key': ..., 'secret': ...}, or, for a public "
     "bucket, storage_options={'anon': True}"
 )
-
-#: The clients' errors for credentials that are missing or incomplete (botocore's, google-auth's): no attempt
-#: can succeed until the user sets them, so none is retried.
-NO_CREDENTIALS = ("NoCredentialsError", "PartialCredentialsError", "DefaultCredentialsError")
-
-
-def _no_credentials(err: BaseException) -> bool:
-    return any(type(e).__name__ in NO_CREDENTIALS for e in _chain(err))
-
-
-def _missing(err: BaseException, status: int | None) -> bool:
-    """Whether the server said the file is not there (fsspec's HTTP file system also reports a refused
-    connection or a 5xx as ``FileNotFoundError``: its cause tells them apart)."""
-    if status in (404, 410):
-        return True
-    if not isinstance(err, FileNotFoundError):
-        return False
-    cause = err.__cause__
-    if cause is None or isinstance(cause, FileNotFoundError):
-        return status is None
-    response = getattr(cause, "response", None)  # botocore's client errors
-    if isinstance(response, dict):
-        return str(response.get("Error", {}).get("Code")) in ("404", "NoSuchKey", "NoSuchBucket", "NotFound")
-    return False
-
 
 #: The start of an HTML page (what a server may send with a 200 in place of a file).
 _HTML = re.compile(rb"(?i)\s*(\xef\xbb\xbf)?\s*<(!doctype\s+html|html|head|body|!--)")
@@ -325,6 +261,11 @@ def download(
 
             got = stream(url, retry.timeout, storage_options, sink, cap, seconds)
         except TooLarge:
+            if size is None:  # nothing stated a size: say which limit cut it
+                raise RemoteError(
+                    f"{url}: the server sends more than the {cap:,} bytes expected; it states no size, and that is "
+                    "the most read of such a file (for a WebDataset tar: cache_limit); the rest was not read"
+                ) from None
             raise RemoteError(
                 f"{url}: the server sends more than the {cap:,} bytes expected; the rest was not read"
             ) from None

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import logging
 import posixpath
 import re
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 #: Schemes read through fsspec, and the extra that installs their file system.
 EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "http": "http", "https": "http"}
@@ -45,6 +46,21 @@ def redact(text) -> str:
     (``X-Amz-Signature``, ``X-Amz-Credential``, ``X-Goog-Signature``, ``sig``, ``token``, ``key``, ...).
     Every message and log line that names a URL goes through here."""
     return _SECRET_PARAM.sub(r"\1***", _USERINFO.sub(r"\1***@", str(text)))
+
+
+#: Query parameters that sign a URL (AWS SigV4 and V2, GCS V4, an Azure SAS's ``sig``): they authorise a
+#: request and change with each signing, but never select another object.
+_SIGNING = re.compile(r"(?i)^(?:x-amz-.*|x-goog-.*|signature|expires|awsaccesskeyid|googleaccessid|sig)$")
+
+
+def cache_key(url: str) -> str:
+    """``url`` as a cache names what it holds: without its credentials (``user:password@``) or the
+    parameters that sign it (``X-Amz-Signature``, ``X-Amz-Date``, ``X-Goog-*``, ...), so that a URL signed
+    again reads the same cached copy and no secret decides a file name; every other parameter
+    (``versionId``, ``generation``, ...) is kept, in order: it selects the object."""
+    parts = urlsplit(url)
+    kept = [p for p in parts.query.split("&") if p and not _SIGNING.match(unquote(p.split("=", 1)[0]))]
+    return urlunsplit((parts.scheme, parts.netloc.rsplit("@", 1)[-1], parts.path, "&".join(kept), parts.fragment))
 
 
 def safe_name(name) -> str:
@@ -196,6 +212,31 @@ def _choices(body: str, pattern: str) -> list[str] | None:
     return items + [body[start:]] if items else None
 
 
+#: The loggers of the file systems gpupipe reads through: they log whole URLs (at DEBUG).
+CLIENT_LOGGERS = ("fsspec", "fsspec.http", "fsspec.asyn", "s3fs", "gcsfs", "gcsfs.core")
+
+
+class Redacting(logging.Filter):
+    """Passes every record on with its message ``redact``-ed (fsspec's HTTP file system logs each URL whole,
+    signature and password included)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message != (clean := redact(message)):
+            record.msg, record.args = clean, None
+        if record.exc_info and not record.exc_text:  # what a handler's formatter would print, redacted
+            record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
+        return True
+
+
+def _redact_client_logs() -> None:
+    """Adds the ``Redacting`` filter to each of ``CLIENT_LOGGERS`` (once)."""
+    for name in CLIENT_LOGGERS:
+        client = logging.getLogger(name)
+        if not any(isinstance(f, Redacting) for f in client.filters):
+            client.addFilter(Redacting())
+
+
 def filesystem(url: str, storage_options: dict | None = None, timeout: float = 60.0) -> tuple[Any, str]:
     """``(fsspec file system, path)`` for ``url``; ``storage_options`` go to the file system
     (credentials, ``endpoint_url``, ...) over gpupipe's defaults: connect and read time-outs of
@@ -204,6 +245,7 @@ def filesystem(url: str, storage_options: dict | None = None, timeout: float = 6
     Raises:
         ImportError: naming the extra to install for the URL's scheme.
     """
+    _redact_client_logs()
     try:
         import fsspec
 
@@ -234,4 +276,4 @@ def _defaults(kind: str, timeout: float) -> dict:
     return {}
 
 
-__all__ = ["is_url", "join", "safe_name", "redact", "expand_braces", "filesystem", "scheme", "EXTRAS"]
+__all__ = ["is_url", "join", "safe_name", "redact", "cache_key", "expand_braces", "filesystem", "scheme", "EXTRAS"]

@@ -20,7 +20,7 @@ from ..remote import CachedStore, LocalStore, Retry, ShardCache, default_cache_d
 from ..remote.cache import Pin, make_folder
 from ..remote.fetch import is_html_page, remote_info
 from ..remote.store import check_fits
-from ..remote.urls import redact
+from ..remote.urls import cache_key, redact
 from ..shards import format as shardfmt
 from ..shards.tarindex import TARGETS_ELSEWHERE, TarIndex, index_tar, is_image_member
 from .base import numbered_classes
@@ -231,7 +231,7 @@ class _Indexer:
             "format": INDEX_FORMAT,
             "image": self.image_exts,
             "label": self.label,
-            "location": location,
+            "location": cache_key(location) if self.cache is not None else location,
             "max_file_size": self.max_file_size,
         }
         return self.folder / f"{sha256_hex(json.dumps(settings, sort_keys=True), 32)}.json"

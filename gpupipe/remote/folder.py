@@ -1,0 +1,61 @@
+"""The cache folder's ground floor: where it is by default, making it, the ``Pin`` that holds a cached
+file, and the removal of partial downloads whose downloader died."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .. import env, fileio
+from .fetch import CacheError
+
+
+def default_cache_dir() -> Path:
+    """Where remote tars are cached: ``remote/`` in gpupipe's cache folder (``gpupipe.env.cache_dir``)."""
+    return env.cache_dir("remote")
+
+
+def make_folder(folder) -> Path:
+    """The cache folder ``folder`` (``cache_dir``), made if missing, as an absolute path.
+
+    Raises:
+        CacheError: it cannot be made (a file is in its place, no permission, ...).
+    """
+    path = Path(folder).expanduser().absolute()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise CacheError(f"cache_dir {path}: cannot make the cache folder: {err.strerror or err}") from None
+    return path
+
+
+class Pin:
+    """A shared lock on a cached file: while it is held the file is not evicted."""
+
+    def __init__(self, fd: int, path: str) -> None:
+        self.fd, self.path = fd, path
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # closing the descriptor drops the lock
+            self.fd = -1
+
+    def __del__(self) -> None:
+        self.release()
+
+
+def without_dead_parts(entries):
+    """Removes partial downloads that no process holds (left by one that died); returns the other
+    entries. A held lock, not a process id, says a download is alive: process ids mean nothing
+    across containers sharing the folder."""
+    alive = []
+    for entry in entries:
+        path = entry[2]
+        if ".part-" in path and not fileio.is_held(path):
+            Path(path).unlink(missing_ok=True)
+            continue
+        alive.append(entry)
+    return alive
+
+
+__all__ = ["default_cache_dir", "make_folder", "Pin", "without_dead_parts"]
