@@ -44,6 +44,9 @@ logger = logging.getLogger(__name__)
 
 #: A run reads whole epochs until it holds at least this many samples (short epochs share a pipeline).
 RUN_SAMPLES = 32_768
+#: ... or until it reads this many stretches of one tar (each is one path of ``readers.webdataset``, opened and
+#: indexed when the pipeline is built): a tiny pack of many tars would otherwise make tens of thousands.
+RUN_TAR_STRETCHES = 1_024
 #: The next run is built in the background once this share of the current one is read.
 PREBUILD_AT = 0.5
 #: A run's image-level targets are copied to the GPU at once (a batch's are then a view) up to this size.
@@ -115,13 +118,14 @@ class DaliBackend:
     # -- building runs ------------------------------------------------------------
 
     def _refs(self, read: EpochRead, start: int, reads: Callable[[int], EpochRead] | None) -> list[BatchRef]:
-        """The batches of ``read`` from ``start``, then whole following epochs up to ``RUN_SAMPLES``;
-        a source whose tars must fit a cache (remote) ends the run before it spans more than its
-        ``shards_per_run`` tars, even within an epoch."""
+        """The batches of ``read`` from ``start``, then whole following epochs up to ``RUN_SAMPLES`` (or
+        ``RUN_TAR_STRETCHES``); a source whose tars must fit a cache (remote) ends the run before it spans more
+        than its ``shards_per_run`` tars, even within an epoch."""
         bs = self.config.batch_size
         refs: list[BatchRef] = []
         budget = self.source.shards_per_run
         tars: set = set()
+        stretches = 0
         while True:
             for b in range(start, read.batches):
                 indices, positions = batch_slots(read.share, b, bs)
@@ -133,7 +137,8 @@ class DaliBackend:
                         return refs
                     tars |= new
                 refs.append(BatchRef(read.epoch, b, padded(indices, bs), padded(positions, bs), len(indices)))
-            if reads is None or len(refs) * bs >= RUN_SAMPLES or read.batches == 0:
+            stretches += _tar_stretches(self.source.tars_of(read.share.indices[start * bs :]))
+            if reads is None or len(refs) * bs >= RUN_SAMPLES or stretches >= RUN_TAR_STRETCHES or read.batches == 0:
                 return refs
             read, start = reads(read.epoch + 1), 0
 
@@ -308,6 +313,13 @@ class DaliBackend:
             ahead.add_done_callback(lambda f: f.exception() is None and f.result().close())
         self._builder.shutdown(wait=True)
         self.pipelines.close()
+
+
+def _tar_stretches(tars: np.ndarray | None) -> int:
+    """How many stretches of consecutive samples from one tar ``tars`` (``(n,)``, ``None``: loose files) holds."""
+    if tars is None or len(tars) == 0:
+        return 0
+    return 1 + int(np.count_nonzero(tars[1:] != tars[:-1]))
 
 
 def _reads_after(read: EpochRead, upcoming: Callable[[int], EpochRead] | None):
