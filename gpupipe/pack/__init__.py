@@ -16,7 +16,7 @@ checks a packed folder; ``upload`` sends one to object storage.
 from ..shards.format import is_packed
 from .check import verify
 from .convert import ConvertSettings
-from .journal import PackError
+from .journal import NothingPacked, PackError
 from .packer import PackSettings, PackSummary, pack, packable, parse_size
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "ConvertSettings",
     "PackSummary",
     "PackError",
+    "NothingPacked",
     "parse_size",
     "packable",
     "is_packed",

@@ -25,7 +25,7 @@ from ..fileio import byte_size, sha256_hex
 from ..remote import Retry, is_url
 from ..shards import format as shardfmt
 from ..sources import FileList
-from . import ConvertSettings, PackSettings, pack, parse_size, verify
+from . import ConvertSettings, NothingPacked, PackSettings, pack, parse_size, verify
 from .packer import barrier
 from .upload import upload, upload_manifest, verify_remote
 
@@ -179,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(interrupted(local_dst), file=sys.stderr)
         return EXIT_INTERRUPTED
+    except NothingPacked:
+        if rank == 0:
+            list_skipped(local_dst, args.dst)
+        raise
     except ValueError as err:
         if "pass multi_label=True" not in str(err):
             raise

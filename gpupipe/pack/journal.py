@@ -28,6 +28,10 @@ class PackError(Error, RuntimeError):
     another packer on the same folder, or a write that failed (disk full)."""
 
 
+class NothingPacked(PackError):
+    """Every input of a pack was bad: no shard was written (each input is listed in the manifest)."""
+
+
 class DstLock:
     """An exclusive lock on (one part of) the output folder for the time of a pack
     (``flock`` on ``DST/.pack.lock``, or ``DST/.pack-rNNNN.lock`` for part N > 0 under torchrun)."""

@@ -25,7 +25,7 @@ from ..sources.files import OTHER_IMAGE_EXTENSIONS
 from ..targets import Target
 from . import manifest as mf
 from .convert import Converted, ConvertSettings, Task, convert
-from .journal import DstLock, Journal, PackError, fingerprint
+from .journal import DstLock, Journal, NothingPacked, PackError, fingerprint
 from .writer import ShardWriter
 
 logger = logging.getLogger("gpupipe.pack")
@@ -149,7 +149,8 @@ def pack(
 
     Raises:
         SampleError: a bad input with ``on_error="raise"``.
-        PackError: other settings on an earlier pack of ``dst``, another packer on ``dst``, or a failed write.
+        PackError: other settings on an earlier pack of ``dst``, another packer on ``dst``, or a failed write;
+            ``NothingPacked`` where every input was skipped.
         ValueError: a bad argument or source.
     """
     errors = ErrorPolicy(on_error, SkipLog(logger, logging.INFO))  # each one is listed in the manifest too
@@ -196,6 +197,12 @@ def pack(
             mf.write(dst, mf.build(source, settings, journals, len(order), problems), here)
         if world_size > 1:
             barrier()  # no rank returns before the manifest is there
+    if len(order) and not any(s["samples"] for j in journals for s in j.shards):
+        raise NothingPacked(
+            f"none of the {len(order)} inputs of {source_label(src)} could be packed: each was skipped, with its "
+            f"reason, in {dst / shardfmt.MANIFEST}; fix or replace them (on_error='raise', --on-error raise, stops "
+            "at the first)"
+        )
     shards = journal.shards
     return PackSummary(
         inputs=end - start,
@@ -210,6 +217,11 @@ def pack(
         resumed_shards=resumed,
         files=tuple(name for s in shards for name in (s["name"], s["index"])),
     )
+
+
+def source_label(src) -> str:
+    """How a pack's ``src`` is named in messages: its path, or its source's type."""
+    return str(src) if isinstance(src, (str, os.PathLike)) else type(src).__name__
 
 
 def barrier() -> None:
