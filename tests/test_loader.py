@@ -176,6 +176,8 @@ def test_presets_by_name(image_folder):
         (dict(batch_size=4, shuffle="yes"), "shuffle must be a bool, got 'yes'"),
         (dict(batch_size=4, dtype="float64"), "loader(dtype=...) must be one of"),
         (dict(batch_size=4, device="tpu"), "device: cannot parse 'tpu'"),
+        (dict(batch_size=4, device="gpu"), "device: cannot parse 'gpu': did you mean 'cuda'?"),
+        (dict(batch_size=4, device="GPU:1"), "device: cannot parse 'GPU:1': did you mean 'cuda:1'?"),
         (dict(batch_size=4, prefetch=0), "prefetch must be an int >= 1, got 0"),
         (dict(batch_size=19, drop_last=True), "batch_size 19 is larger than the 18 samples of the dataset with"),
         (dict(batch_size=4, drop_last=True, world_size=8),

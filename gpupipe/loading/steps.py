@@ -36,6 +36,11 @@ def resolve_device(device: DeviceArg) -> torch.device | None:
     try:
         device = torch.device(device)
     except (RuntimeError, TypeError) as err:
+        said = device.strip().lower() if isinstance(device, str) else ""
+        if said.split(":")[0] in ("gpu", "cuda", "nvidia", "cpu"):  # 'gpu', 'gpu:1', ' CUDA', 'CPU'
+            rest = said.partition(":")[2]
+            meant = "cpu" if said.startswith("cpu") else "cuda" + (f":{rest}" if rest else "")
+            raise ValueError(f"device: cannot parse {device!r}: did you mean {meant!r}? (a torch.device)") from None
         raise ValueError(f"device: cannot parse {device!r}: {err}") from None
     if device.type not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or a CUDA device, got {str(device)!r}")
