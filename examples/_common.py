@@ -15,16 +15,33 @@ from typing import Iterator, Optional
 import torch
 
 import gpupipe
-from gpupipe.cli import ArgumentParser, fail, run
+from gpupipe.cli import ArgumentParser, fail, message, user_errors
 
 __all__ = ["AMP_CHOICES", "ArgumentParser", "amp", "device", "epoch_line", "existing_file", "existing_folder",
-           "existing_path", "fail", "image_folder", "parser", "positive_int", "progress", "run", "torchrun_rank"]
+           "existing_path", "fail", "image_folder", "on_error_option", "parser", "positive_int", "progress", "run",
+           "torchrun_rank"]
 
 #: ``--amp``: what ``gpupipe.choose_amp`` takes as ``requested``.
 AMP_CHOICES = ("auto", "bf16", "fp16", "off")
 
 #: Seconds between two progress lines.
 PROGRESS_EVERY_S = 10.0
+
+
+def run(main) -> None:
+    """Runs ``main()``; a user error ends it with one ``error:`` line (exit status 2) that names the
+    script's flags where gpupipe names its arguments (``--on-error skip`` for ``on_error='skip'``)."""
+    try:
+        main()
+    except user_errors() as err:
+        fail(message(err).replace("pass on_error='skip'", "pass --on-error skip"))
+    raise SystemExit(0)
+
+
+def on_error_option(parser: ArgumentParser) -> None:
+    """``--on-error``: what the gpupipe loader does with an image it cannot read (``on_error``)."""
+    parser.add_argument("--on-error", choices=["raise", "skip"], default="raise",
+                        help="gpupipe loader: stop at an image it cannot read, naming it, or skip (and list) it")
 
 
 def parser(doc: str) -> ArgumentParser:

@@ -53,6 +53,7 @@ def parse_args() -> argparse.Namespace:
                              "bf16, fp16 or off (float32)")
     parser.add_argument("--checkpoint", type=Path, help="folder for checkpoints (resumes from it)")
     parser.add_argument("--save-every", type=int, default=50, help="steps between checkpoints (0: epoch ends only)")
+    _common.on_error_option(parser)
     parser.add_argument("--max-steps", type=int, default=0, help="stop after this many steps in all (0: no limit)")
     args = parser.parse_args()
     if args.model not in torchvision.models.list_models(torchvision.models):
@@ -85,10 +86,11 @@ def main() -> None:
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
 
     loader = gpupipe.loader(args.data, gpupipe.presets.train(args.size), batch_size=args.batch_size,
-                            backend=args.backend, device=device, drop_last=True, channels_last=True)
+                            backend=args.backend, device=device, drop_last=True, channels_last=True,
+                            on_error=args.on_error)
     val_loader = gpupipe.loader(args.val or args.data, gpupipe.presets.val(args.size, resize=args.size * 8 // 7),
                                 batch_size=args.batch_size, backend=loader.backend, device=device, shuffle=False,
-                                even_batches=False, channels_last=True)
+                                even_batches=False, channels_last=True, on_error=args.on_error)
     amp = _common.amp(device, args.amp)
     scaler = torch.amp.GradScaler(device.type, enabled=amp.needs_scaler)
     if rank == 0:

@@ -61,12 +61,13 @@ def dataloader_version(images: str, annotations: str, size: int, batch_size: int
                                        num_workers=2, drop_last=True, collate_fn=lambda batch: tuple(zip(*batch)))
 
 
-def gpupipe_version(images: str, annotations: str, size: int, batch_size: int, backend: str = "auto"):
+def gpupipe_version(images: str, annotations: str, size: int, batch_size: int, backend: str = "auto",
+                    on_error: str = "raise"):
     # After: the same recipe, boxes moved with the image on DALI (GPU or CPU) or torchvision; DetectionLists
     # hands the batches over as torchvision's detection models take them (label 0 is their background).
     source = gpupipe.CocoDetection(images, annotations)
     loader = gpupipe.loader(source, gpupipe.presets.detection_ssd(size), batch_size=batch_size, backend=backend,
-                            drop_last=True)
+                            drop_last=True, on_error=on_error)
     return gpupipe.DetectionLists(loader, label_offset=1)
 
 
@@ -122,12 +123,14 @@ def main() -> None:
     parser.add_argument("--size", type=_common.positive_int, default=320,
                         help="image side after the recipe's resize (the model's own input size is 320)")
     parser.add_argument("--batch-size", type=_common.positive_int, default=8)
+    _common.on_error_option(parser)
     args = parser.parse_args()
     classes = args.classes or category_count(args.annotations)
     if args.loader == "dataloader":
         loader = dataloader_version(args.images, args.annotations, args.size, args.batch_size)
     else:
-        loader = gpupipe_version(args.images, args.annotations, args.size, args.batch_size, args.backend)
+        loader = gpupipe_version(args.images, args.annotations, args.size, args.batch_size, args.backend,
+                                 args.on_error)
         print(f"gpupipe backend: {loader.backend} ({loader.backend_reason})")
 
     def report(epoch: int, losses: list) -> None:

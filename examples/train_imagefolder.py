@@ -38,14 +38,16 @@ def dataloader_version(root: str, size: int, batch_size: int) -> torch.utils.dat
     return torch.utils.data.DataLoader(dataset(root, size), batch_size=batch_size, shuffle=True, num_workers=2)
 
 
-def gpupipe_version(root: str, size: int, batch_size: int, backend: str = "auto") -> gpupipe.Loader:
+def gpupipe_version(root: str, size: int, batch_size: int, backend: str = "auto",
+                    on_error: str = "raise") -> gpupipe.Loader:
     # After: gpupipe's DataLoader, same arguments; the Compose is compiled to gpupipe ops, run by
     # DALI (GPU or CPU) or torchvision. A folder packed by `python -m gpupipe.pack` is read with the
     # same Compose (torchvision's ImageFolder cannot read it).
     if gpupipe.pack.is_packed(root):
-        return gpupipe.DataLoader(root, batch_size=batch_size, shuffle=True, backend=backend, pipeline=recipe(size))
+        return gpupipe.DataLoader(root, batch_size=batch_size, shuffle=True, backend=backend, pipeline=recipe(size),
+                                  on_error=on_error)
     return gpupipe.DataLoader(dataset(root, size), batch_size=batch_size, shuffle=True, num_workers=2,
-                              backend=backend)
+                              backend=backend, on_error=on_error)
 
 
 def train(loader, num_classes: int, epochs: int, device: str = "cpu",
@@ -83,12 +85,13 @@ def main() -> None:
     parser.add_argument("--epochs", type=_common.positive_int, default=3)
     parser.add_argument("--size", type=_common.positive_int, default=64)
     parser.add_argument("--batch-size", type=_common.positive_int, default=32)
+    _common.on_error_option(parser)
     args = parser.parse_args()
     if args.loader == "dataloader":
         loader = dataloader_version(args.root, args.size, args.batch_size)
         num_classes = len(loader.dataset.classes)
     else:
-        loader = gpupipe_version(args.root, args.size, args.batch_size, args.backend)
+        loader = gpupipe_version(args.root, args.size, args.batch_size, args.backend, args.on_error)
         num_classes = len(loader.classes)
         print(f"gpupipe backend: {loader.backend} ({loader.backend_reason})")
     train(_common.progress(loader, args.epochs * len(loader)), num_classes, args.epochs, _common.device(),

@@ -55,11 +55,12 @@ def dataloader_version(images: str, masks: str, crop: int, batch_size: int) -> t
                                        num_workers=2, drop_last=True)
 
 
-def gpupipe_version(images: str, masks: str, crop: int, batch_size: int, backend: str = "auto") -> gpupipe.Loader:
+def gpupipe_version(images: str, masks: str, crop: int, batch_size: int, backend: str = "auto",
+                    on_error: str = "raise") -> gpupipe.Loader:
     # After: the same recipe; the mask gets the image's window, flip and padding, on DALI (GPU or CPU) or torchvision.
     source = gpupipe.SegmentationFolder(images, masks, ignore_index=IGNORE)
     return gpupipe.loader(source, gpupipe.presets.segmentation_train(crop=crop, base=crop), batch_size=batch_size,
-                          backend=backend, drop_last=True)
+                          backend=backend, drop_last=True, on_error=on_error)
 
 
 def train(loader, num_classes: int, epochs: int, device: str = "cpu",
@@ -96,11 +97,12 @@ def main() -> None:
     parser.add_argument("--epochs", type=_common.positive_int, default=3)
     parser.add_argument("--crop", type=_common.positive_int, default=128)
     parser.add_argument("--batch-size", type=_common.positive_int, default=8)
+    _common.on_error_option(parser)
     args = parser.parse_args()
     if args.loader == "dataloader":
         loader = dataloader_version(args.images, args.masks, args.crop, args.batch_size)
     else:
-        loader = gpupipe_version(args.images, args.masks, args.crop, args.batch_size, args.backend)
+        loader = gpupipe_version(args.images, args.masks, args.crop, args.batch_size, args.backend, args.on_error)
         print(f"gpupipe backend: {loader.backend} ({loader.backend_reason})")
     train(_common.progress(loader, args.epochs * len(loader)), args.classes, args.epochs, _common.device(),
           on_epoch=lambda epoch, loss: print(_common.epoch_line(epoch, loss, loader), flush=True))

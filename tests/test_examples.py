@@ -143,3 +143,18 @@ def test_gpupipe_debug_shows_the_traceback_of_an_error(tmp_path):
     debug = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "GPUPIPE_DEBUG": "1"})
     assert plain.returncode == 2 and plain.stderr.startswith("error: ") and "Traceback" not in plain.stderr
     assert debug.returncode != 0 and "Traceback (most recent call last)" in debug.stderr
+
+
+@pytest.mark.slow
+def test_a_bad_image_names_the_scripts_on_error_flag_which_skips_it(tmp_path):
+    make_image_folder(tmp_path / "images", {"a": 4, "b": 4})
+    (tmp_path / "images" / "a" / "zz_broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not a whole jpeg")
+    stopped = run_example("train_imagefolder", "images", "--epochs", "1", "--size", "32", "--batch-size", "4",
+                          "--backend", "torchvision", cwd=tmp_path)
+    assert stopped.returncode == 2, stopped.stdout[-2000:] + stopped.stderr[-3000:]
+    assert "zz_broken.jpg" in stopped.stderr and "pass --on-error skip" in stopped.stderr, stopped.stderr
+    assert "on_error=" not in stopped.stderr, stopped.stderr  # the script's flag, not the library's argument
+    skipped = run_example("train_imagefolder", "images", "--epochs", "1", "--size", "32", "--batch-size", "4",
+                          "--backend", "torchvision", "--on-error", "skip", cwd=tmp_path)
+    assert skipped.returncode == 0, skipped.stdout[-2000:] + skipped.stderr[-3000:]
+    assert "epoch 0: loss" in skipped.stdout, skipped.stdout
