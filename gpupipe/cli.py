@@ -116,4 +116,4 @@ def run(main: Callable[[], int | None]) -> NoReturn:
     raise SystemExit(status or 0)
 
 
-__all__ = ["EXIT_ERROR", "ArgumentParser", "fail", "run", "user_errors"]
+__all__ = ["EXIT_ERROR", "ArgumentParser", "fail", "message", "run", "user_errors"]

@@ -21,7 +21,7 @@ from ..fileio import byte_size
 from ..plan.seeding import pack_order
 from ..shards import format as shardfmt
 from ..sources import IMAGE_EXTENSIONS, FileList, FileSource, Source, as_source
-from ..sources.files import OTHER_IMAGE_EXTENSIONS
+from ..sources.walk import OTHER_IMAGE_EXTENSIONS
 from ..targets import Target
 from . import manifest as mf
 from .convert import Converted, ConvertSettings, Task, convert

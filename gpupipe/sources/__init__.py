@@ -10,10 +10,11 @@
 
 from .base import Sample, Source
 from .coco import CocoDetection
-from .files import IMAGE_EXTENSIONS, FileList, FileSource, ImageFolder, walk_images
+from .files import FileList, FileSource, ImageFolder
 from .resolve import as_source
 from .segmentation import SegmentationFolder
 from .shards import Shards, ShardSource
+from .walk import IMAGE_EXTENSIONS, walk_images
 from .webdataset import WebDataset
 
 __all__ = [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -15,88 +16,15 @@ from .base import Indices, Source
 from .listfile import LabelArg, label_sets, merge_repeated, numbering, read_list_file, read_pairs
 from .listpaths import check_space_separated, refuse_none_found, windows_separators
 from .scan import ScanResult
+from .walk import IMAGE_EXTENSIONS, folder_id, walk_images
 
 logger = logging.getLogger("gpupipe.sources")
-
-#: File name endings (lower case) an ``ImageFolder`` treats as images.
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
-#: Images torchvision's ``ImageFolder`` counts that the loader does not read: listed as problems;
-#: the packer converts them.
-OTHER_IMAGE_EXTENSIONS = (".tif", ".tiff", ".ppm", ".pgm")
 
 PathLike = str | os.PathLike
 
 
 class FileSource(Source):
     """A source whose samples are image files (``names`` are their paths)."""
-
-
-def folder_id(path: str) -> tuple[int, int]:
-    """``(device, inode)`` of a folder (what a link to it leads to)."""
-    st = os.stat(path)
-    return st.st_dev, st.st_ino
-
-
-def walk_images(
-    folder: str,
-    extensions: tuple[str, ...],
-    visited: set[tuple[int, int]] | None = None,
-    unread: list[str] | None = None,
-) -> list[str]:
-    """Image files under ``folder``, in ``torchvision.datasets.ImageFolder``'s order.
-
-    Hidden files and folders are skipped. Links to folders are followed, but
-    no real folder (device and inode) in ``visited`` is entered again, so a
-    link back to an ancestor neither repeats images nor loops forever.
-
-    Args:
-        folder: where to start (entered even if it is in ``visited``).
-        extensions: file endings to accept (lower case).
-        visited: folders not to enter (updated with the ones entered).
-        unread: when given, receives the files ending in one of ``OTHER_IMAGE_EXTENSIONS`` that
-            ``extensions`` leaves out.
-    """
-    others = tuple(e for e in OTHER_IMAGE_EXTENSIONS if e not in extensions) if unread is not None else ()
-    visited = set() if visited is None else visited
-    found: list[tuple[str, list[str]]] = []
-
-    def visit(path: str, top: bool = False) -> None:
-        try:
-            key = folder_id(path)
-        except OSError as err:
-            logger.warning("ImageFolder: cannot read folder %r: %s", path, err.strerror or err)
-            return
-        if key in visited and not top:
-            logger.warning("ImageFolder: %r leads to a folder already visited (a link loop?); not read again", path)
-            return
-        visited.add(key)
-        files, folders = [], []
-        try:
-            with os.scandir(path) as entries:
-                for entry in entries:
-                    name = entry.name
-                    if name.startswith("."):
-                        continue
-                    try:
-                        is_dir = entry.is_dir()
-                    except OSError:
-                        continue
-                    if is_dir:
-                        folders.append(entry.path)
-                    elif name.lower().endswith(extensions):
-                        files.append(name)
-                    elif others and name.lower().endswith(others) and unread is not None:
-                        unread.append(entry.path)
-        except OSError as err:
-            logger.warning("ImageFolder: cannot list %r: %s", path, err.strerror or err)
-            return
-        found.append((path, sorted(files)))
-        for sub in folders:
-            visit(sub)
-
-    visit(folder, top=True)
-    found.sort(key=lambda item: item[0])
-    return [prefix + name for dirpath, names in found for prefix in (dirpath + os.sep,) for name in names]
 
 
 class ImageFolder(FileSource):
@@ -163,12 +91,15 @@ class ImageFolder(FileSource):
         class_dirs = [os.path.join(str(self.root), name) for name in self.classes]
         visited = {folder_id(str(self.root))} | {folder_id(d) for d in class_dirs}
         unread: list[str] | None = [] if set(IMAGE_EXTENSIONS) <= set(extensions) else None  # else: chosen
+        ignored: list[str] = []
         for label, (name, class_dir) in enumerate(zip(self.classes, class_dirs)):
-            found = walk_images(class_dir, extensions, visited, unread)
+            found = walk_images(class_dir, extensions, visited, unread, ignored)
             if not found:
                 logger.warning("ImageFolder: class folder %r holds no images", str(self.root / name))
             names.extend(found)
             labels.extend([label] * len(found))
+        if ignored:
+            _warn_ignored(ignored)
         if not names:
             raise ValueError(f"ImageFolder: no images under {str(self.root)!r} (extensions {', '.join(extensions)})")
         self.names = names
@@ -182,6 +113,19 @@ class ImageFolder(FileSource):
                 plural(len(self.left_out), "image"),
                 shown,
             )
+
+
+def _warn_ignored(ignored: Sequence[str]) -> None:
+    """Warns of the photos in formats neither torchvision's ``ImageFolder`` nor the loader reads, by format."""
+    counts = Counter(os.path.splitext(path)[1].lower() for path in ignored)
+    formats = ", ".join(f"{ext}: {n}" for ext, n in counts.most_common())
+    logger.warning(
+        "ImageFolder: %s left out, in formats neither torchvision's ImageFolder nor gpupipe reads (%s; e.g. %s): "
+        "convert them to JPEG or PNG to train on them (HEIC: pillow-heif)",
+        plural(len(ignored), "file"),
+        formats,
+        ignored[0],
+    )
 
 
 #: Folder names that mean a dataset split, not a class (compared in lower case).

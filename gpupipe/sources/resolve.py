@@ -10,9 +10,10 @@ from ..errors import PathNotFound
 from ..remote import is_url
 from ..shards import format as shardfmt
 from .base import Source
-from .files import IMAGE_EXTENSIONS, FileList, ImageFolder
+from .files import FileList, ImageFolder
 from .shards import Shards
 from .sniff import check_list_file
+from .walk import IMAGE_EXTENSIONS
 
 PathLike = str | os.PathLike
 

@@ -13,8 +13,9 @@ from ..errors import PathNotFound, Skipped
 from ..fileio import read_file
 from ..targets import TargetKind
 from ..targets.maskfiles import decode_mask, header_problem, png_layout
-from .files import IMAGE_EXTENSIONS, OTHER_IMAGE_EXTENSIONS, FileSource, PathLike, folder_id, walk_images
+from .files import FileSource, PathLike
 from .scan import ScanResult, scan
+from .walk import IMAGE_EXTENSIONS, OTHER_IMAGE_EXTENSIONS, folder_id, walk_images
 
 
 class SegmentationFolder(FileSource):
