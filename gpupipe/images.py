@@ -58,11 +58,13 @@ def open_checked(fileobj: BinaryIO, max_pixels: int) -> Image.Image:
 
 
 def to_rgb8(img: Image.Image) -> Image.Image:
-    """Any PIL mode to 8-bit RGB; 16-bit and 32-bit integer images keep their high byte."""
-    if img.mode in ("I;16", "I;16B", "I;16L", "I;16N", "I"):
-        values = np.asarray(img).astype(np.int64)
-        if values.max(initial=0) > 255:
-            values = values >> 8
+    """Any PIL mode to 8-bit RGB. 16-bit gray is scaled as DALI's decoders scale it (``v * 255 / 65535``,
+    rounded), whatever its values (a dark image's too); so are integer images (mode ``I``: a 16-bit PGM) whose
+    values exceed 255."""
+    values = np.asarray(img).astype(np.int64) if img.mode.startswith("I") else None
+    if values is not None and (img.mode != "I" or values.max(initial=0) > 255):
+        values = (values * 255 + 32767) // 65535
+    if values is not None:
         img = Image.fromarray(np.clip(values, 0, 255).astype(np.uint8), "L")
     elif img.mode == "F":
         img = Image.fromarray(np.clip(np.asarray(img), 0, 255).astype(np.uint8), "L")
@@ -100,8 +102,18 @@ def upright(img: Image.Image, orientation: int | None = None) -> Image.Image:
     Decoded first, so that a PNG's ``eXIf`` chunk after its pixels counts (PIL reads it at the end).
     """
     img.load()
-    method = _TRANSPOSE.get(img.getexif().get(ORIENTATION, 1) if orientation is None else orientation)
+    method = _TRANSPOSE.get(exif_orientation(img) if orientation is None else orientation)
     return img if method is None else img.transpose(method)
+
+
+def exif_orientation(img: Image.Image) -> int:
+    """The orientation in an image's EXIF block, as the scan reads it (1 without one). Not ``img.getexif()``'s
+    alone: without an EXIF one PIL takes an XMP ``tiff:Orientation`` (or an ImageMagick raw profile's), which
+    DALI and ``torchvision.io`` ignore, and so does gpupipe; where PIL says turned, the EXIF block must say so."""
+    if img.getexif().get(ORIENTATION, 1) == 1:
+        return 1
+    block = img.info.get("exif") or b""
+    return _exif_orientation(block if block.startswith(b"Exif\x00\x00") else b"Exif\x00\x00" + block)
 
 
 @dataclass(frozen=True)
@@ -113,6 +125,10 @@ class Header:
         width, height: as stored.
         orientation: the EXIF orientation (1 upright; 5-8 swap width and height when applied).
         scan_at: a JPEG's offset of its image's scan (``SOS``), where its coded data starts; ``-1`` unknown.
+        mode: PIL's mode, for formats other than JPEG and PNG; a JPEG's ``"L"``, ``"RGB"`` (YCbCr too) or
+            ``"CMYK"`` (YCCK too) by its components (``""``: not read).
+        frames: a TIFF's pages (1 for other formats).
+        adobe: a JPEG holds an Adobe ``APP14`` segment (which says how its CMYK is stored).
     """
 
     kind: str
@@ -120,11 +136,54 @@ class Header:
     height: int
     orientation: int = 1
     scan_at: int = -1
+    mode: str = ""
+    frames: int = 1
+    adobe: bool = False
 
     @property
     def oriented(self) -> tuple[int, int]:
         """``(h, w)`` of the decoded image, EXIF orientation applied."""
         return (self.width, self.height) if self.orientation in (5, 6, 7, 8) else (self.height, self.width)
+
+
+def _pages(img: Image.Image) -> int:
+    """A TIFF's page count (its chain of directories, read without decoding a pixel)."""
+    try:
+        return int(getattr(img, "n_frames", 1))
+    except (OSError, ValueError, SyntaxError, EOFError) as err:
+        raise ImageRefused(f"unreadable image header: {err}") from None
+
+
+#: Formats (PIL's names) every loader backend decodes alike: DALI's decoders read these and no other.
+LOADER_FORMATS = ("JPEG", "PNG", "BMP", "WEBP", "TIFF", "PPM", "JPEG2000")
+
+
+def no_one_reading(kind: str, mode: str, pages: int) -> str | None:
+    """Why an image has no one 8-bit RGB reading (loaders and packer refuse it alike), or ``None``: float pixels,
+    a TIFF of integer pixels over 8 bits (scaling them is the user's call) or of several ``pages`` (which?)."""
+    if mode == "F" or (kind == "TIFF" and mode.startswith("I")):
+        return f"a {kind} of {mode} pixels has no one 8-bit RGB reading; convert it first"
+    if kind == "TIFF" and pages > 1:
+        return f"a TIFF of {pages} pages: which one to read is the user's call; split it first"
+    return None
+
+
+def loader_refusal(header: Header, suffix: str = "") -> str | None:
+    """Why the loaders refuse an image they could open, or ``None``: a format DALI does not decode (PIL
+    would: GIF, ICO, TGA...; a file's name need not say it, ``suffix`` is its ending), or no one 8-bit reading.
+    Refused on every backend alike, so that no backend delivers what another fails on."""
+    if header.kind not in LOADER_FORMATS:
+        named = f", named {suffix}" if suffix else ""
+        return (
+            f"an image in {header.kind} format{named}: the loaders read only JPEG, PNG, BMP, WebP, TIFF, PNM "
+            "and JPEG 2000 (DALI decodes no other); python -m gpupipe.pack converts it"
+        )
+    if header.kind == "JPEG" and header.mode == "CMYK" and not header.adobe:
+        return (
+            "a CMYK JPEG without an Adobe marker: decoders disagree on its colours (DALI inverts its inks, "
+            "libjpeg-turbo and PIL do not); python -m gpupipe.pack converts it as PIL reads it"
+        )
+    return no_one_reading(header.kind, header.mode, header.frames)
 
 
 _SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
@@ -161,8 +220,9 @@ def header_at(read_at: ReadAt, open_file: Callable[[], BinaryIO], max_pixels: in
         fh = open_file()
         fh.seek(0)
         with open_checked(fh, max_pixels) as img:
-            orientation = img.getexif().get(ORIENTATION, 1) if img.format == "WEBP" else 1
-            header = Header(img.format or "?", img.width, img.height, orientation)
+            orientation = exif_orientation(img) if img.format == "WEBP" else 1
+            frames = _pages(img) if img.format == "TIFF" else 1
+            header = Header(img.format or "?", img.width, img.height, orientation, mode=img.mode, frames=frames)
     if header.width < 1 or header.height < 1:
         raise ImageRefused(f"unreadable image header: size {header.width}x{header.height}")
     pixels = header.width * header.height
@@ -178,7 +238,7 @@ def _jpeg_header(read_at: ReadAt, head: bytes) -> Header:
     """Walks the JPEG marker segments up to the scan, noting the frame header and every EXIF orientation
     (an ``APP1`` may follow the frame header: every decoder reads it there too)."""
     at = _reader(read_at, head)
-    pos, frame, orientations, scan_at = 2, b"", list[int](), -1
+    pos, frame, orientations, scan_at, adobe = 2, b"", list[int](), -1, False
     for _ in range(10_000):
         marker = at(pos, 4)
         if len(marker) < 2 or marker[0] != 0xFF:
@@ -199,9 +259,11 @@ def _jpeg_header(read_at: ReadAt, head: bytes) -> Header:
         if length < 2:
             break
         if kind in _SOF and not frame:
-            frame = at(pos + 4, 5)
+            frame = at(pos + 4, 6)
             if len(frame) < 5:
                 break
+        if kind == 0xEE:
+            adobe = adobe or at(pos + 4, 5) == b"Adobe"
         if kind == 0xE1:
             segment = at(pos + 4, min(length - 2, 1 << 16))
             if segment[:6] == b"Exif\x00\x00":  # (an APP1 may hold XMP instead)
@@ -210,7 +272,9 @@ def _jpeg_header(read_at: ReadAt, head: bytes) -> Header:
     if len(frame) < 5:
         raise ImageRefused("unreadable image header: no JPEG frame header")
     width, height = int.from_bytes(frame[3:5], "big"), int.from_bytes(frame[1:3], "big")
-    return Header("JPEG", width, height, _one_orientation(orientations, "EXIF segments"), scan_at)
+    mode = {1: "L", 3: "RGB", 4: "CMYK"}.get(frame[5] if len(frame) > 5 else 0, "")
+    orientation = _one_orientation(orientations, "EXIF segments")
+    return Header("JPEG", width, height, orientation, scan_at, mode=mode, adobe=adobe)
 
 
 def _reader(read_at: ReadAt, head: bytes) -> ReadAt:

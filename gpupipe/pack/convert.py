@@ -21,7 +21,7 @@ from PIL import Image
 
 from .. import targets
 from ..fileio import DEFAULT_MAX_FILE_SIZE, UnreadableFile, read_file
-from ..images import ORIENTATION, ImageRefused, open_checked, read_header, to_rgb8, upright
+from ..images import ImageRefused, exif_orientation, no_one_reading, open_checked, read_header, to_rgb8, upright
 from ..shards import format as shardfmt
 from ..sources.scan import truncation
 from ..targets import TargetKind
@@ -109,20 +109,19 @@ def convert_image(data: bytes, settings: ConvertSettings) -> tuple[bytes, tuple[
     if img.format in ("JPEG", "PNG"):  # the scan's rule (every EXIF block, wherever it lies; refused if they differ)
         header = read_header(io.BytesIO(data), settings.max_pixels)
         orientation, scan_at = header.orientation, header.scan_at
+    elif img.format == "TIFF":
+        orientation = 1  # PIL turns a TIFF upright itself as it opens it (its size is already as displayed)
     else:
-        orientation = img.getexif().get(ORIENTATION, 1)
+        orientation = exif_orientation(img)
     size = target_size(width, height, settings.max_size)
     if max(size) > JPEG_MAX_SIDE:
         raise ImageRefused(
             f"too long for a JPEG: {size[0]}x{size[1]} pixels (as packed), and a JPEG side holds at most "
             f"{JPEG_MAX_SIDE}"
         )
-    if img.mode == "F" or (img.mode.startswith("I;16") and img.format == "TIFF"):
-        # a float or 16-bit TIFF (microscopy, remote sensing) has no one 8-bit reading: scaling it is the user's call
-        raise ImageRefused(f"a {img.format} of {img.mode} pixels has no one 8-bit RGB reading; convert it first")
-    pages = getattr(img, "n_frames", 1)
-    if pages > 1 and img.format == "TIFF":
-        raise ImageRefused(f"a TIFF of {pages} pages: which one to pack is the user's call; split it first")
+    refusal = no_one_reading(img.format or "?", img.mode, getattr(img, "n_frames", 1) if img.format == "TIFF" else 1)
+    if refusal:  # the loaders' words: a float or 16-bit TIFF, a TIFF of several pages
+        raise ImageRefused(refusal)
     clean = img.format == "JPEG" and img.mode == "RGB" and orientation == 1 and size == (width, height)
     if img.format == "JPEG" and size != (width, height):
         # Let libjpeg decode at 1/2, 1/4 or 1/8 scale when that still covers the target.

@@ -35,13 +35,15 @@ import numpy as np
 
 from .. import env
 from ..fileio import UnreadableFile, check_regular, describe, sha256_hex
-from ..images import Header, ImageRefused, header_at
+from ..images import Header, ImageRefused, header_at, loader_refusal
 from ..loading import agreement
 from ..progress import Progress
 
 logger = logging.getLogger("gpupipe.scan")
 
-CACHE_VERSION = 5  # 5: a JPEG with data after its image is whole; 4: a PNG's eXIf chunk after its pixels, ...
+#: 6: formats DALI does not decode refused; 5: a JPEG with data after its image is whole; 4: a PNG's eXIf
+#: chunk after its pixels, ...
+CACHE_VERSION = 6
 #: How far from the end an end-of-image marker may sit (some writers pad files).
 _TAIL_BYTES = 4096
 #: Below this many files to check (or to stat), a scan stays in this process.
@@ -81,6 +83,9 @@ def check_file(path: str, *, max_pixels: int, max_file_size: int) -> tuple[str |
         header = header_at(
             lambda offset, n: os.pread(fd, n, offset), lambda: os.fdopen(os.dup(fd), "rb"), max_pixels, st.st_size
         )
+        refusal = loader_refusal(header, os.path.splitext(path)[1])
+        if refusal:
+            return refusal, -1, -1
         tail = os.pread(fd, _TAIL_BYTES, max(0, st.st_size - _TAIL_BYTES))
         truncated = truncation(header.kind, tail)
         if (

@@ -15,7 +15,7 @@ from torchvision.io import ImageReadMode
 
 from ...errors import DecodeError, first_line
 from ...fileio import UnreadableFile
-from ...images import decode_rgb
+from ...images import decode_rgb, read_header, upright
 from ...loading.batchsteps import finisher
 from ...loading.transfer import empty_like_output
 from ...ops import RandomResizedCrop
@@ -94,9 +94,12 @@ def decode_reduced(data: np.ndarray, path: str, params, size):
     window onto the smaller image. The reduced decode is itself an area-averaging downscale; the
     window's corners snap to the smaller image's pixels (at most half of one: 4 pixels at 1/8).
 
+    An EXIF-rotated JPEG (most of a phone's photos) is turned upright after the reduced decode, by the
+    orientation the scan read (its sizes, and so the window, are as displayed).
+
     Returns:
         ``(image, params)``: the ``(3, H, W)`` uint8 image and the window in its pixels, or
-        ``(None, params)`` when a full decode is needed (not a JPEG, EXIF-rotated, not YCbCr, no gain).
+        ``(None, params)`` when a full decode is needed (not a JPEG, not YCbCr, no gain).
     """
     import io
 
@@ -106,15 +109,19 @@ def decode_reduced(data: np.ndarray, path: str, params, size):
     denominator = reduction((height, width), size)
     if denominator == 1 or bytes(data[:3]) != b"\xff\xd8\xff":
         return None, params
+    raw = data.tobytes()
     try:
-        with Image.open(io.BytesIO(data.tobytes())) as img:
-            if img.mode != "RGB" or img.getexif().get(0x0112, 1) != 1:
+        with Image.open(io.BytesIO(raw)) as img:
+            if img.mode != "RGB":
                 return None, params
+            orientation = read_header(io.BytesIO(raw), max_pixels=1 << 62).orientation
             full_w, full_h = img.size
             img.draft("RGB", (full_w // denominator, full_h // denominator))  # PIL picks 1/denominator
-            pixels = np.asarray(img.convert("RGB"))
-    except (OSError, ValueError, SyntaxError) as err:
+            pixels = np.asarray(upright(img, orientation).convert("RGB"))
+    except (OSError, ValueError, SyntaxError) as err:  # (ImageRefused is a ValueError)
         raise DecodeError(path, first_line(err)) from err
+    if orientation in (5, 6, 7, 8):  # the window is in the displayed image's pixels
+        full_w, full_h = full_h, full_w
     sy, sx = pixels.shape[0] / full_h, pixels.shape[1] / full_w
     top, left = int(round(int(params["top"]) * sy)), int(round(int(params["left"]) * sx))
     moved = dict(
