@@ -176,3 +176,29 @@ def test_foreign_tars_over_http(tars, tmp_path, backend):
         assert set(server.tar_gets().values()) == {1}, "indexed from the cached copy, then read from it"
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_a_member_in_a_format_dali_does_not_decode_is_refused_on_every_backend(tmp_path, backend):
+    """A GIF stored as ``.png`` (PIL opens it, DALI fails on it mid-epoch): refused when the tar is indexed,
+    naming the format, so that no backend delivers what another fails on."""
+    import io
+
+    from PIL import Image
+
+    gif = io.BytesIO()
+    Image.new("P", (12, 16), 3).save(gif, "GIF")
+    folder = tmp_path / "tars"
+    folder.mkdir()
+    with tarfile.open(folder / "a.tar", "w") as tar:
+        add(tar, "good.png", png(10))
+        add(tar, "good.cls", b"1")
+        add(tar, "moving.png", gif.getvalue())
+        add(tar, "moving.cls", b"0")
+    source = gpupipe.WebDataset(folder / "a.tar", cache_dir=tmp_path / "cache")
+    loader = gpupipe.loader(source, PIPELINE, batch_size=1, backend=backend, on_error="skip", shuffle=False)
+    batches = list(loader)
+    assert [labels.tolist() for _, labels in batches] == [[1]]
+    reasons = {Path(s.path).name: s.reason for s in loader.skipped}
+    assert list(reasons) == ["a.tar#moving.png"], reasons
+    assert "GIF format" in reasons["a.tar#moving.png"], reasons

@@ -25,7 +25,7 @@ from typing import BinaryIO, cast
 
 from ..errors import short_repr
 from ..fileio import DEFAULT_MAX_FILE_SIZE
-from ..images import ImageRefused, header_at
+from ..images import ImageRefused, header_at, loader_refusal
 from . import format as shardfmt
 
 _KEY_EXT = re.compile(r"^((?:.*/|)[^./][^/]*?)\.([^/]*)$")
@@ -305,6 +305,9 @@ def _image_size(fh, member: shardfmt.Member, max_pixels: int) -> tuple[int, int]
         return os.pread(fh.fileno(), size, member.offset + offset)
 
     header = header_at(read_at, lambda: cast(BinaryIO, _MemberFile(fh.fileno(), member)), max_pixels, member.size)
+    refusal = loader_refusal(header, os.path.splitext(member.name)[1])  # what DALI fails on, PIL would deliver
+    if refusal:
+        raise ImageRefused(refusal)
     return header.oriented
 
 

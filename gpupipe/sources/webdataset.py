@@ -30,7 +30,7 @@ from .sniff import SNIFF_BYTES, kind_of
 logger = logging.getLogger("gpupipe.sources")
 
 #: Bump when the cached index's content changes.
-INDEX_FORMAT = 3  # 3: concatenated tars read whole; EXIF orientations as the scan's version 4
+INDEX_FORMAT = 4  # 4: formats DALI does not decode refused; 3: concatenated tars read whole, EXIF as scan v4
 IMAGE_MEMBER = "image"
 
 
