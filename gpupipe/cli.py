@@ -48,7 +48,7 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
         action = super().add_argument(*args, **kwargs)
-        shown = action.default not in (None, False, argparse.SUPPRESS)
+        shown = not any(action.default is v for v in (None, False, argparse.SUPPRESS))  # 0 is a default (0 == False)
         ours = isinstance(self.formatter_class, type) and issubclass(self.formatter_class, DefaultsHelpFormatter)
         if ours and action.help is None and shown:
             action.help = "(default: %(default)s)"

@@ -57,12 +57,13 @@ def open_checked(fileobj: BinaryIO, max_pixels: int) -> Image.Image:
     return img
 
 
-def to_rgb8(img: Image.Image) -> Image.Image:
+def to_rgb8(img: Image.Image, kind: str | None = None) -> Image.Image:
     """Any PIL mode to 8-bit RGB. 16-bit gray is scaled as DALI's decoders scale it (``v * 255 / 65535``,
-    rounded), whatever its values (a dark image's too); so are integer images (mode ``I``: a 16-bit PGM) whose
-    values exceed 255."""
+    rounded), whatever its values (a dark image's too: a PNG's mode ``I`` too, as Pillow before 11 opens 16-bit
+    gray; ``kind``: the file's format, ``img.format`` by default); so are integer images (mode ``I``: a 16-bit
+    PGM) whose values exceed 255."""
     values = np.asarray(img).astype(np.int64) if img.mode.startswith("I") else None
-    if values is not None and (img.mode != "I" or values.max(initial=0) > 255):
+    if values is not None and (img.mode != "I" or (kind or img.format) == "PNG" or values.max(initial=0) > 255):
         values = (values * 255 + 32767) // 65535
     if values is not None:
         img = Image.fromarray(np.clip(values, 0, 255).astype(np.uint8), "L")
@@ -80,7 +81,7 @@ def decode_rgb(data: bytes) -> np.ndarray:
         OSError, ValueError, SyntaxError: PIL cannot read the data.
     """
     with Image.open(io.BytesIO(data)) as img:
-        return np.asarray(to_rgb8(upright(img)))
+        return np.asarray(to_rgb8(upright(img), img.format))
 
 
 #: EXIF orientation -> the transpose that shows the stored pixels as displayed (as ``ImageOps.exif_transpose``).

@@ -95,17 +95,29 @@ def current_group() -> tuple[int, int] | None:
     return _GROUP.get()
 
 
-def gather(payload: Any) -> list[Any]:
-    """``payload`` of every rank of the default process group, in rank order."""
+#: What a rank waits for in a loader's exchange (``arrived``), and what to do where some ranks never reach it.
+BUILD = (
+    "build the same loader",
+    "a loader built on some ranks only must be given rank=0, world_size=1",
+)
+LOAD = (
+    "call load_state_dict",
+    "every rank must load a state into its loader (each rank's own file, or rank 0's)",
+)
+
+
+def gather(payload: Any, waiting: tuple[str, str] = BUILD) -> list[Any]:
+    """``payload`` of every rank of the default process group, in rank order (``waiting``: what the notice of
+    ``arrived`` says)."""
     import torch.distributed as dist
 
-    arrived(dist)
+    arrived(dist, waiting)
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, payload)
     return gathered
 
 
-def arrived(dist: Any) -> None:
+def arrived(dist: Any, waiting: tuple[str, str] = BUILD) -> None:
     """Marks this rank's arrival at its next exchange in the process group's store, and waits up to
     ``WAIT_NOTICE_S`` for the other ranks'; logs a warning naming those missing (then returns: the exchange
     waits on, as before). Without a store to use, returns at once."""
@@ -126,12 +138,13 @@ def arrived(dist: Any) -> None:
             return
         if missing:
             logger.warning(
-                "gpupipe loader: rank %d waits for %s to build the same loader (%.0f s so far); a loader built "
-                "on some ranks only must be given rank=0, world_size=1, or this rank waits until the process "
-                "group's timeout",
+                "gpupipe loader: rank %d waits for %s to %s (%.0f s so far); %s, or this rank waits until the "
+                "process group's timeout",
                 rank,
                 _ranks(missing),
+                waiting[0],
                 WAIT_NOTICE_S,
+                waiting[1],
             )
 
 
@@ -196,7 +209,7 @@ def load_alike(load: Callable[[], tuple[int, int]], group: tuple[int, int] | Non
     except Exception as error:  # any failure: the other ranks hear of it, rather than wait in the exchange
         where, refusal = None, error
     said = None if refusal is None else str(refusal) if isinstance(refusal, ValueError) else repr(refusal)
-    gathered = gather({"where": where, "refused": said})
+    gathered = gather({"where": where, "refused": said}, LOAD)
     if refusal is not None:
         raise refusal
     refused = [rank for rank, payload in enumerate(gathered) if payload["refused"] is not None]

@@ -210,7 +210,7 @@ class EpochCursor:
         """
         epoch, done = self.state()
         left = self._pass
-        if left is not None and not left.live and left.remaining > 0 and not self._chosen:
+        if left is not None and not left.live and left.remaining > 0 and not self._chosen and not _loop_ended(left):
             warnings.warn(
                 f"state_dict: the pass over epoch {left.epoch} was left after {left.done} of {left.total} batches "
                 f"(a break, or an exception out of the loop), so this state resumes at epoch {epoch}, as the next "
@@ -273,6 +273,15 @@ class EpochCursor:
             raise ValueError(f"load_state_dict: batches_done {done} is outside 0..{batches} (epoch {epoch})")
         self.load(epoch, done)
         return epoch, done
+
+
+def _loop_ended(left: Pass) -> bool:
+    """Whether Lightning's loop ended ``left`` where it ends every epoch (``limit_train_batches``: its
+    ``num_training_batches``) and counts the epoch done: the next epoch is then what a resume reads."""
+    from .frameworks import _lightning_trainer
+
+    trainer = _lightning_trainer()
+    return trainer is not None and left.done >= getattr(trainer, "num_training_batches", float("inf"))
 
 
 #: The fields that only split an epoch among ranks and batches: a state at an epoch's start (``batches_done`` 0)

@@ -133,7 +133,7 @@ def convert_image(data: bytes, settings: ConvertSettings) -> tuple[bytes, tuple[
     shown = (height, width) if orientation in (5, 6, 7, 8) else (width, height)
     if clean:
         return image_only(data, scan_at), shown, shown, True
-    img = to_rgb8(upright(img, orientation))
+    img = to_rgb8(upright(img, orientation), img.format)
     size = target_size(*shown, settings.max_size)
     if size != img.size:
         img = img.resize(size, Image.Resampling.BICUBIC, reducing_gap=3.0)
