@@ -21,6 +21,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 from ._version import __version__
 from .checks import positive_int
@@ -255,7 +257,27 @@ def versions() -> dict[str, str | None]:
     return out
 
 
+#: Module prefixes of Lightning's loops: with ``use_distributed_sampler`` (its default) Lightning gives a torch
+#: ``DataLoader`` without a sampler a ``DistributedSampler``, so a swapped ``gpupipe.DataLoader`` shards too.
+LIGHTNING_LOOPS = ("lightning.pytorch.", "pytorch_lightning.")
+
+
+def lightning_trainer() -> Any:
+    """The Lightning ``Trainer`` whose loops are on the call stack (asking for the loader), else ``None``."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals.get("__name__", "").startswith(LIGHTNING_LOOPS):
+            owner = frame.f_locals.get("self")
+            trainer = owner if hasattr(owner, "_accelerator_connector") else getattr(owner, "trainer", None)
+            if hasattr(trainer, "_accelerator_connector"):  # not a frame without its trainer (a CombinedLoader's)
+                return trainer
+        frame = frame.f_back
+    return None
+
+
 __all__ = [
+    "LIGHTNING_LOOPS",
+    "lightning_trainer",
     "cores",
     "process_group",
     "rank_and_world",

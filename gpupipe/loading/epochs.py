@@ -42,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..env import lightning_trainer
 from ..errors import Error
 from .config import check_epoch
 
@@ -278,9 +279,7 @@ class EpochCursor:
 def _loop_ended(left: Pass) -> bool:
     """Whether Lightning's loop ended ``left`` where it ends every epoch (``limit_train_batches``: its
     ``num_training_batches``) and counts the epoch done: the next epoch is then what a resume reads."""
-    from .frameworks import _lightning_trainer
-
-    trainer = _lightning_trainer()
+    trainer = lightning_trainer()
     return trainer is not None and left.done >= getattr(trainer, "num_training_batches", float("inf"))
 
 

@@ -42,6 +42,7 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..env import lightning_trainer as _lightning_trainer
 from ..errors import Error
 from .sampling import batches_per_epoch, per_rank
 
@@ -82,24 +83,6 @@ LIGHTNING_EPOCH = (
     ("lightning.fabric.utilities.data", "_set_sampler_epoch"),
     ("lightning_fabric.utilities.data", "_set_sampler_epoch"),
 )
-
-
-#: Module prefixes of Lightning's loops: with ``use_distributed_sampler`` (its default) Lightning gives a torch
-#: ``DataLoader`` without a sampler a ``DistributedSampler``, so a swapped ``gpupipe.DataLoader`` shards too.
-LIGHTNING_LOOPS = ("lightning.pytorch.", "pytorch_lightning.")
-
-
-def _lightning_trainer() -> Any:
-    """The Lightning ``Trainer`` whose loops are on the call stack (asking for the loader), else ``None``."""
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None:
-        if frame.f_globals.get("__name__", "").startswith(LIGHTNING_LOOPS):
-            owner = frame.f_locals.get("self")
-            trainer = owner if hasattr(owner, "_accelerator_connector") else getattr(owner, "trainer", None)
-            if hasattr(trainer, "_accelerator_connector"):  # not a frame without its trainer (a CombinedLoader's)
-                return trainer
-        frame = frame.f_back
-    return None
 
 
 def shards_torch_loaders() -> bool:
