@@ -9,7 +9,6 @@ a cache too small for one tar, long non-ASCII file names, and samples grouped as
 
 from __future__ import annotations
 
-import io
 import logging
 import tarfile
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 from hostile_servers import HostileServer
 from servers import s3  # noqa: F401 -- a fixture
-from wds_helpers import add, png
+from wds_helpers import add, png, tar_bytes
 
 import gpupipe
 from gpupipe.remote import Retry, ShardCache, expand_braces
@@ -33,16 +32,6 @@ def hostile():
     server = HostileServer()
     yield server
     server.stop()
-
-
-def tar_bytes(labels) -> bytes:
-    """A WebDataset tar: ``{i:04d}.png`` (grey ``10 * i``) and ``{i:04d}.cls`` per label (text as given)."""
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for i, label in enumerate(labels):
-            add(tar, f"{i:04d}.png", png(10 * i))
-            add(tar, f"{i:04d}.cls", str(label).encode())
-    return out.getvalue()
 
 
 # -- 1. a server that states no version: a replaced tar is never served from the cache -----------------

@@ -7,11 +7,9 @@ draws) giving what the local pack gives."""
 from __future__ import annotations
 
 import email.utils
-import io
 import json
 import subprocess
 import sys
-import tarfile
 import textwrap
 import time
 from pathlib import Path
@@ -20,7 +18,7 @@ import pytest
 import torch
 from hostile_servers import HostileServer
 from servers import FolderServer, stall
-from wds_helpers import add, png
+from wds_helpers import tar_bytes
 
 import gpupipe
 from gpupipe.remote import RemoteError, Retry, ShardCache, remote_info
@@ -38,16 +36,6 @@ def hostile():
     server = HostileServer()
     yield server
     server.stop()
-
-
-def tar_bytes(labels) -> bytes:
-    """A WebDataset tar: ``{i:04d}.png`` (grey ``10 * i``) and ``{i:04d}.cls`` per label."""
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for i, label in enumerate(labels):
-            add(tar, f"{i:04d}.png", png(10 * i))
-            add(tar, f"{i:04d}.cls", str(label).encode())
-    return out.getvalue()
 
 
 def in_subprocess(tmp_path: Path, body: str, timeout: float = 60) -> dict:

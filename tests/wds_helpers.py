@@ -24,3 +24,13 @@ def add(tar: tarfile.TarFile, name: str, data: bytes, **pax) -> None:
     info.size = len(data)
     info.pax_headers = pax
     tar.addfile(info, io.BytesIO(data))
+
+
+def tar_bytes(labels) -> bytes:
+    """A WebDataset tar: ``{i:04d}.png`` (grey ``10 * i``) and ``{i:04d}.cls`` per label (text as given)."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for i, label in enumerate(labels):
+            add(tar, f"{i:04d}.png", png(10 * i))
+            add(tar, f"{i:04d}.cls", str(label).encode())
+    return out.getvalue()
