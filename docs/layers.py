@@ -31,7 +31,7 @@ LAYERS: List[Tuple[str, str, List[str]]] = [
      ["gpupipe.shards", "gpupipe.shards.*", "gpupipe.remote", "gpupipe.remote.*"]),
     ("sources", "datasets on disk, in packs, in WebDataset tars, local or remote; the scan; rank shares",
      ["gpupipe.sources", "gpupipe.sources.*", "gpupipe.loading.sampling", "gpupipe.loading.draws",
-      "gpupipe.loading.agreement", "gpupipe.loading.config"]),
+      "gpupipe.loading.agreement", "gpupipe.loading.config", "gpupipe.loading.resplit"]),
     ("backends", "DALI and torchvision lowerings of ops and targets; the batch contract",
      ["gpupipe.backends", "gpupipe.backends.*", "gpupipe.loading.transfer", "gpupipe.loading.mixing",
       "gpupipe.loading.batchsteps",

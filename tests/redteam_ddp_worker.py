@@ -7,7 +7,7 @@ and, for every backend of ``--backends``, epochs read with random crops, flips, 
 each batch's images and targets), saving states mid-epoch, at an epoch's end and after a recovered bad file
 (``torch.save`` and JSON). ``--phase resume`` is a new job: it loads those
 states (rank 0's also into rank 1, and each rank's into the other), records what follows, and records the
-refusals of states that do not fit. With ``--lightning DIR``, the same processes then record, in ``DIR``, a
+rest of a mid-epoch state read on another batch size and world size, and the refusals of states that do not fit. With ``--lightning DIR``, the same processes then record, in ``DIR``, a
 Lightning fit that ``max_steps`` stops mid-epoch (``run``) and its resume (``resume``): Lightning's DDP takes
 torchrun's ranks and the process group already there, so no launch of Lightning's own (a launch costs ~10 s of
 imports on the 2-core VM). (``gpupipe.DataLoader`` without a sampler under Lightning and Accelerate:
@@ -114,8 +114,9 @@ def waits(data: Path) -> dict:
 
 def make(data: Path, backend: str, name: str = "d13", **kwargs):
     kwargs.setdefault("batch_size", 2)
+    kwargs.setdefault("seed", SEED)
     return gpupipe.loader(data / name, kwargs.pop("pipeline", RANDOM), backend=backend, device="cpu",
-                          num_threads=1, seed=SEED, **kwargs)
+                          num_threads=1, **kwargs)
 
 
 def save(state: dict, path: Path) -> None:
@@ -182,11 +183,17 @@ def resume(data: Path, backend: str, out: Path) -> dict:
     result["bad"] = ids_of(loader)
     state = torch.load(out / f"mid-rank{rank}.pt", weights_only=True)
     result["refused"] = {
-        "batch_size": refusal(make(data, backend, batch_size=3), state),
+        "seed": refusal(make(data, backend, seed=SEED + 1), state),
         "dataset": refusal(make(data, backend, "d7"), state),
         "renamed": refusal(make(data, backend, "d13b"), state),
-        "world_size": refusal(make(data, backend, rank=0, world_size=1), state),
     }
+    whole = make(data, backend, pipeline=PLAIN)
+    whole.set_epoch(1)
+    result["resplit"] = {"read": sum(ids_of(whole)[:2], [])}  # this rank's 2 batches before the mid state
+    for name, changed in (("batch_size", {"batch_size": 3}), ("world_size", {"rank": 0, "world_size": 1})):
+        rest = make(data, backend, pipeline=PLAIN, **changed)
+        rest.load_state_dict(state)  # the rest of epoch 1, split as this loader splits
+        result["resplit"][name] = sum(ids_of(rest), [])
     return result
 
 

@@ -210,8 +210,8 @@ def fresh(folder, **kw):
     return gpupipe.loader(folder, [ops.Decode(), ops.Resize((8, 8)), ops.Output("uint8")], **settings)
 
 
-@pytest.mark.parametrize("field, saved, loaded", [
-    ("batch_size", 4, 2), ("shuffle", True, False), ("drop_last", False, True), ("seed", 3, 4),
+@pytest.mark.parametrize("field, saved, loaded", [  # batch_size, drop_last: the rest is read (test_resume_resplit)
+    ("shuffle", True, False), ("seed", 3, 4),
 ])
 def test_a_state_refuses_a_loader_whose_settings_change_the_samples(tmp_path, field, saved, loaded):
     folder = flat_folder(tmp_path, 12)

@@ -189,9 +189,10 @@ def check_ranks_agree(names: Sequence[str], config: Any, group: tuple[int, int] 
     check_agree(gather(payload), "the loader's files and settings")
 
 
-def load_alike(load: Callable[[], tuple[int, int]], group: tuple[int, int] | None) -> None:
+def load_alike(load: Callable[[], tuple[int, ...]], group: tuple[int, int] | None) -> None:
     """Runs ``load`` (a loader's ``load_state_dict``, which returns where the state resumes: ``(epoch,
-    batches_done)``) and, under ``group`` (``exchange_group``), compares in one exchange what each rank loaded:
+    batches_done)``, or ``(epoch, batches_done, offset)`` on another split) and, under ``group``
+    (``exchange_group``), compares in one exchange what each rank loaded:
     ranks that resume at different batches (per-rank files, one of them older: a job stopped between the ranks'
     saves) would read different batches and batch counts, and a state refused on some ranks only would leave the
     others resuming alone.
@@ -222,12 +223,16 @@ def load_alike(load: Callable[[], tuple[int, int]], group: tuple[int, int] | Non
     for rank, payload in enumerate(gathered):
         places.setdefault(tuple(payload["where"]), []).append(rank)
     if len(places) > 1:
-        shown = "; ".join(f"({epoch}, {done}) on {_ranks(ranks)}" for (epoch, done), ranks in places.items())
+        shown = "; ".join(
+            f"({place[0]}, {place[1]}){f' from slot {place[2]}' if place[2:] else ''} on {_ranks(ranks)}"
+            for place, ranks in places.items()
+        )
         raise RanksDisagree(
             f"load_state_dict: the ranks loaded states that resume at different batches: (epoch, batches_done) is "
             f"{shown}; they would read different batches and batch counts (a DDP job then hangs). Load the same "
             "state on every rank (rank 0's, as Accelerate's load_state does: with even_batches every rank is at the "
-            "same batch), or per-rank files saved at the same step"
+            "same batch; with even_batches=False a rank that read all its share first says the next epoch), or "
+            "per-rank files saved at the same step"
         )
 
 

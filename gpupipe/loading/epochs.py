@@ -23,9 +23,12 @@ The rule (the README states it too):
    seed, world size, per-rank batch size, shuffle, drop_last, even_batches
    with several ranks, the dataset's sample count and digest); loading it
    into a loader that differs in any of them is refused, naming the field,
-   except that a state at an epoch's start (``batches_done`` 0: saved at an
-   epoch's end, or before a pass) resumes with another world size, batch
-   size, drop_last or even_batches (``SPLIT``): nothing of that epoch is read.
+   except world size, batch size, drop_last and even_batches (``SPLIT``): a
+   state at an epoch's start (``batches_done`` 0) resumes with others as a
+   run with them reads; a state mid-epoch, with others, reads the rest of
+   the epoch (the slots its ranks had not read, ``gpupipe.loading.resplit``)
+   split among this loader's ranks: a pass from that slot (``offset``, which
+   its own states record) to the epoch's end.
 6. A pass ended under its loop by ``load_state_dict`` or ``skip`` says so
    when asked for another batch (``Pass.ended``), rather than stop short;
    ``set_epoch`` during a pass applies to the next pass. A state taken after
@@ -44,10 +47,13 @@ from typing import Any
 
 from ..env import lightning_trainer
 from ..errors import Error
+from . import resplit
 from .config import check_epoch
+from .resplit import SPLIT, Split
 
-#: The loader state format (``state_dict()["format"]``).
-STATE_FORMAT = 3
+#: The newest loader state format (``state_dict()["format"]``): 4 records ``offset``, the slot a pass resumed on
+#: another split starts at; a state without it is written as format 3, which earlier versions read alike.
+STATE_FORMAT = 4
 
 
 class RanksMayPart(Error, UserWarning):
@@ -73,6 +79,9 @@ class Pass:
         total: batches in the epoch.
         live: the pass has not finished or been ended.
         ended_by: what ended it with batches left, under its loop (``load_state_dict``, ``skip(n)``), else ``""``.
+        offset: the slot of the epoch's order the pass's split starts at (0; a resume on another split reads the
+            rest of the epoch from there, ``gpupipe.loading.resplit``); ``start``, ``done`` and ``total`` count
+            batches of that split.
     """
 
     epoch: int
@@ -81,6 +90,7 @@ class Pass:
     total: int
     live: bool = True
     ended_by: str = ""
+    offset: int = 0
 
     @property
     def remaining(self) -> int:
@@ -106,7 +116,7 @@ class EpochCursor:
 
     def __init__(self) -> None:
         self._next_epoch = 0
-        self._resume: tuple[int, int] | None = None  # (epoch, batches done) of a loaded state
+        self._resume: tuple[int, int, int] | None = None  # (epoch, batches done, offset) of a loaded state
         self._pass: Pass | None = None
         self._chosen = False  # set_epoch, load or skip since the last pass began
 
@@ -148,22 +158,23 @@ class EpochCursor:
                 stacklevel=4,
             )
         self._chosen = False
-        start = 0
+        start = offset = 0
         if self._resume is not None:
-            start = min(self._resume[1], total)
+            start, offset = min(self._resume[1], total), self._resume[2]
             self._resume = None
-        self._pass = Pass(epoch=epoch, start=start, done=start, total=total)
+        self._pass = Pass(epoch=epoch, start=start, done=start, total=total, offset=offset)
         self._next_epoch = epoch + 1
         return self._pass
 
-    def load(self, epoch: int, done: int, *, by: str = "load_state_dict") -> None:
-        """The next pass reads ``epoch`` from batch ``done`` (``by``: what asked, for a pass it ends)."""
+    def load(self, epoch: int, done: int, *, by: str = "load_state_dict", offset: int = 0) -> None:
+        """The next pass reads ``epoch`` from batch ``done`` of its split from slot ``offset`` (``by``: what asked,
+        for a pass it ends)."""
         if self._pass is not None:
             self._pass.end(by)
         self._pass = None
         self._chosen = True
         self._next_epoch = epoch
-        self._resume = (epoch, done) if done else None
+        self._resume = (epoch, done, offset) if done or offset else None
 
     def skip(self, done: int) -> None:
         """The next pass starts at batch ``done`` of the epoch it reads (as ``load`` of that epoch).
@@ -173,22 +184,31 @@ class EpochCursor:
                 followed by the ``skip`` its ``skip_first_batches`` would do: the batches would repeat or be lost).
         """
         if self._resume is not None and self._resume[1] != done:
-            epoch, at = self._resume
+            epoch, at, _ = self._resume
             raise ValueError(
                 f"skip({done}): the state loaded (load_state_dict, or Accelerate's load_state) already resumes "
                 f"epoch {epoch} at batch {at}; skipping to batch {done} instead would "
                 f"{'repeat' if done < at else 'lose'} {abs(at - done)} batches: leave skip out"
             )
-        self.load(self._next_epoch, done, by=f"skip({done})")
+        if self._resume is None:  # else already where skip says: the loaded state's offset stays
+            self.load(self._next_epoch, done, by=f"skip({done})")
 
     def state(self) -> tuple[int, int]:
-        """``(epoch, batches done)``: where the next batch comes from."""
+        """``(epoch, batches done)``: where the next batch comes from (of the split from ``offset(epoch)``)."""
         current = self._pass
         if current is not None and current.live and current.remaining > 0:
             return current.epoch, current.done
         if self._resume is not None:
-            return self._resume
+            return self._resume[:2]
         return self._next_epoch, 0
+
+    def offset(self, epoch: int) -> int:
+        """The slot the split of ``epoch`` starts at: that of the pass over it under way, or of the loaded state
+        the next pass reads it from; else 0 (the whole epoch)."""
+        current = self.current
+        if current is not None:
+            return current.offset if current.epoch == epoch else 0
+        return self._resume[2] if self._resume is not None and self._resume[0] == epoch else 0
 
     @property
     def epoch(self) -> int:
@@ -210,7 +230,7 @@ class EpochCursor:
         since: the state resumes at the next epoch, and a checkpoint on an exception meant the rest of the pass.
         """
         epoch, done = self.state()
-        left = self._pass
+        offset, left = self.offset(epoch), self._pass
         if left is not None and not left.live and left.remaining > 0 and not self._chosen and not _loop_ended(left):
             warnings.warn(
                 f"state_dict: the pass over epoch {left.epoch} was left after {left.done} of {left.total} batches "
@@ -221,25 +241,29 @@ class EpochCursor:
                 LeftPass,
                 stacklevel=3,
             )
-        return {"format": STATE_FORMAT, "epoch": epoch, "batches_done": done, "rank": rank, "backend": backend, **match}
+        state = {"format": 4 if offset else 3, "epoch": epoch, "batches_done": done, "rank": rank, "backend": backend}
+        return {**state, **({"offset": offset} if offset else {}), **match}
 
-    def load_state_dict(self, state: dict[str, Any], *, match: dict[str, Any], batches: int) -> tuple[int, int]:
-        """Loads a checkpoint of ``state_dict`` into a loader whose ``resume_fields`` are
-        ``match`` (epochs of ``batches`` batches).
+    def load_state_dict(
+        self, state: dict[str, Any], *, match: dict[str, Any], samples: int, rank: int
+    ) -> tuple[int, ...]:
+        """Loads a checkpoint of ``state_dict`` into rank ``rank`` of a loader whose ``resume_fields`` are
+        ``match`` (epochs of ``samples`` slots).
 
         A field of ``match`` that the state records must be equal: another value would change the
-        samples that follow; at an epoch's start (``batches_done`` 0) those of ``SPLIT`` may differ. A state
+        samples that follow; those of ``SPLIT`` may differ (rule 5 of the module docstring). A state
         of an older format that lacks some fields is loaded with a warning naming them (it was valid when it
-        was written); ``seed`` it must have. Returns where the state resumes: ``(epoch, batches_done)``.
+        was written); ``seed`` it must have. Returns where the state resumes: ``(epoch, batches_done)``, with
+        the ``offset`` of its split where that is not 0.
 
         Raises:
-            ValueError: naming the first field that differs with both values, an epoch or
-                ``batches_done`` out of range, or a malformed state.
+            ValueError: naming the first field that differs with both values, an epoch,
+                ``batches_done`` or ``offset`` out of range, or a malformed state.
         """
         if not isinstance(state, Mapping) or any(name not in state for name in ("epoch", "batches_done", "seed")):
             raise ValueError(f"load_state_dict: not a gpupipe loader state: {state!r}")
         state = dict(state)
-        for name in ("epoch", "batches_done", "seed", "format"):
+        for name in ("epoch", "batches_done", "seed", "format", "offset"):
             if name in state:  # an int, a numpy int or a 0-d integer tensor; not a bool, a float or a string
                 try:
                     if isinstance(state[name], bool):
@@ -252,28 +276,46 @@ class EpochCursor:
                 f"load_state_dict: format {state['format']} is newer than this gpupipe's ({STATE_FORMAT}): "
                 "it was written by a later version"
             )
-        epoch, done = int(state["epoch"]), int(state["batches_done"])
+        epoch, done, offset = int(state["epoch"]), int(state["batches_done"]), int(state.get("offset", 0))
         state = {"world_size": 1, **state}  # format 1 had no world size: a single process
-        if not done:  # at an epoch's start nothing of it is read: the split may change (SPLIT)
-            match = {name: value for name, value in match.items() if name not in SPLIT}
+        fields, match = match, {name: value for name, value in match.items() if name not in SPLIT}
+        split = {name: value for name, value in fields.items() if name in SPLIT}  # may differ (rule 5)
         for name, ours in match.items():
             if name in state and state[name] != ours:
                 raise ValueError(_differs(name, state[name], ours, epoch, done))
         if ("draws" in state) != ("draws" in match):  # no loader before draws drew by weight
             saved, ours = ("draws by weight", "does not") if "draws" in state else ("does not draw by weight", "does")
             raise ValueError(f"load_state_dict: the state's loader {saved}, this loader {ours}; {_WHY['draws']}")
-        missing = [name for name in match if name not in state]
+        check_epoch(epoch, "load_state_dict")
+        if not 0 <= offset < samples:
+            raise ValueError(f"load_state_dict: offset {offset} is outside 0..{samples - 1} (epoch {epoch})")
+        if offset and state.get("format", 1) < 4:
+            raise ValueError(
+                f"load_state_dict: a state of format {state.get('format', 1)} has no offset (format 4 records it), "
+                f"this one has offset {offset}"
+            )
+        if not done and not offset:  # at an epoch's start nothing of it is read: the epoch as this loader reads it
+            split = {}
+        moved = resplit.resumed(state, split, samples=samples, offset=offset, done=done)
+        recorded = ("batch_size", "drop_last", "even_batches")[: 3 if state["world_size"] > 1 else 2]
+        missing = [
+            name for name in fields if name not in state and (name in match or (name in split and name in recorded))
+        ]
         if missing:
             warnings.warn(
                 f"load_state_dict: this state (format {state.get('format', 1)}) does not record "
                 f"{', '.join(missing)}: resuming without checking that they match",
                 stacklevel=3,
             )
-        check_epoch(epoch, "load_state_dict")
+        if moved is not None and moved >= samples:  # every slot was read: the next epoch is what follows
+            self.load(epoch + 1, 0)
+            return epoch + 1, 0
+        offset, done = (offset, done) if moved is None else (moved, 0)
+        batches = Split.of(split).batches(samples - offset, rank) if split else 0
         if not 0 <= done <= batches:
             raise ValueError(f"load_state_dict: batches_done {done} is outside 0..{batches} (epoch {epoch})")
-        self.load(epoch, done)
-        return epoch, done
+        self.load(epoch, done, offset=offset)
+        return (epoch, done, offset) if offset else (epoch, done)
 
 
 def _loop_ended(left: Pass) -> bool:
@@ -283,21 +325,13 @@ def _loop_ended(left: Pass) -> bool:
     return trainer is not None and left.done >= getattr(trainer, "num_training_batches", float("inf"))
 
 
-#: The fields that only split an epoch among ranks and batches: a state at an epoch's start (``batches_done`` 0)
-#: resumes with other values of them exactly (the epochs that follow read as a run with the new values would).
-SPLIT = ("world_size", "batch_size", "drop_last", "even_batches")
-
 #: Why each field of ``resume_fields`` must match (the error says it).
 _WHY = {
     "seed": (
         "the order and the augmentations are drawn from it (gpupipe.DataLoader takes it from its generator, or "
         "else from torch.initial_seed(): seed them in the resumed process as in the one saved)"
     ),
-    "world_size": "the order of an epoch is split among the ranks",
-    "batch_size": "batches_done counts batches of the saved size",
     "shuffle": "it decides the order",
-    "drop_last": "it decides which samples each rank reads",
-    "even_batches": "it decides which samples each rank reads",
     "samples": "the order is a permutation of the dataset's samples",
     "dataset": (
         "the order is a permutation of these samples (the digest of their names; a random_split or "
@@ -312,8 +346,7 @@ def _differs(name: str, saved: Any, ours: Any, epoch: int, done: int) -> str:
     ``epoch`` at batch ``done``), and what would do."""
     said = f"load_state_dict: {name} differs: the state has {name} {saved!r}, this loader {name} {ours!r}; {_WHY[name]}"
     if done:
-        end = f"; a state saved at an epoch's end (batches_done 0) resumes with another {name}" * (name in SPLIT)
-        return f"{said}, so the rest of the epoch would repeat or skip samples{end}"
+        return f"{said}, so the rest of the epoch would repeat or skip samples"
     said += f", so the epochs from {epoch} on would not be those of the run saved"
     if name in ("samples", "dataset"):
         said += f"; to read the changed dataset from epoch {epoch} on, call loader.set_epoch({epoch}) instead"

@@ -188,6 +188,7 @@ class Loader:
         world, drop_last = self._settle(), self.drop_last
         n = epoch_samples(self.source)
         frameworks.refuse_empty_rank(self.config, world, n)  # under Lightning, a rank without batches hangs the rest
+        n -= self._cursor.offset(self._cursor.epoch)  # a pass resumed on another split reads the rest (resplit)
         samples = per_rank(n, world.world_size, drop_last=drop_last, even_batches=self.even_batches, rank=world.rank)
         return batches_per_epoch(samples, self.batch_size, drop_last)
 
@@ -202,6 +203,7 @@ class Loader:
             world_size=world.world_size,
             drop_last=self.drop_last,
             even_batches=self.even_batches,
+            start=self._cursor.offset(epoch),
         )
 
     def shard(self, epoch: int | None = None) -> RankShare:
@@ -210,7 +212,8 @@ class Loader:
         return self.rank_share(epoch)
 
     def _read(self, epoch: int) -> EpochRead:
-        return EpochRead(epoch=epoch, share=self.rank_share(epoch), batches=len(self))
+        share = self.rank_share(epoch)
+        return EpochRead(epoch, share, batches_per_epoch(len(share), self.batch_size, self.drop_last))
 
     def __iter__(self) -> Iterator[Batch]:
         """Starts a pass over the next epoch (ending any pass still under way).
@@ -241,7 +244,7 @@ class Loader:
         batches = self._backend.iter_epoch(read, current.start, upcoming=self._read)
         self._stats.pass_started()
         accelerate = frameworks.begin_pass(
-            read, samples=epoch_samples(self.source), batch_size=self.batch_size, world_size=world_size
+            read, samples=epoch_samples(self.source) - current.offset, batch_size=self.batch_size, world_size=world_size
         )
         try:
             while current.done < current.total:
@@ -359,9 +362,9 @@ class Loader:
         Raises:
             ValueError: a field that decides the samples differs (named), a malformed state; ``agreement.load_alike``.
         """
-        world, batches = self._settle(), len(self)
+        world, samples = self._settle(), epoch_samples(self.source)
         match = resume_fields(self.config, world.world_size, self.source.names, self.source.draws)
-        load = lambda: self._cursor.load_state_dict(state, match=match, batches=batches)  # noqa: E731
+        load = lambda: self._cursor.load_state_dict(state, match=match, samples=samples, rank=world.rank)  # noqa: E731
         agreement.load_alike(load, agreement.exchange_group(world))
 
     # -- lifetime ----------------------------------------------------------------

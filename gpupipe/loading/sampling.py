@@ -71,24 +71,34 @@ def batches_per_epoch(samples: int, batch_size: int, drop_last: bool) -> int:
 
 
 def split(
-    order: Sequence[int] | np.ndarray, *, rank: int, world_size: int, drop_last: bool, even_batches: bool = True
+    order: Sequence[int] | np.ndarray,
+    *,
+    rank: int,
+    world_size: int,
+    drop_last: bool,
+    even_batches: bool = True,
+    start: int = 0,
 ) -> RankShare:
-    """Splits an epoch's order among ``world_size`` ranks.
+    """Splits an epoch's order (from its slot ``start``) among ``world_size`` ranks.
 
     With ``even_batches=True`` every rank gets the same number of samples:
     with ``drop_last=False`` the order is padded to a multiple of
     ``world_size`` by repeating it from its start (as often as needed, for a
     dataset smaller than the world); with ``drop_last=True`` the tail is cut.
     With ``even_batches=False`` rank ``r`` takes slots ``r, r + W, ...`` of
-    the order as it is.
+    the order as it is. ``start`` > 0 splits only the slots from ``start`` on (the rest of an epoch resumed
+    on another split, ``gpupipe.loading.resplit``): each keeps its slot as its position, and padding repeats
+    them from ``start``, at positions from ``len(order)`` on (as an epoch's own padding).
     """
     order = np.asarray(order, np.int64)
     n = len(order)
+    rest = order[start:]
+    m = len(rest)
     if not even_batches:
-        positions = np.arange(rank, n, world_size, dtype=np.int64)
-        return RankShare(indices=order[positions], positions=positions)
-    total = per_rank(n, world_size, drop_last=drop_last) * world_size
-    if total > n:
-        order = np.resize(order, total)  # repeats the order from its start
-    positions = np.arange(rank, total, world_size, dtype=np.int64)
-    return RankShare(indices=order[positions], positions=positions, padded=max(0, total - n), dropped=max(0, n - total))
+        slots = np.arange(rank, m, world_size, dtype=np.int64)
+        return RankShare(indices=rest[slots], positions=start + slots)
+    total = per_rank(m, world_size, drop_last=drop_last) * world_size
+    slots = np.arange(rank, total, world_size, dtype=np.int64)
+    indices = rest[slots % m] if m else slots  # padding repeats the slots from ``start``
+    positions = np.where(slots < m, start + slots, n + slots - m)
+    return RankShare(indices=indices, positions=positions, padded=max(0, total - m), dropped=max(0, m - total))

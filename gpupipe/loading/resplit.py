@@ -1,0 +1,82 @@
+"""The rest of an epoch resumed on another split: another world size, per-rank batch size, ``drop_last`` or
+``even_batches`` (rule 5 of ``gpupipe.loading.epochs``).
+
+With the ranks in step (each at the same batch, as DDP keeps them), ``done`` batches of ``batch_size`` on
+``world_size`` ranks have read the first ``done * batch_size * world_size`` slots of the epoch's order
+(``gpupipe.loading.sampling.split``: rank ``r`` reads slots ``r, r + W, ...``), or all its real slots: with
+``even_batches=False`` a rank with a sample fewer ends its share a batch earlier, having read it all. Padding
+comes after every real slot and a pass has batches left only while a real slot is unread, so none of the slots
+read is padding. A state records the slot its pass starts at (``offset``: 0, or where a resumed pass began) and
+its batches; a loader of another split reads the slots after those read, split among its own ranks as an epoch is
+(``split(start=...)``: padded or cut by its own settings), each sample at its own slot, which keys its
+augmentation: the same as in the run saved. Per-batch draws (batch ops such as MixUp, a dataset read as it is
+with its own transforms) follow the new batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .sampling import batches_per_epoch, per_rank
+
+#: The fields that only split an epoch among ranks and batches: a state at an epoch's start resumes with other
+#: values of them as a run with the new values reads it; a state mid-epoch reads the rest of the epoch (``resumed``).
+SPLIT = ("world_size", "batch_size", "drop_last", "even_batches")
+
+
+@dataclass(frozen=True)
+class Split:
+    """How a loader splits the slots of a pass among its ranks and batches (its ``SPLIT`` fields)."""
+
+    world_size: int
+    batch_size: int
+    drop_last: bool
+    even_batches: bool = True
+
+    @classmethod
+    def of(cls, fields: Mapping[str, Any]) -> Split:
+        """The split ``fields`` (``resume_fields``, or a state) record; ``even_batches`` only with several ranks."""
+        return cls(fields["world_size"], fields["batch_size"], fields["drop_last"], fields.get("even_batches", True))
+
+    def batches(self, slots: int, rank: int) -> int:
+        """Batches rank ``rank`` reads of a pass over ``slots`` slots."""
+        share = per_rank(slots, self.world_size, drop_last=self.drop_last, even_batches=self.even_batches, rank=rank)
+        return batches_per_epoch(share, self.batch_size, self.drop_last)
+
+    def read(self, slots: int, done: int, rank: int) -> int:
+        """Slots of a pass over ``slots`` read over all ranks once rank ``rank`` took ``done`` batches (every one
+        after its last batch: what its ``drop_last`` left out stays out)."""
+        if done >= self.batches(slots, rank):
+            return slots
+        return min(done * self.batch_size * self.world_size, slots)
+
+
+def resumed(state: Mapping[str, Any], ours: Mapping[str, Any], *, samples: int, offset: int, done: int) -> int | None:
+    """The slot a loader whose ``resume_fields`` are ``ours`` reads the rest of an epoch of ``samples`` slots from,
+    for ``state`` taken ``done`` batches into a pass from slot ``offset``; ``None`` where the split is the same (the
+    pass resumes at batch ``done`` of its own split).
+
+    Raises:
+        ValueError: the state does not record its split (an older format), or ``batches_done`` is past its pass.
+    """
+    differs = [name for name in SPLIT if name in state and name in ours and state[name] != ours[name]]
+    if not differs:
+        return None
+    several = state["world_size"] > 1
+    lacking = [name for name in SPLIT[1:] if name not in state and (name != "even_batches" or several)]
+    if lacking:
+        raise ValueError(
+            f"load_state_dict: {differs[0]} differs: the state has {differs[0]} {state[differs[0]]!r}, this loader "
+            f"{differs[0]} {ours[differs[0]]!r}, and the state (format {state.get('format', 1)}) does not record "
+            f"{', '.join(lacking)}: which samples of epoch {state['epoch']} it read cannot be worked out, so the rest "
+            "of the epoch cannot be read on another split; resume it with the settings it was saved with"
+        )
+    saved, rank = Split.of(state), int(state.get("rank", 0))
+    if done > saved.batches(samples - offset, rank):
+        raise ValueError(
+            f"load_state_dict: batches_done {done} is past the {saved.batches(samples - offset, rank)} batches of "
+            f"rank {rank} of the state's split (epoch {state['epoch']})"
+        )
+    return offset + saved.read(samples - offset, done, rank)
