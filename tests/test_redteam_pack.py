@@ -332,45 +332,6 @@ def test_a_folder_of_tars_is_its_tars_in_sorted_order(tmp_path):
         WebDataset(str(tmp_path / "empty"), cache_dir=tmp_path / "cache")
 
 
-@pytest.mark.slow
-def test_ctrl_c_mid_pack_says_how_to_resume_and_the_rerun_finishes_it(tmp_path):
-    # Was: a KeyboardInterrupt traceback from the packer and from every worker process.
-    import os
-    import signal
-    import time
-
-    src = tmp_path / "src"
-    (src / "a").mkdir(parents=True)
-    rng = np.random.default_rng(0)
-    for i in range(600):
-        Image.fromarray(rng.integers(0, 255, (64, 64, 3), np.uint8)).save(src / "a" / f"{i}.bmp")
-    args = [sys.executable, "-m", "gpupipe.pack", str(src), str(tmp_path / "dst"), "-q", "--workers", "2",
-            "--shard-size", "64KB"]
-    proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
-
-    def a_shard_is_journaled() -> bool:  # a finished shard (not only its files): the rerun then resumes after it
-        try:
-            return bool(json.loads((tmp_path / "dst" / ".pack-journal.json").read_text())["shards"])
-        except (OSError, ValueError, KeyError):
-            return False
-
-    deadline = time.monotonic() + 120
-    while not a_shard_is_journaled() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    if proc.poll() is not None:
-        pytest.skip("the pack finished before it could be interrupted")
-    os.kill(proc.pid, signal.SIGINT)
-    stderr = proc.communicate(timeout=120)[1]
-    assert proc.returncode == 130, stderr[-3000:]
-    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr[-3000:]
-    assert "run the same command again to resume" in stderr
-    assert not (tmp_path / "dst" / "manifest.json").exists()
-    rerun = subprocess.run(args, capture_output=True, text=True, timeout=300)
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert "resumed after" in rerun.stdout
-    assert json.loads((tmp_path / "dst" / "manifest.json").read_text())["totals"]["samples"] == 600
-
-
 def test_a_float_16_bit_or_multi_page_tiff_is_skipped_and_named_not_packed_black(tmp_path):
     # Review of the change that packs TIFFs: a float TIFF packed all black, a 12-bit one as 0..15, a multi-page one
     # as its first page, without a word.

@@ -13,6 +13,7 @@ with its own worker processes, and rank 0 writes the manifest once every part is
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -27,10 +28,13 @@ from ..shards import format as shardfmt
 from ..sources import FileList
 from . import ConvertSettings, NothingPacked, PackSettings, pack, parse_size, verify
 from .packer import barrier
+from .signals import sigterm_stops, terminated
 from .upload import upload, upload_manifest, verify_remote
 
 #: The exit status after Ctrl-C (128 + SIGINT, as a shell reports it).
 EXIT_INTERRUPTED = 130
+#: The exit status after SIGTERM (128 + SIGTERM).
+EXIT_TERMINATED = 143
 #: Skipped inputs printed after a pack (all of them are in the manifest).
 LISTED = 10
 
@@ -120,6 +124,8 @@ def parse_args(argv: list[str] | None):
         parser.error(f"--max-size must be >= 1, got {args.max_size}")
     if not 1 <= args.quality <= 100:
         parser.error(f"--quality must be in 1..100, got {args.quality}")
+    if args.max_pixels < 1:
+        parser.error(f"--max-pixels must be >= 1, got {args.max_pixels}")
     if args.workers is not None and args.workers < 1:
         parser.error(f"--workers must be >= 1, got {args.workers}")
     try:
@@ -159,26 +165,28 @@ def main(argv: list[str] | None = None) -> int:
     workers = args.workers or env.default_threads()
     src = FileList(args.src, multi_label=True) if args.multi_label else args.src
     try:
-        summary = pack(
-            src,
-            local_dst,
-            settings,
-            workers=workers,
-            on_error=args.on_error,
-            progress=not args.quiet and rank == 0,
-            rank=rank,
-            world_size=world_size,
-            shared_dst=not is_url(args.dst),
-        )
-        if is_url(args.dst):
-            upload(local_dst, args.dst, summary.files, retry)
-            if world_size > 1:
-                barrier()
-            if rank == 0:
-                upload_manifest(local_dst, args.dst, retry)
+        with sigterm_stops() if world_size == 1 else contextlib.nullcontext():  # torchrun's SIGTERM: its own
+            summary = pack(
+                src,
+                local_dst,
+                settings,
+                workers=workers,
+                on_error=args.on_error,
+                progress=not args.quiet and rank == 0,
+                rank=rank,
+                world_size=world_size,
+                shared_dst=not is_url(args.dst),
+            )
+            if is_url(args.dst):
+                upload(local_dst, args.dst, summary.files, retry)
+                if world_size > 1:
+                    barrier()
+                if rank == 0:
+                    upload_manifest(local_dst, args.dst, retry)
     except KeyboardInterrupt:
-        print(interrupted(local_dst), file=sys.stderr)
-        return EXIT_INTERRUPTED
+        by_sigterm = terminated()
+        print(interrupted(local_dst, "terminated" if by_sigterm else "interrupted"), file=sys.stderr)
+        return EXIT_TERMINATED if by_sigterm else EXIT_INTERRUPTED
     except NothingPacked:
         if rank == 0:
             list_skipped(local_dst, args.dst)
@@ -225,12 +233,12 @@ def list_skipped(local_dst: Path, dst: str, limit: int = LISTED) -> bool:
     return True
 
 
-def interrupted(dst: Path) -> str:
-    """What Ctrl-C left: nothing before the pack's journal is written (while the inputs are listed), else
-    the finished shards, which a rerun keeps."""
+def interrupted(dst: Path, how: str = "interrupted") -> str:
+    """What Ctrl-C (or SIGTERM: ``how="terminated"``) left: nothing before the pack's journal is written
+    (while the inputs are listed), else the finished shards, which a rerun keeps."""
     if not any(dst.glob(".pack-journal*.json")):
-        return f"interrupted before packing began: nothing was written to {dst}; run the same command again"
-    return f"interrupted: the finished shards are kept in {dst}; run the same command again to resume"
+        return f"{how} before packing began: nothing was written to {dst}; run the same command again"
+    return f"{how}: the finished shards are kept in {dst}; run the same command again to resume"
 
 
 def staging_dir(url: str) -> Path:

@@ -20,6 +20,7 @@ from typing import Any
 from PIL import Image
 
 from .. import targets
+from ..checks import positive_int
 from ..fileio import DEFAULT_MAX_FILE_SIZE, UnreadableFile, read_file
 from ..images import ImageRefused, exif_orientation, no_one_reading, open_checked, read_header, to_rgb8, upright
 from ..shards import format as shardfmt
@@ -45,6 +46,13 @@ class ConvertSettings:
     quality: int = 90
     max_pixels: int = 100_000_000
     max_file_size: int = DEFAULT_MAX_FILE_SIZE
+
+    def __post_init__(self) -> None:  # max_size=0 would pack every image as 1x1 pixels
+        if self.max_size is not None:
+            positive_int("ConvertSettings.max_size", self.max_size)
+        positive_int("ConvertSettings.quality", self.quality, maximum=100)
+        positive_int("ConvertSettings.max_pixels", self.max_pixels)
+        positive_int("ConvertSettings.max_file_size", self.max_file_size)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ folder fail at once with a clear message instead of both writing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -111,15 +112,30 @@ class Journal:
         self.skipped = [s for s in saved["skipped"] if s["position"] < self.next_input]
 
     def save(self) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(
-            json.dumps(
-                {
-                    "fingerprint": self.fingerprint,
-                    "shards": self.shards,
-                    "skipped": self.skipped,
-                    "next_input": self.next_input,
-                }
-            )
-        )
-        os.replace(tmp, self.path)
+        """Writes the journal whole (``write_whole``).
+
+        Raises:
+            PackError: the write failed (a full disk), naming the file.
+        """
+        state = {"fingerprint": self.fingerprint, "shards": self.shards, "skipped": self.skipped}
+        write_whole(self.path, json.dumps({**state, "next_input": self.next_input}))
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Writes ``text`` to ``path`` through ``path.tmp``, renamed into place: ``path`` holds the old text or
+    the new, never part of it, and a failed write leaves no temporary file.
+
+    Raises:
+        PackError: the write failed (a full disk, a folder removed), naming ``path``.
+    """
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        try:
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, path)
+        except BaseException:  # a failed write, or Ctrl-C / SIGTERM during it
+            with contextlib.suppress(OSError):  # not a file (nothing of ours), or the folder is gone
+                tmp.unlink(missing_ok=True)
+            raise
+    except OSError as err:
+        raise PackError(f"cannot write {path}: {err.strerror or err}") from None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -12,7 +11,7 @@ from .._version import __version__
 from ..errors import Skipped
 from ..shards import format as shardfmt
 from ..sources import Source
-from .journal import Journal, PackError
+from .journal import Journal, PackError, write_whole
 
 SOURCES = "sources.tsv"
 
@@ -63,15 +62,21 @@ def write(dst: Path, manifest: dict, here: Sequence[str] | None = None) -> None:
                 f"{path} does not match what was written ({shard['bytes']} bytes); "
                 "was another process writing into the folder?"
             )
-    tmp = dst / (shardfmt.MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=1))
-    os.replace(tmp, dst / shardfmt.MANIFEST)
+    write_whole(dst / shardfmt.MANIFEST, json.dumps(manifest, indent=1))
+
+
+#: Characters that end a line for ``str.splitlines`` besides ``\n`` and ``\r`` (a name holding one, written
+#: raw, would split its row for a reader that splits lines so): written as the ``\xNN`` of their UTF-8 bytes.
+_LINE_BREAKS = "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 
 
 def escape(text: str) -> str:
-    """A file name as one TSV field: backslash, tab, newline and carriage return escaped; bytes that
-    are not UTF-8 (names from other systems) as ``\\xNN``."""
+    """A file name as one TSV field: backslash, tab, newline and carriage return escaped, as are the other
+    characters ``str.splitlines`` ends a line at (as ``\\xNN``: their UTF-8 bytes); bytes that are not
+    UTF-8 (names from other systems) as ``\\xNN``."""
     out = text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    for char in _LINE_BREAKS:
+        out = out.replace(char, "".join(f"\\x{byte:02x}" for byte in char.encode("utf-8")))
     return (
         out.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
         if any("\udc80" <= c <= "\udcff" for c in out)
@@ -92,12 +97,11 @@ def unescape(field: str) -> str:
 def write_sources(dst: Path, rows: Iterable[tuple[str, str, str]]) -> None:
     """``sources.tsv``: each key, its input file and its target, one line each (fields escaped)."""
     lines = ["key\tpath\ttarget"] + [f"{key}\t{escape(path)}\t{escape(target)}" for key, path, target in rows]
-    tmp = dst / (SOURCES + ".tmp")
-    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    os.replace(tmp, dst / SOURCES)
+    write_whole(dst / SOURCES, "\n".join(lines) + "\n")
 
 
 def read_sources(dst: Path) -> dict[str, tuple[str, str]]:
     """``{key: (path, target)}`` from ``sources.tsv``."""
-    rows = (line.split("\t") for line in (Path(dst) / SOURCES).read_text(encoding="utf-8").splitlines()[1:] if line)
+    lines = (Path(dst) / SOURCES).read_text(encoding="utf-8").split("\n")  # not splitlines: \x0c is no line end
+    rows = (line.split("\t") for line in lines[1:] if line)
     return {key: (unescape(path), unescape(target)) for key, path, target in rows}

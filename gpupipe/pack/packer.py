@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-import signal
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import env
+from ..checks import positive_int
 from ..errors import ErrorPolicy, SkipLog, Skipped
 from ..fileio import byte_size
 from ..plan.seeding import pack_order
@@ -26,6 +26,7 @@ from ..targets import Target
 from . import manifest as mf
 from .convert import Converted, ConvertSettings, Task, convert
 from .journal import DstLock, Journal, NothingPacked, PackError, fingerprint
+from .signals import in_worker
 from .writer import ShardWriter
 
 logger = logging.getLogger("gpupipe.pack")
@@ -44,6 +45,9 @@ class PackSettings:
     convert: ConvertSettings = field(default_factory=ConvertSettings)
     shard_size: int = 256 * 2**20
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        positive_int("PackSettings.shard_size", self.shard_size)
 
 
 @dataclass(frozen=True)
@@ -101,9 +105,9 @@ def packable(src, dst: Path) -> FileSource:
         )
     if isinstance(source, FileList):
         source.refuse_none_found()  # not a pack of 0 images, each "cannot read"
-    root = Path(getattr(source, "root", None) or os.path.commonpath(source.names)).resolve()
-    target = Path(dst).resolve()
-    if target == root or root in target.parents:
+    walked = getattr(source, "root", None)  # a list file names its files: a DST beside them is never read
+    root, target = Path(walked or "").resolve(), Path(dst).resolve()
+    if walked is not None and (target == root or root in target.parents):
         raise ValueError(
             f"the output folder {dst} lies inside the input {root}: the packer would read its own "
             "shards as inputs on a rerun; pack into a folder outside it"
@@ -294,13 +298,8 @@ def _converted(tasks: Iterator[Task], settings: ConvertSettings, workers: int) -
     if workers == 1:
         yield from map(work, tasks)
         return
-    with multiprocessing.get_context("fork").Pool(workers, initializer=_ignore_ctrl_c) as pool:
+    with multiprocessing.get_context("fork").Pool(workers, initializer=in_worker) as pool:
         yield from pool.imap(work, tasks, chunksize=4)
-
-
-def _ignore_ctrl_c() -> None:
-    """In a converting process: Ctrl-C is the packer's to handle (it ends the pool), not a traceback each."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class _Shard:

@@ -39,8 +39,13 @@ class ShardWriter:
         self.name = name
         self.path = folder / name
         self.tmp = folder / (name + ".tmp")
-        self._file = open(self.tmp, "wb")
-        self._tar = tarfile.open(fileobj=self._file, mode="w", format=tarfile.USTAR_FORMAT)
+        self.index_tmp = folder / (shardfmt.index_name(name) + ".tmp")
+        try:
+            self._file = open(self.tmp, "wb")
+            self._tar = tarfile.open(fileobj=self._file, mode="w", format=tarfile.USTAR_FORMAT)
+        except BaseException:  # Ctrl-C or SIGTERM as the shard starts: no .tmp left for the packer to abort
+            self.tmp.unlink(missing_ok=True)
+            raise
         self.entries: list[shardfmt.IndexEntry] = []
 
     def size_with(self, members: dict[str, bytes]) -> int:
@@ -66,9 +71,8 @@ class ShardWriter:
         os.fsync(self._file.fileno())
         self._file.close()
         index = self.path.with_name(shardfmt.index_name(self.name))
-        index_tmp = index.with_name(index.name + ".tmp")
-        shardfmt.write_index(index_tmp, self.entries)
-        os.replace(index_tmp, index)
+        shardfmt.write_index(self.index_tmp, self.entries)
+        os.replace(self.index_tmp, index)
         os.replace(self.tmp, self.path)
         return {
             "name": self.name,
@@ -80,9 +84,10 @@ class ShardWriter:
         }
 
     def abort(self) -> None:
-        """Drops the unfinished shard."""
+        """Drops the unfinished shard (and its index, when closing it failed)."""
         try:
             self._file.close()
         except OSError:
             pass
-        self.tmp.unlink(missing_ok=True)
+        for tmp in (self.tmp, self.index_tmp):
+            tmp.unlink(missing_ok=True)

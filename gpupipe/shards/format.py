@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import tarfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,11 +32,15 @@ FORMAT = "gpupipe-shards"
 #: 2: per-sample image sizes, target kinds other than class labels.
 VERSION = 2
 MANIFEST = "manifest.json"
+#: The journals of a pack being written (``gpupipe.pack.journal``): there until it is finished, and after.
+JOURNALS = ".pack-journal*.json"
 INDEX_VERSION = "v1.2"
 #: The member holding the image (each target kind's handler names its own: ``Target.member``).
 IMAGE_EXT = "jpg"
 #: Cap on a manifest or index file read (they are small; a larger one is not ours).
 MAX_METADATA_BYTES = 1 << 30
+#: A tar header's size (the data of a member follows its header).
+TAR_BLOCK = 512
 #: A local pack of at most this many bytes has its shards' sha256 checked whenever it is opened
 #: (well under a second); a larger one only when asked (``Shards(root, checksums=True)``) or by
 #: ``python -m gpupipe.pack --verify``. Sizes are checked always.
@@ -162,6 +167,38 @@ def check_shard_file(path, shard: dict, size: int, root, checksum: bool) -> None
         )
 
 
+def header_problem(fd: int, member: Member) -> str:
+    """Why the tar header before ``member``'s data (the open tar ``fd``) does not name it: another name or
+    size, or no header at all ('' when it names it)."""
+    try:
+        header = tarfile.TarInfo.frombuf(os.pread(fd, TAR_BLOCK, member.offset - TAR_BLOCK), "utf-8", "surrogateescape")
+    except tarfile.HeaderError as err:
+        return f"no tar header before the indexed data ({err})"
+    if header.name != member.name or header.size != member.size:
+        return f"tar header says {header.name!r} ({header.size} bytes)"
+    return ""
+
+
+def check_shard_members(path, entries: Sequence[IndexEntry], size: int, root) -> None:
+    """Checks that the tar headers before the first and the last sample's members name them: a shard
+    renamed, or swapped with another of the same size (unhashed: a large pack), is refused rather than read
+    with the other's targets. (Members outside the tar are left to ``ShardSource.validate_members``.)
+
+    Raises:
+        ValueError: naming the shard, the member and what its header says.
+    """
+    with open(path, "rb") as fh:
+        for entry in [*entries[:1], *entries[-1:]]:
+            for member in entry.values():
+                problem = "" if member_problem(member, size, size) else header_problem(fh.fileno(), member)
+                if problem:
+                    raise ValueError(
+                        f"Shards: {path} is not the shard packed (renamed, or swapped with another of its size?): "
+                        f"its index puts {member.name} ({member.size} bytes) where the {problem}; check the pack "
+                        f"with: python -m gpupipe.pack --verify {root}"
+                    )
+
+
 def read_shard_index(path, shard: dict, where=None) -> list[IndexEntry]:
     """The index of one manifest shard, checked against the manifest's ``index_sha256`` and
     ``samples`` (``where`` names it in messages; default ``path``).
@@ -186,6 +223,11 @@ def read_manifest(root: Path) -> dict:
     try:
         data = read_file(str(path), MAX_METADATA_BYTES)
     except UnreadableFile as err:
+        if not path.exists() and any(Path(root).glob(JOURNALS)):
+            raise ValueError(
+                f"{root} is an unfinished pack: its journal is there, not yet its {path.name} (the pack was "
+                "stopped before its end); run the same pack command again to finish it"
+            ) from None
         raise ValueError(f"{root} is not a packed folder: cannot read {path.name} ({err.reason})") from None
     return parse_manifest(data, path)
 
@@ -286,6 +328,23 @@ def check_manifest(manifest: Any, path: Path) -> None:
             )
     totals = manifest.get("totals", {})
     _expect(isinstance(totals, dict), path, "totals", totals, "an object")
+    _check_listing(manifest, path)
+
+
+def _check_listing(manifest: dict, path) -> None:
+    """Every shard and index named once, and the totals (where given) those of the shards listed: a shard
+    dropped from a manifest, or listed twice, is refused rather than read as a smaller or doubled pack."""
+    seen: set[str] = set()
+    for k, shard in enumerate(manifest["shards"]):
+        for field in ("name", "index"):
+            if shard[field] in seen:
+                raise ValueError(f"{path}: shards[{k}].{field} {shard[field]!r} is listed twice")
+            seen.add(shard[field])
+    totals = manifest.get("totals", {})
+    listed = {"samples": sum(s["samples"] for s in manifest["shards"]), "shards": len(manifest["shards"])}
+    for field, count in listed.items():
+        if field in totals and totals[field] != count:
+            raise ValueError(f"{path}: totals.{field} is {totals[field]!r}, the shards listed give {count}")
 
 
 def is_packed(root: Path) -> bool:

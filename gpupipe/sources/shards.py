@@ -313,6 +313,7 @@ def _local_pack(root: Path, checksums: bool | None) -> tuple[dict, list[PackedTa
             raise ValueError(f"Shards: {tar} is listed in the manifest but {err.reason}") from None
         shardfmt.check_shard_file(tar, shard, size, root, checksums)
         entries = shardfmt.read_shard_index(index, shard)
+        shardfmt.check_shard_members(tar, entries, size, root)  # no shard read in another's place
         tars.append(PackedTar(str(tar), size, shard.get("sha256") or None, entries))
     return manifest, tars
 
