@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..backends import REGISTRY, BackendInfo, EpochRead, Placement
+from ..backends import REGISTRY, BackendInfo, EpochRead, Placement, forks
 from ..errors import ErrorPolicy
 from ..loading.config import LoaderConfig
 from ..loading.transfer import to_device
@@ -173,7 +173,7 @@ class TransformBackend:
             # draws are seeded by its own key (_SeededBatches)
             generator=torch.Generator().manual_seed(mix_int(SAMPLE, self.config.seed, read.epoch)),
         )
-        for collated in loader:
+        for collated in forks.owned(forks.track(iter(loader))):  # a forked child starts a pass of its own
             yield to_device(self.batch(collated), self.device)
 
     def close(self) -> None:

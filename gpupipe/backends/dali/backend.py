@@ -30,11 +30,12 @@ from ...ops import Output
 from ...plan import Planner
 from ...plan.spec import PipelineSpec
 from ...sources import Source
+from .. import forks
 from ..base import EpochRead, Placement
 from ..common import BadSamples, batch_slots
 from .forms import lowering_form
 from .graph import Pipelines
-from .lifetime import cuda_keep_alive
+from .lifetime import FORK_FIX, cuda_keep_alive, refuse_in_fork
 from .readers import remove_stale_folders
 from .recovery import suspects_of
 from .run import BatchRef, Run, RunFailed, padded, to_torch
@@ -114,6 +115,7 @@ class DaliBackend:
         # synchronised with the host (as DALI's own iterator takes them) instead of bound to the consumer's stream.
         self._stream_outputs = gpu and os.environ.get("GPUPIPE_DALI_OUTPUTS") != "host"
         remove_stale_folders()
+        self._owner = os.getpid()  # a forked child is refused (lifetime.refuse_in_fork) and leaves all this alone
 
     # -- building runs ------------------------------------------------------------
 
@@ -154,7 +156,8 @@ class DaliBackend:
         self, read: EpochRead, start: int = 0, upcoming: Callable[[int], EpochRead] | None = None
     ) -> Iterator[Batch]:
         """Yields batches ``start ..`` of ``read``; ``upcoming(epoch)`` gives later epochs to read ahead."""
-        batches = self._batches(read, start, upcoming)
+        refuse_in_fork(self._owner)
+        batches = forks.owned(self._batches(read, start, upcoming), FORK_FIX)  # a pass read on in a child: refused
         if self.finish_on_gpu:
             return iter(CudaPrefetcher(batches, self.device, finisher(self.spec)))
         return batches
@@ -304,6 +307,8 @@ class DaliBackend:
         return run.targets
 
     def close(self) -> None:
+        if os.getpid() != self._owner:  # a forked child: the runs' folders and threads are the parent's
+            return
         if self._run is not None:
             self._run.close()
             self._run = None

@@ -17,11 +17,14 @@ queued every kernel that uses the current one), has completed.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any
+
+from .. import forks
 
 #: Every pipeline gpupipe built that is still alive.
 _PIPELINES: weakref.WeakSet = weakref.WeakSet()
@@ -34,11 +37,30 @@ def track(pipe) -> Any:
     return pipe
 
 
+#: Why a DALI loader cannot be read in a forked child, and what to do.
+FORK_FIX = (
+    "DALI's pipelines and threads do not survive a fork; build the loader in the child (or fork before building it)"
+)
+
+
+def refuse_in_fork(owner: int) -> None:
+    """Raises ``ForkedLoader`` in a process other than ``owner`` (the pid that built the pipelines): reading
+    there would wait forever on threads that exist only in the parent."""
+    forks.refuse_in_fork(owner, "this DALI loader was built", FORK_FIX)
+
+
 def _keep_after_fork() -> None:
     """In a forked child (a DataLoader worker, a multiprocessing pool), the parent's DALI pipelines
     must never be destroyed: their destructors join threads that do not exist in the child and
-    would hang it. Keeping a reference makes sure the child's garbage collector leaves them alone."""
+    would hang it. Keeping a reference makes sure the child's garbage collector leaves them alone,
+    and DALI's own exit hook (which shuts every pipeline down, and crashed a child that exits
+    normally) is made to forget them."""
     _KEPT_IN_CHILD.extend(_PIPELINES)
+    from nvidia.dali.pipeline import Pipeline
+
+    for pipe in _PIPELINES:
+        Pipeline._pipes.discard(weakref.ref(pipe))
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(pipe))  # never freed, not even as the interpreter ends
 
 
 os.register_at_fork(after_in_child=_keep_after_fork)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from collections import deque
 from collections.abc import Callable, Iterator
 
@@ -28,6 +29,7 @@ from ...loading.transfer import Batch, CudaPrefetcher
 from ...plan import Planner
 from ...plan.spec import PipelineSpec
 from ...sources import Source
+from .. import forks
 from ..base import EpochRead, Placement
 from ..common import BadSamples, batch_slots
 from .dataset import DecodedSamples, collate, finish_one
@@ -76,6 +78,7 @@ class TorchvisionBackend:
         self.dataset = DecodedSamples(source, spec, config.reduced_decode)
         self._keys = _BatchKeys()
         workers = placement.threads
+        self._owner = os.getpid()  # the process whose workers the DataLoader holds (forks)
         self.dataloader = DataLoader(
             self.dataset,
             batch_sampler=self._keys,
@@ -107,18 +110,39 @@ class TorchvisionBackend:
                 yield batch_keys
 
         self._keys.make = keys
-        batches = self._finish(iter(self.dataloader), pending, read)
+        if os.getpid() != self._owner:  # a forked child: the workers are the parent's (forks), it starts its own
+            self.dataloader._iterator, self._owner = None, os.getpid()
+        workers = getattr(self.dataloader._iterator, "_workers", ())
+        if any(not worker.is_alive() for worker in workers):  # one died between passes (torch raised it then)
+            self.close()
+        batches = self._finish(forks.track(iter(self.dataloader)), pending, read)
         if self.on_cuda:
             return iter(CudaPrefetcher(batches, self.device, finisher(self.spec)))
         return batches
 
     def _finish(self, loaded: Iterator, pending: deque, read: EpochRead) -> Iterator[Batch]:
-        for images, part, failures in loaded:
+        for images, part, failures in self._guarded(loaded):
             b, indices, positions, plan = pending.popleft()
             content = self.planner.content_sizes(plan)
             if failures:
                 indices, part = self._refill(images, part, content, failures, indices, positions, read, b)
             yield images, self.dataset.target.complete(part, self.source, indices, content)
+
+    def _guarded(self, loaded: Iterator) -> Iterator:
+        """``loaded``; an error or interrupt while waiting on the workers (a worker killed, say by the OOM
+        killer; Ctrl-C in the middle of a read) shuts the persistent workers down before it goes on, so the
+        next pass starts new ones rather than fail for good on a dead worker or a half-read queue. Read on in
+        a forked child, the pass is refused (``forks.owned``)."""
+        loaded = forks.owned(loaded)
+        while True:
+            try:
+                item = next(loaded)
+            except StopIteration:
+                return
+            except (Exception, KeyboardInterrupt):
+                self.close()
+                raise
+            yield item
 
     def _refill(self, images, part, content, failures, indices, positions, read: EpochRead, batch: int):
         """Replaces the samples that failed in a worker, decoding their replacements here (``content``,
@@ -146,6 +170,9 @@ class TorchvisionBackend:
         return indices, part
 
     def close(self) -> None:
+        if os.getpid() != self._owner:  # a forked child: the workers are the parent's (forks)
+            self.dataloader._iterator = None
+            return
         iterator = getattr(self.dataloader, "_iterator", None)
         if iterator is not None and hasattr(iterator, "_shutdown_workers"):
             iterator._shutdown_workers()

@@ -1,0 +1,79 @@
+"""Loaders across ``os.fork()``: a child inherits the parent's loaders, DataLoader workers and DALI pipelines,
+none of which are its own.
+
+A child that used or dropped them would act on the parent's: an inherited DataLoader iterator, freed in the
+child, sets the event that stops the parent's workers, and the child's normal exit (``multiprocessing``'s
+exit hook) sends SIGTERM to every daemon process it believes its own, the parent's workers among them. So in a
+forked child every tracked DataLoader iterator is marked shut down (freeing it does nothing) and its workers are
+forgotten; a torchvision loader used in the child starts workers of its own, a pass started in the parent and
+read on in the child is refused (``ForkedLoader``), as is a DALI loader (its threads are the parent's).
+"""
+
+from __future__ import annotations
+
+import multiprocessing.process
+import os
+import weakref
+from collections.abc import Iterator
+from typing import Any, TypeVar
+
+from ..errors import Error
+
+T = TypeVar("T")
+
+#: DataLoader iterators of gpupipe's backends that may hold worker processes.
+_ITERATORS: weakref.WeakSet = weakref.WeakSet()
+
+
+class ForkedLoader(Error, RuntimeError):
+    """A loader, or a pass, used in a process forked from the one that built it (its pipelines' threads, or the
+    workers its pass reads from, are the parent's)."""
+
+
+def track(iterator: Any) -> Any:
+    """Registers a DataLoader iterator (returned as it is) to be left alone in forked children."""
+    if hasattr(iterator, "_workers"):
+        _ITERATORS.add(iterator)
+    return iterator
+
+
+def refuse_in_fork(owner: int, what: str, fix: str) -> None:
+    """Raises ``ForkedLoader`` in a process other than ``owner`` (``what``: "this loader was built"), saying ``fix``.
+
+    Raises:
+        ForkedLoader: naming both processes.
+    """
+    if os.getpid() != owner:
+        raise ForkedLoader(f"{what} in process {owner} and is used in {os.getpid()}, forked from it: {fix}")
+
+
+#: Why a pass reading from DataLoader workers cannot go on in a forked child, and what to do.
+WORKERS_FIX = "its workers answer the parent; start a new pass in the child (iter(loader)), which starts its own"
+
+
+def owned(batches: Iterator[T], fix: str = WORKERS_FIX) -> Iterator[T]:
+    """``batches`` (a pass), refused with ``ForkedLoader`` saying ``fix`` when a forked child reads on: its
+    workers or threads answer the parent, whose batches the child would take (or wait for forever).
+
+    Raises:
+        ForkedLoader: in a process other than the one that started the pass.
+    """
+    owner = os.getpid()
+    while True:
+        refuse_in_fork(owner, "this pass was started", fix)
+        try:
+            item = next(batches)
+        except StopIteration:
+            return
+        yield item
+
+
+def _forget_in_child() -> None:
+    for iterator in list(_ITERATORS):
+        iterator._shutdown = True  # torch's _shutdown_workers (its __del__) then does nothing
+        for worker in getattr(iterator, "_workers", ()):
+            multiprocessing.process._children.discard(worker)  # type: ignore[attr-defined]
+    _ITERATORS.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
