@@ -193,7 +193,8 @@ def test_a_folder_of_photos_without_class_folders_says_what_to_do(tmp_path):
     assert str(err.value) == (
         f"ImageFolder: {str(tmp_path / 'flat')!r} has no class folders (expected root/<class>/<image>); it holds 5 "
         "images of its own (IMG_0.JPG, IMG_1.JPG, IMG_2.JPG ...): move them into one folder per class, or list them "
-        "with their labels in a list file (gpupipe.FileList)"
+        "with their labels in a list file (gpupipe.FileList); to predict on them (no labels), read them with "
+        f"gpupipe.FileList({str(tmp_path / 'flat')!r})"
     )
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -15,8 +14,10 @@ from ..targets import TargetKind
 from .base import Indices, Source
 from .listfile import LabelArg, label_sets, merge_repeated, numbering, read_list_file, read_pairs
 from .listpaths import check_space_separated, refuse_none_found, windows_separators
+from .listtags import spaced_labels
 from .scan import ScanResult
-from .walk import IMAGE_EXTENSIONS, folder_id, walk_images
+from .unlabelled import folder_images, is_unlabelled, unlabelled_listing
+from .walk import IMAGE_EXTENSIONS, folder_id, walk_images, warn_ignored, warn_left_out
 
 logger = logging.getLogger("gpupipe.sources")
 
@@ -68,7 +69,8 @@ class ImageFolder(FileSource):
                 "manifest is missing (run the pack again), or WebDataset shards (read them with gpupipe.WebDataset)"
                 if tars
                 else f"; it holds {plural(len(loose), 'image')} of its own ({shown}): move them into one folder "
-                "per class, or list them with their labels in a list file (gpupipe.FileList)"
+                "per class, or list them with their labels in a list file (gpupipe.FileList); to predict on them "
+                f"(no labels), read them with gpupipe.FileList({str(self.root)!r})"
                 if loose
                 else ""
             )
@@ -98,34 +100,13 @@ class ImageFolder(FileSource):
                 logger.warning("ImageFolder: class folder %r holds no images", str(self.root / name))
             names.extend(found)
             labels.extend([label] * len(found))
-        if ignored:
-            _warn_ignored(ignored)
+        warn_ignored("ImageFolder", ignored)
         if not names:
             raise ValueError(f"ImageFolder: no images under {str(self.root)!r} (extensions {', '.join(extensions)})")
         self.names = names
         self.labels = np.asarray(labels, np.int64)
         self.left_out = sorted(unread or ())
-        if self.left_out:
-            shown = ", ".join(self.left_out[:3]) + (" ..." if len(self.left_out) > 3 else "")
-            logger.warning(
-                "ImageFolder: %s left out (%s): torchvision's ImageFolder reads these formats, the loader does "
-                "not; python -m gpupipe.pack converts them",
-                plural(len(self.left_out), "image"),
-                shown,
-            )
-
-
-def _warn_ignored(ignored: Sequence[str]) -> None:
-    """Warns of the photos in formats neither torchvision's ``ImageFolder`` nor the loader reads, by format."""
-    counts = Counter(os.path.splitext(path)[1].lower() for path in ignored)
-    formats = ", ".join(f"{ext}: {n}" for ext, n in counts.most_common())
-    logger.warning(
-        "ImageFolder: %s left out, in formats neither torchvision's ImageFolder nor gpupipe reads (%s; e.g. %s): "
-        "convert them to JPEG or PNG to train on them (HEIC: pillow-heif)",
-        plural(len(ignored), "file"),
-        formats,
-        ignored[0],
-    )
+        warn_left_out("ImageFolder", self.left_out)
 
 
 #: Folder names that mean a dataset split, not a class (compared in lower case).
@@ -272,13 +253,16 @@ class FileList(FileSource):
 
     Args:
         entries: ``(path, label)`` pairs (a label, or a list of labels; NumPy and torch values are read as
-            their values), or the path of a list file.
+            their values), or the path of a list file; or, for images without labels (a test folder to predict
+            on), paths alone or a folder (its images in ``ImageFolder``'s order): each image's label is then its
+            place in the list and its class name its path (relative to the folder, or as given).
         root: folder that relative paths start from.
         classes: class names; by default the sorted label names, or
             ``"0" .. str(max label)`` for integer labels.
         multi_label: ``None`` (default): multi-label when some entry has several labels (or a list);
             ``True``: multi-label even if every entry has one label (a validation list beside a
             multi-label training list); ``False``: an entry with several labels is an error.
+        suffix: appended to every path (``".jpg"``: a CSV of ids, ``0007``, naming ``0007.jpg``).
 
     Raises:
         ValueError: a missing list file, a malformed line, labels mixing indices and names, a label
@@ -293,19 +277,39 @@ class FileList(FileSource):
         root: PathLike | None = None,
         classes: Sequence[str] | None = None,
         multi_label: bool | None = None,
+        suffix: str | None = None,
     ) -> None:
+        if suffix is not None and (
+            not isinstance(suffix, str) or suffix[:1] != "." or len(suffix) < 2 or "/" in suffix
+        ):
+            raise ValueError(f"FileList: suffix={suffix!r} is not a file ending such as '.jpg' (appended to each path)")
+        unlabelled = False
         if isinstance(entries, (str, os.PathLike)):
             list_file = Path(entries).expanduser().absolute()
             if not list_file.exists():
                 raise PathNotFound(f"FileList: list file {str(list_file)!r} does not exist")
-            if not list_file.is_file():
+            if list_file.is_dir() and root is None:  # a test folder to predict on
+                listing, root, unlabelled = (
+                    unlabelled_listing(folder_images(list_file), classes, multi_label),
+                    list_file,
+                    True,
+                )
+            elif not list_file.is_file():
                 raise ValueError(f"FileList: list file {str(list_file)!r} is not a file")
-            listing = read_list_file(list_file, empty=multi_label is True)
-            root = list_file.parent if root is None else root
+            else:
+                listing = read_list_file(list_file, empty=multi_label is True)
+                root = list_file.parent if root is None else root
         else:
-            listing = read_pairs(entries)
+            entries = list(entries)
+            unlabelled = is_unlabelled(entries)
+            listing = unlabelled_listing(entries, classes, multi_label) if unlabelled else read_pairs(entries)  # type: ignore[arg-type]
+        if unlabelled:
+            classes, multi_label = list(listing.paths), False
         if not listing.paths:
             raise ValueError("FileList: no entries")
+        if suffix is not None:
+            listing.paths = [path + suffix for path in listing.paths]
+        spaced_labels(listing, multi_label)
         base = str(Path(root).expanduser().absolute() if root is not None else Path.cwd())
         if os.sep == "/":  # os.path.join's result, a third of the time on a 1M-line list
             prefix = base.rstrip("/") + "/"

@@ -8,18 +8,18 @@ header only when both its cells are column names, and ``[unk]`` is a list only b
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 #: Column names of a header row (lower case, ``_``, ``-`` and spaces dropped; letters only).
 HEADER_LABELS = frozenset(
-    "label labels labelname labelnames class classes classname target targets tag tags category categories "
-    "categoryname annotation annotations".split()
+    "label labels labelname labelnames labelid class classes classname classid target targets tag tags category "
+    "categories categoryname categoryid annotation annotations y level diagnosis breed species grade".split()
 )
 HEADER_PATHS = frozenset(
     "path paths file files filename filepath fname image images imagepath imagename imageid imagefile img imgpath "
-    "imgname url".split()
+    "imgname url id ids idcode key name sample sampleid photo picture".split()
 )
 _SPACERS = str.maketrans("", "", "_- ")
 #: Endings of an image file: a label ending so is a path in the label's place.
@@ -28,6 +28,10 @@ IMAGE_ENDINGS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".pp
 _BOXES = re.compile(r"\S+(?:\s+[-+]?\d+(?:\.\d+)?){4}(?:\s|$)")
 #: An integer written as a float (``1.0``): pandas writes an int column that holds a NaN so.
 FLOAT_INDEX = re.compile(r"[+-]?[0-9]+\.0*")
+#: An integer (``'3'``, as ``str(label)`` writes it).
+INTEGER = re.compile(r"[+-]?[0-9]+")
+#: A number written in decimal or exponent form (``0.73``, ``1e-3``, ``.5``).
+NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
 def column_name(cell: str) -> str:
@@ -37,14 +41,17 @@ def column_name(cell: str) -> str:
     return word if word.isalpha() and word.isascii() else ""
 
 
-def is_header(cells: Sequence[str], either: bool) -> bool:
+def is_header(cells: Sequence[str], either: bool, below: Iterable[str] = ()) -> bool:
     """Whether a first row ``[path, label]`` names its columns: both cells are column names, and one of them
-    (``either``; a CSV) or both (a text file) are known ones."""
+    (``either``; a CSV) or both (a text file) are known ones, or (a CSV) the labels ``below`` it are all class
+    indices (``id_code,diagnosis``: the one class name would be the header's)."""
     words = [column_name(c) for c in cells]
     if not all(words):
         return False
     found = (words[0] in HEADER_PATHS, words[1] in HEADER_LABELS)
-    return any(found) if either else all(found)
+    if any(found) if either else all(found):
+        return True
+    return either and all(c.strip().isascii() and c.strip().isdigit() for c in below)
 
 
 def unquote(text: str) -> str:
@@ -91,8 +98,9 @@ def check_label(text: str, list_file: Path, lineno: int) -> None:
         )
 
 
-def columns_message(row: list[str], lineno: int) -> str:
-    """Why a CSV row that is not ``path,label`` is refused: ``";"`` separators, extra columns, several labels."""
+def columns_message(row: list[str], lineno: int, rows: Sequence[tuple[int, list[str]]] = ()) -> str:
+    """Why a CSV row that is not ``path,label`` is refused: ``";"`` separators, extra columns (of 0s and 1s, one
+    per class, as its first rows ``rows`` show), several labels."""
     if len(row) == 1 and ";" in row[0]:
         return (
             ": the CSV is separated by ';' (as Excel saves it where ',' is the decimal mark): save it with ',', "
@@ -101,22 +109,40 @@ def columns_message(row: list[str], lineno: int) -> str:
     if len(row) <= 2:
         return ""
     said = f": {len(row)} columns; FileList reads two, the path and the label"
+    data = next((r for _, r in rows[:2] if len(r) == len(row) and not all(column_name(c) for c in r)), None)
+    if data is not None and all(c.strip() in ("0", "1", "0.0", "1.0") for c in data[1:]):
+        return (
+            f"{said}: its last {len(row) - 1} columns hold 0s and 1s, one per class (one-hot or multi-hot): give "
+            "each image its class in one column (pandas: df['label'] = df[classes].idxmax(axis=1)), or its list "
+            "of classes (several labels: gpupipe.FileList([(path, [c for c in classes if row[c] == 1]), ...], "
+            "classes=classes))"
+        )
     if lineno == 1 or all(column_name(c) for c in row):
         return f"{said}: keep those two (pandas: df[['id', 'label']].to_csv(path, index=False))"
     return f"{said}: for several labels, quote them (\"cat,dog\") or separate them with ';' (cat;dog)"
 
 
 def float_indices_message(labels: Sequence, where: str) -> str:
-    """A refusal for class names that are all integers written as floats (``1.0``, read as names they would be
-    numbered from 0 in sorted order: ``1.0`` would be class 0), or ``""``."""
-    if not labels or not isinstance(labels[0], str) or not FLOAT_INDEX.fullmatch(labels[0]):
+    """A refusal for class names that are all numbers: integers written as floats (``1.0``, read as names they
+    would be numbered from 0 in sorted order: ``1.0`` would be class 0), or values (``0.73``: regression
+    targets, each value a class of its own), or ``""``."""
+    if not labels or not isinstance(labels[0], str) or not NUMBER.fullmatch(labels[0]):
         return ""
-    if not all(isinstance(v, str) and FLOAT_INDEX.fullmatch(v) for v in labels):
+    if not all(isinstance(v, str) and NUMBER.fullmatch(v) for v in labels):
         return ""
+    if all(INTEGER.fullmatch(v) for v in labels):  # names that are numbers (``str(label)``): class names
+        return ""
+    if all(FLOAT_INDEX.fullmatch(v) or INTEGER.fullmatch(v) for v in labels):
+        return (
+            f"FileList: {where}: the label {labels[0]!r} is a class index written as a float, as every label is "
+            "(pandas writes an int column that holds a NaN so): write them as ints (df['label'].astype(int)), or "
+            "pass classes=[...] to read them as class names"
+        )
     return (
-        f"FileList: {where}: the label {labels[0]!r} is a class index written as a float, as every label is "
-        "(pandas writes an int column that holds a NaN so): write them as ints (df['label'].astype(int)), or "
-        "pass classes=[...] to read them as class names"
+        f"FileList: {where}: the label {labels[0]!r} is a number, as every label is: FileList reads class labels, "
+        "and each value would be a class of its own, numbered in sorted order. For targets that are values "
+        "(regression), read the images without labels, gpupipe.FileList(paths), whose labels are their places in "
+        "the list, and take values[labels] for each batch; to read them as class names, pass classes=[...]"
     )
 
 
@@ -139,3 +165,23 @@ def refuse_multi_hot(rows: list[list], listing: Any) -> None:
             f"{listing.where(twice)} gives {rows[twice]!r}); labels are class indices: pass "
             "np.flatnonzero(row).tolist() for each row"
         )
+
+
+def digit_names(classes: Sequence[str]) -> dict[int, int] | None:
+    """``{number: class index}`` when ``classes`` are all numbers (ASCII digits) other than ``"0" .. "n-1"``:
+    a list file's label ``2`` is then the class named ``2`` (of ``['1', '10', '2']``, as
+    ``sorted(df.label.astype(str).unique())`` gives them), not the class at place 2; else ``None``.
+
+    Raises:
+        ValueError: two class names of one number (``'1'`` and ``'01'``).
+    """
+    if not all(isinstance(c, str) and c.isascii() and c.isdigit() for c in classes):
+        return None
+    if all(c == str(i) for i, c in enumerate(classes)):
+        return None
+    table: dict[int, int] = {}
+    for i, c in enumerate(classes):
+        j = table.setdefault(int(c), i)
+        if j != i:
+            raise ValueError(f"FileList: classes=: {classes[j]!r} and {c!r} are both the number {int(c)}")
+    return table

@@ -18,12 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import plural
 from ..fileio import UnreadableFile, read_file
 from .base import numbered_classes
 from .listcells import (
     Bracketed,
     check_label,
     columns_message,
+    digit_names,
     float_indices_message,
     is_header,
     refuse_multi_hot,
@@ -131,12 +133,13 @@ def read_list_file(list_file: Path, empty: bool = False) -> Listing:
         for _, row in rows:
             while len(row) > 2 and not row[-1].strip():  # the empty cells Excel leaves after the last column
                 row.pop()
-        if rows and len(rows[0][1]) == 2 and is_header(rows[0][1], either=True):
+        below = (row[1] for _, row in rows[1:] if len(row) == 2)
+        if rows and len(rows[0][1]) == 2 and is_header(rows[0][1], either=True, below=below):
             logger.info("FileList: %s:%d %r is read as a header, not as a sample", list_file, *rows[0])
             rows = rows[1:]
         for lineno, row in rows:
             if len(row) != 2 or not row[0].strip():
-                hint = columns_message(row, lineno)
+                hint = columns_message(row, lineno, rows)
                 raise ValueError(f"FileList: {list_file}:{lineno}: expected 'path,label', got {row!r}{hint}")
             listing.add(row[0].strip(), _labels(row[1].strip(), list_file, lineno, empty), lineno)
         settle_brackets(listing.labels, empty)
@@ -234,10 +237,12 @@ def merge_repeated(listing: Listing, names: list[str], multi_label: bool | None)
     if len(set(keys)) == len(keys):
         return names
     first: dict[str, int] = {}
+    alike: list[tuple[int, int]] = []
     for i, key in enumerate(keys):
         j = first.setdefault(key, i)
         if j == i:
             continue
+        alike.append((j, i))
         a, b = listing.labels[j], listing.labels[i]
         one_kind = len({isinstance(v, str) for v in as_list(a) + as_list(b)}) < 2  # else: numbering says it
         if multi_label is not True and one_kind and set(as_list(a)) != set(as_list(b)):
@@ -255,6 +260,11 @@ def merge_repeated(listing: Listing, names: list[str], multi_label: bool | None)
                 "multi_label=True to merge an image's entries into one label set"
             )
     if multi_label is not True:
+        logger.warning(
+            "FileList: %s listed more than once with the same labels, read as often as listed (first: %s and %s)",
+            plural(len({j for j, _ in alike}), "image"),
+            *map(listing.where, alike[0]),
+        )
         return names
     merged: dict[str, int] = {}
     keep: list[int] = []
@@ -330,6 +340,10 @@ def numbering(
     first = isinstance(labels[0], str)
     other = next((k for k, v in enumerate(labels) if isinstance(v, str) is not first), None)
     if other is not None:
+        as_text = [str(v) for v in labels]  # values (0.5 beside 1): a number, not a mix of indices and names
+        problem = float_indices_message(as_text, _at(listing, owners[0])) if classes is None else ""
+        if problem:
+            raise ValueError(problem)
         kinds = ("class index", "class name")
         raise ValueError(
             f"FileList: label {labels[other]!r} of {listing.where(owners[other])} is a {kinds[not first]}, but "
@@ -340,7 +354,8 @@ def numbering(
         problem = float_indices_message(labels, _at(listing, owners[0]))
         if problem:
             raise ValueError(problem)
-    if not first:
+    named = digit_names(classes) if classes is not None and listing.list_file is not None and not first else None
+    if not first and named is None:
         largest = labels.index(max(labels))  # type: ignore[type-var]  # max() and index() run in C: 1M lines
         if classes is None:
             classes = numbered_classes(int(labels[largest]), "FileList", f"of {listing.where(owners[largest])}")
@@ -353,7 +368,7 @@ def numbering(
         return list(classes), int
     if classes is None:
         classes = sorted(set(labels))  # type: ignore[arg-type]
-    table = {c: i for i, c in enumerate(classes)}
+    table = named or {c: i for i, c in enumerate(classes)}  # type: ignore[misc]
     unknown = next((k for k, v in enumerate(labels) if v not in table), None)
     if unknown is not None:
         missing = sorted({v for v in labels if v not in table})  # type: ignore[type-var]

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from ..errors import plural
 from .listfile import Listing, as_list
+from .walk import IMAGE_EXTENSIONS, OTHER_IMAGE_EXTENSIONS
 
 logger = logging.getLogger("gpupipe.sources")
 
@@ -104,7 +105,16 @@ def refuse_none_found(names: Sequence[str], base: str, list_file: os.PathLike | 
     name = names[0]
     if name.startswith(prefix):  # a relative path, as written (with '/')
         path = name[len(prefix) :]
-        found = _holder(base, [n[len(prefix) :] for n in names[:10] if n.startswith(prefix)])
+        rel = [n[len(prefix) :] for n in names[:10] if n.startswith(prefix)]
+        found = _holder(base, rel)
+        suffixed = None if found is not None else _ending(base, rel)
+        if suffixed is not None:
+            folder, ending = suffixed
+            where = "" if folder == base else f" and root={folder!r}"
+            raise ValueError(
+                f"{head} ({path!r} is not in {base!r}, where relative paths start); {path + ending!r} is in "
+                f"{folder!r}: the list names the files without their extension: pass suffix={ending!r}{where})"
+            )
         if found is None:
             raise ValueError(
                 f"{head} ({path!r} is not in {base!r}, where relative paths start; pass root= to start them elsewhere)"
@@ -126,6 +136,20 @@ def refuse_none_found(names: Sequence[str], base: str, list_file: os.PathLike | 
     raise ValueError(
         f"{head} ({name!r} is not there: a path of another machine? write the paths relative to the list file's folder)"
     )
+
+
+#: The endings tried on a list's paths that name no file (ids without their extension: ``0007`` for ``0007.jpg``).
+_ENDINGS = tuple(e for ext in IMAGE_EXTENSIONS + OTHER_IMAGE_EXTENSIONS for e in (ext, ext.upper()))
+
+
+def _ending(base: str, rel: Sequence[str]) -> tuple[str, str] | None:
+    """``(folder, ending)``: the first folder ``_holder`` finds that holds every path of ``rel`` with one of
+    ``_ENDINGS`` appended, or ``None``."""
+    for ending in _ENDINGS:
+        found = _holder(base, [r + ending for r in rel])
+        if found is not None:
+            return found, ending
+    return None
 
 
 #: At most this many folders in ``base`` (and beside it) are tried as the ``root=`` of a list's relative paths.

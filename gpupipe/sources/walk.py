@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import Counter
+from collections.abc import Sequence
+
+from ..errors import plural
 
 logger = logging.getLogger("gpupipe.sources")
 
@@ -15,8 +19,11 @@ OTHER_IMAGE_EXTENSIONS = (".tif", ".tiff", ".ppm", ".pgm")
 #: Photos in formats neither torchvision's ``ImageFolder`` nor the loader reads (phones' HEIC, AVIF, GIF,
 #: JPEG XL and 2000, cameras' raw files): left out by both, and named in a warning rather than silently.
 IGNORED_IMAGE_EXTENSIONS = (
-    ".heic", ".heif", ".avif", ".gif", ".jxl", ".jp2", ".j2k", ".dng", ".cr2", ".cr3", ".nef", ".arw", ".orf", ".rw2"
+    ".heic", ".heif", ".avif", ".gif", ".jxl", ".jp2", ".j2k", ".dng", ".cr2", ".cr3", ".nef", ".arw", ".orf", ".rw2",
+    ".jfif", ".pjpeg", ".pjp",
 )  # fmt: skip
+#: JPEG files under another ending (Windows saves photos from the web as ``.jfif``): renamed, they are read.
+JPEG_ALIASES = (".jfif", ".pjpeg", ".pjp")
 
 
 def folder_id(path: str) -> tuple[int, int]:
@@ -89,3 +96,35 @@ def walk_images(
     visit(folder, top=True)
     found.sort(key=lambda item: item[0])
     return [prefix + name for dirpath, names in found for prefix in (dirpath + os.sep,) for name in names]
+
+
+def warn_ignored(what: str, ignored: Sequence[str]) -> None:
+    """Warns of the photos in formats neither torchvision's ``ImageFolder`` nor the loader reads, by format."""
+    if not ignored:
+        return
+    counts = Counter(os.path.splitext(path)[1].lower() for path in ignored)
+    formats = ", ".join(f"{ext}: {n}" for ext, n in counts.most_common())
+    jpeg = [ext for ext in counts if ext in JPEG_ALIASES]
+    logger.warning(
+        "%s: %s left out, in formats neither torchvision's ImageFolder nor gpupipe reads (%s; e.g. %s): "
+        "convert them to JPEG or PNG to train on them (HEIC: pillow-heif)%s",
+        what,
+        plural(len(ignored), "file"),
+        formats,
+        ignored[0],
+        f"; {' and '.join(jpeg)} files are JPEGs: rename them .jpg" if jpeg else "",
+    )
+
+
+def warn_left_out(what: str, left_out: Sequence[str]) -> None:
+    """Warns of the images torchvision's ``ImageFolder`` reads and the loader does not (``.tif``...)."""
+    if not left_out:
+        return
+    shown = ", ".join(left_out[:3]) + (" ..." if len(left_out) > 3 else "")
+    logger.warning(
+        "%s: %s left out (%s): torchvision's ImageFolder reads these formats, the loader does not; "
+        "python -m gpupipe.pack converts them",
+        what,
+        plural(len(left_out), "image"),
+        shown,
+    )

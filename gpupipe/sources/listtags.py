@@ -1,0 +1,75 @@
+"""Labels separated by spaces inside one CSV cell, tab-separated label or pair (Kaggle's ``image_name,tags``
+rows: ``haze primary``; ``Id,Target``: ``16 0``): several labels per image, or one class name holding spaces
+(``golden retriever``)? Read as one class name each, tags became classes of their own, one per combination."""
+
+from __future__ import annotations
+
+from .listfile import Listing, _at, _label
+
+#: A label of several words: its entry and its words.
+_Spaced = tuple[int, list[str]]
+
+
+def spaced_labels(listing: Listing, multi_label: bool | None) -> None:
+    """Settles the labels holding spaces: ``multi_label=True`` reads each word as a label (unless the file
+    separates its labels with ``,`` or ``;``, whose labels then may hold spaces), ``False`` each label as one
+    class name; by default a label of several words is one class name unless its words look like tags: all
+    class indices (``16 0``), or a word at another place in another label (``clear primary``, ``agriculture
+    clear primary water``: ``_looks_like_tags``), which is refused.
+
+    Args:
+        listing: the entries (their labels split in place with ``multi_label=True``).
+        multi_label: ``FileList``'s argument.
+
+    Raises:
+        ValueError: labels that look like tags without ``multi_label``, naming the entries and both ways to
+            read them.
+    """
+    if multi_label is False:
+        return
+    spaced = [(i, v.split()) for i, v in enumerate(listing.labels) if isinstance(v, str) and len(v.split()) > 1]
+    if not spaced:
+        return
+    if multi_label is True:
+        separated = any(isinstance(v, list) and any(isinstance(w, str) and " " in w for w in v) for v in listing.labels)
+        if not separated:
+            for i, words in spaced:
+                listing.labels[i] = [_label(w) for w in words]
+        return
+    problem = _looks_like_tags(listing, spaced)
+    if problem:
+        raise ValueError(
+            f"FileList: {problem}: if they are several labels per image separated by spaces (as Kaggle's CSV files "
+            "write them), pass multi_label=True (or separate them with ','); if each is one class name, pass "
+            "multi_label=False"
+        )
+
+
+def _looks_like_tags(listing: Listing, spaced: list[_Spaced]) -> str:
+    """Why the labels of several words look like tags, or ``""``.
+
+    Class names share words at one place (``apple pie`` and ``pumpkin pie``: the last; ``tiger`` and ``tiger
+    shark``: the first), tags wherever the other tags of the image put them (``clear primary`` and
+    ``agriculture clear primary water``): a word at another place counted from both the start and the end of
+    two labels (a label of one word included) makes them tags.
+    """
+    for i, words in spaced:
+        if all(w.isascii() and w.isdigit() for w in words):
+            return f"{_at(listing, i)}: label {listing.labels[i]!r} holds class indices separated by spaces"
+    in_spaced = {word for _, words in spaced for word in words}
+    labelled = list(spaced) + [
+        (i, [v]) for i, v in enumerate(listing.labels) if isinstance(v, str) and v in in_spaced and " " not in v
+    ]
+    places: dict[str, dict[tuple[int, int], int]] = {}  # word: {(from the start, from the end): first entry}
+    for i, words in labelled:
+        for k, word in enumerate(words):
+            place, seen = (k, len(words) - k), places.setdefault(word, {})
+            j = next((j for (start, end), j in seen.items() if start != place[0] and end != place[1]), None)
+            if j is not None:
+                first, other = sorted((i, j))
+                return (
+                    f"{_at(listing, first)}: label {listing.labels[first]!r} and label {listing.labels[other]!r} "
+                    f"({_at(listing, other)}) hold the word {word!r} at different places"
+                )
+            seen.setdefault(place, i)
+    return ""
