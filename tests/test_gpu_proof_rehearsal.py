@@ -206,11 +206,12 @@ def test_the_quick_proof_rehearses_every_step_and_its_results_commit(rehearsed):
 def test_a_run_cut_by_its_budget_keeps_what_it_measured_and_lists_the_rest(rehearsed, tmp_path):
     cache = rehearsed[0] / "cache"  # the photo folder is made: a rerun finds it
     out, pack = tmp_path / "quick", tmp_path / "quick.tgz"
-    # 20 s: the machine, data and dali steps (~8 s on the 2-core VM) fit; then less than MIN_STEP_S is left
+    # 20 s: the machine, data and dali steps (~8 s on the 2-core VM) fit; then less than MIN_STEP_S is left (on a
+    # loaded machine the data step may be the first left out: what ran is kept either way)
     proc = quick(out, "--rehearse", "--budget", "20", "--pack", str(pack), cache=cache)
     assert proc.returncode == 1, (proc.stdout + proc.stderr)[-3000:]
     figures = json.loads((out / "quick.json").read_text())
-    assert {"machine", "data"} <= set(figures["seconds"]) and figures["data"]["images"] == 60
+    assert "machine" in figures["seconds"] and ("data" in figures["skipped"] or figures["data"]["images"] == 60)
     assert {"hw_decoder_load", "resnet50", "op_costs"} <= set(figures["skipped"])
     assert all("of the budget left" in why for why in figures["skipped"].values())
     assert set(figures["seconds"]) | set(figures["skipped"]) == STEPS, "every step ran or is listed"
@@ -222,7 +223,8 @@ def test_a_run_cut_by_its_budget_keeps_what_it_measured_and_lists_the_rest(rehea
     figures = json.loads((out / "quick.json").read_text())
     assert "hw_decoder_load" not in figures["skipped"] and {"resnet50", "op_costs"} <= set(figures["skipped"])
     assert set(figures["hw_decoder_load"]["images_per_s"]) == {"auto", "0.0", "0.35", "0.65", "1.0"}
-    assert figures["data"]["unique"] == json.loads((out / "data.json").read_text())["unique"], "data made once"
+    if "data" in figures:
+        assert figures["data"]["unique"] == json.loads((out / "data.json").read_text())["unique"], "data made once"
 
 
 def test_a_thread_profile_survives_events_the_hook_did_not_see(tmp_path):

@@ -3,7 +3,8 @@ none of which are its own.
 
 A child that used or dropped them would act on the parent's: an inherited DataLoader iterator, freed in the
 child, sets the event that stops the parent's workers, and the child's normal exit (``multiprocessing``'s
-exit hook) sends SIGTERM to every daemon process it believes its own, the parent's workers among them. So in a
+exit hook) sends SIGTERM to every daemon process it believes its own, the parent's workers among them; torch's
+SIGCHLD watch of those workers, keyed by the iterator's address, refuses a new iterator at that address. So in a
 forked child every tracked DataLoader iterator is marked shut down (freeing it does nothing) and its workers are
 forgotten; a torchvision loader used in the child starts workers of its own, a pass started in the parent and
 read on in the child is refused (``ForkedLoader``), as is a DALI loader (its threads are the parent's).
@@ -73,6 +74,11 @@ def _forget_in_child() -> None:
         iterator._shutdown = True  # torch's _shutdown_workers (its __del__) then does nothing
         for worker in getattr(iterator, "_workers", ()):
             multiprocessing.process._children.discard(worker)  # type: ignore[attr-defined]
+        if getattr(iterator, "_worker_pids_set", False):  # torch's SIGCHLD watch list, keyed by id(iterator):
+            from torch.utils.data._utils.signal_handling import _remove_worker_pids
+
+            _remove_worker_pids(id(iterator))  # else a new iterator at the freed one's address is refused
+            iterator._worker_pids_set = False
     _ITERATORS.clear()
 
 
