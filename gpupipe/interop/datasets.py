@@ -6,12 +6,14 @@
 ``classes``, so labels and order are theirs exactly. Their ``transform``
 becomes the pipeline when no other is given, and their ``target_transform``
 is applied to each batch's labels (``target_map``). What gpupipe cannot keep,
-a file ``loader`` other than torchvision's PIL loader, is refused by name.
+a file ``loader`` other than torchvision's PIL loader or a sample labelled outside the classes, is
+refused by name.
 """
 
 from __future__ import annotations
 
 import io
+import numbers
 from typing import Any
 
 from torch.utils.data import Dataset as _TorchDataset
@@ -106,7 +108,8 @@ def as_dataset_source(dataset: Any) -> tuple[Source, Any]:
     Raises:
         UnsupportedDataset: another dataset, a subclass with its own ``__getitem__`` (or
             ``__getitems__``, or a ``len()`` other than its samples'), a ``target_transform`` that gives no
-            one value per class (``LabelMap.of``), a file loader other than torchvision's PIL loader, or a
+            one value per class (``LabelMap.of``), a file loader other than torchvision's PIL loader, a sample
+            whose label is no index of the classes, or a
             ``ConcatDataset`` whose parts differ in their classes, transform or target transform, each named.
     """
     folder, indices = _unwrap(dataset)
@@ -171,10 +174,35 @@ def _read_folder(folder: Any) -> tuple[list[tuple[str, int]], list[str], Any, An
     if folder.loader not in (default_loader, pil_loader):
         raise UnsupportedDataset(
             f"{name}(loader={getattr(folder.loader, '__name__', folder.loader)!r}): gpupipe decodes the files "
-            "itself; only torchvision's default (PIL) loader has its meaning"
+            "itself, as torchvision's default (PIL) loader opens them, and would not run yours: leave loader= out "
+            "to have gpupipe decode them (your transform then receives what the PIL loader gives), or pass "
+            "fallback='torchvision' to read the dataset as it is, with your loader (dataset[i] in DataLoader "
+            "workers, on the CPU)"
+        )
+    classes = list(folder.classes)
+    bad = _first_unindexed(folder.samples, len(classes))
+    if bad is not None:
+        path, label = folder.samples[bad]
+        raise UnsupportedDataset(
+            f"{name}.samples[{bad}] ({path}) has the label {label!r}, which is no index of its {len(classes)} "
+            "classes (an unlabelled sample's -1, a label edited into samples); gpupipe's labels index the "
+            "dataset's classes: give every sample a class index (and the classes it indexes), or read the "
+            "dataset as it is, with its own labels, with fallback='torchvision'"
         )
     samples = [(path, int(label)) for path, label in folder.samples]
-    return samples, list(folder.classes), folder.transform, folder.target_transform
+    return samples, classes, folder.transform, folder.target_transform
+
+
+def _first_unindexed(samples: Any, count: int) -> int | None:
+    """The place of the first sample whose label is no class index in ``[0, count)`` (``None``: none is)."""
+    for k, (_, label) in enumerate(samples):  # ImageNet's 1.28M labels in well under a second
+        if type(label) is int:
+            if 0 <= label < count:
+                continue
+        elif isinstance(label, numbers.Integral) and not isinstance(label, bool) and 0 <= int(label) < count:
+            continue
+        return k
+    return None
 
 
 class DatasetGuard:

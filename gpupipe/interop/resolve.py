@@ -88,9 +88,11 @@ def resolve_inputs(
 
 
 def _one_size(source: Any, ops: list[Op], max_pixels: int, max_file_size: int | None) -> tuple[Any, list[Op]]:
-    """``(source, ops)``, the ops giving one size where a compiled transform has no resize or crop
-    but every image has the same size (CIFAR's ``ToTensor()`` + ``Normalize()`` over 32 x 32 PNGs, which
-    torch's default collate batches): a ``CenterCrop`` of that size, which changes no pixel, after ``Decode``.
+    """``(source, ops)``, the ops giving one size where a compiled transform gives every image of the source
+    one size that the ops alone do not fix, as torch's default collate batches it: CIFAR's ``ToTensor()`` +
+    ``Normalize()`` over 32 x 32 PNGs, or ``Resize(224)`` (by the shorter side) over images of one size or
+    of one aspect ratio. A ``CenterCrop`` of that size, which changes no pixel, goes after the last op whose
+    output size the ops do not fix (``Decode`` where there is no resize).
 
     The sizes come from the source's scan with the loader's limits, the one the loader then reuses (a source
     keeps its scan per limits): every header is read once, and a file the loader refuses has no size here."""
@@ -102,10 +104,30 @@ def _one_size(source: Any, ops: list[Op], max_pixels: int, max_file_size: int | 
     source = as_source(source)
     sizes = source.scan(max_pixels, max_file_size).sizes
     found = np.unique(sizes[sizes[:, 0] > 0], axis=0)  # (-1, -1): a bad file, left to the loader's on_error
-    if len(found) != 1:
+    if not len(found):
+        return source, ops
+    last = _last_unsized(ops, (int(found[0][0]), int(found[0][1])))
+    reached = {_follow(ops[: last + 1], (int(h), int(w))) for h, w in found}
+    if len(reached) != 1 or None in reached:
         return source, ops  # images of several sizes: refused when the loader is built, as torch's collate fails
-    height, width = (int(v) for v in found[0])
-    return source, [ops[0], CenterCrop((height, width)), *ops[1:]]
+    height, width = reached.pop()  # type: ignore[misc]
+    return source, [*ops[: last + 1], CenterCrop((height, width)), *ops[last + 1 :]]
+
+
+def _last_unsized(ops: list[Op], size: tuple[int, int]) -> int:
+    """The place of the last op whose output size the ops alone do not fix (``Resize(int)``: it depends on
+    the image's), followed from an image stored ``size``; ``0`` (``Decode``) where there is none."""
+    last = 0
+    followed: tuple[int, int] | None = size
+    for k, op in enumerate(ops):
+        try:
+            fixed = op.output_size(followed)
+        except ValueError:  # a crop larger than the image: torchvision pads it (CenterCrop)
+            fixed = None
+        if fixed is None:
+            last = k
+        followed = None if followed is None else _through(op, followed)
+    return last
 
 
 def _through(op: Op, size: tuple[int, int]) -> tuple[int, int] | None:

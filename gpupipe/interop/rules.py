@@ -319,6 +319,11 @@ def _to_float(state: State, dtype: Any, scale: bool) -> None:
     if name == "torch.uint8" and state.form != "float":
         state.form = "uint8" if state.form == "pil" else state.form
         return
+    if name == "torch.uint8":
+        raise Refuse(
+            f"dtype={name} after a float image: gpupipe gives uint8 images only as decoded; use PILToTensor() or "
+            "ToImage() instead of ToTensor() (or of ToDtype / ConvertImageDtype to a float) before it"
+        )
     if name not in _FLOATS:
         raise Refuse(f"dtype={name}: gpupipe gives float32, float16, bfloat16 or uint8 images")
     if state.form == "pil":
