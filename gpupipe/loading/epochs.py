@@ -116,7 +116,8 @@ class EpochCursor:
 
     def __init__(self) -> None:
         self._next_epoch = 0
-        self._resume: tuple[int, int, int] | None = None  # (epoch, batches done, offset) of a loaded state
+        # (epoch, batches done, offset, batches the saved run counted) of a loaded state
+        self._resume: tuple[int, int, int, int] | None = None
         self._pass: Pass | None = None
         self._chosen = False  # set_epoch, load or skip since the last pass began
 
@@ -166,15 +167,15 @@ class EpochCursor:
         self._next_epoch = epoch + 1
         return self._pass
 
-    def load(self, epoch: int, done: int, *, by: str = "load_state_dict", offset: int = 0) -> None:
+    def load(self, epoch: int, done: int, *, by: str = "load_state_dict", offset: int = 0, counted: int = -1) -> None:
         """The next pass reads ``epoch`` from batch ``done`` of its split from slot ``offset`` (``by``: what asked,
-        for a pass it ends)."""
+        for a pass it ends; ``counted``: the batches of the epoch the saved run counted, ``done`` where omitted)."""
         if self._pass is not None:
             self._pass.end(by)
         self._pass = None
         self._chosen = True
         self._next_epoch = epoch
-        self._resume = (epoch, done, offset) if done or offset else None
+        self._resume = (epoch, done, offset, done if counted < 0 else counted) if done or offset else None
 
     def skip(self, done: int) -> None:
         """The next pass starts at batch ``done`` of the epoch it reads (as ``load`` of that epoch).
@@ -183,8 +184,8 @@ class EpochCursor:
             ValueError: a loaded state, not yet read, resumes at another batch (Accelerate's ``load_state``
                 followed by the ``skip`` its ``skip_first_batches`` would do: the batches would repeat or be lost).
         """
-        if self._resume is not None and self._resume[1] != done:
-            epoch, at, _ = self._resume
+        if self._resume is not None and done not in self._resume[1::2]:  # its batch, or the saved run's count
+            epoch, at = self._resume[0], self._resume[3]
             raise ValueError(
                 f"skip({done}): the state loaded (load_state_dict, or Accelerate's load_state) already resumes "
                 f"epoch {epoch} at batch {at}; skipping to batch {done} instead would "
@@ -201,6 +202,11 @@ class EpochCursor:
         if self._resume is not None:
             return self._resume[:2]
         return self._next_epoch, 0
+
+    def counted(self) -> int:
+        """The batches of its epoch that the saved run of a loaded state, not yet read, counted (what Accelerate's
+        ``skip`` after ``load_state`` says); 0 without one."""
+        return self._resume[3] if self._resume is not None else 0
 
     def offset(self, epoch: int) -> int:
         """The slot the split of ``epoch`` starts at: that of the pass over it under way, or of the loaded state
@@ -310,11 +316,13 @@ class EpochCursor:
         if moved is not None and moved >= samples:  # every slot was read: the next epoch is what follows
             self.load(epoch + 1, 0)
             return epoch + 1, 0
-        offset, done = (offset, done) if moved is None else (moved, 0)
+        counted, (offset, done) = done, (offset, done) if moved is None else (moved, 0)
         batches = Split.of(split).batches(samples - offset, rank) if split else 0
         if not 0 <= done <= batches:
             raise ValueError(f"load_state_dict: batches_done {done} is outside 0..{batches} (epoch {epoch})")
-        self.load(epoch, done, offset=offset)
+        if offset:  # a rest of the epoch: Lightning's loop must count it to its end
+            resplit.check_loop(state, batches - done, Split.of(split).batches(samples, rank))
+        self.load(epoch, done, offset=offset, counted=counted)
         return (epoch, done, offset) if offset else (epoch, done)
 
 

@@ -1,11 +1,9 @@
 """The PyTorch-facing loader: a drop-in for ``torch.utils.data.DataLoader``.
 
-[`gpupipe.loader`][gpupipe.loader] (``gpupipe.loading.factory``) checks every argument before
-any work starts and builds a [`Loader`][gpupipe.Loader], which decides each epoch's
-order (the same on every backend), keeps the epoch bookkeeping
-(``gpupipe.loading.epochs``), keeps its share in step with ``torch.distributed``
-and hands ``(images, targets)`` batches per the batch contract from
-whichever backend runs the pipeline.
+[`gpupipe.loader`][gpupipe.loader] (``gpupipe.loading.factory``) checks every argument before any work starts
+and builds a [`Loader`][gpupipe.Loader], which decides each epoch's order (the same on every backend), keeps the
+epoch bookkeeping (``gpupipe.loading.epochs``), keeps its share in step with ``torch.distributed`` and hands
+``(images, targets)`` batches per the batch contract from whichever backend runs the pipeline.
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ from ..errors import ErrorPolicy, Skipped
 from ..plan.seeding import batch_key
 from ..plan.spec import PipelineSpec
 from ..sources import Source
-from . import agreement, frameworks, steps
+from . import agreement, frameworks, resplit, steps
 from .batchsteps import BatchSteps
 from .config import LoaderConfig
 from .draws import epoch_samples
@@ -188,7 +186,7 @@ class Loader:
         world, drop_last = self._settle(), self.drop_last
         n = epoch_samples(self.source)
         frameworks.refuse_empty_rank(self.config, world, n)  # under Lightning, a rank without batches hangs the rest
-        n -= self._cursor.offset(self._cursor.epoch)  # a pass resumed on another split reads the rest (resplit)
+        n -= resplit.left_out(self._cursor.offset(self._cursor.epoch))  # the rest of an epoch (resplit)
         samples = per_rank(n, world.world_size, drop_last=drop_last, even_batches=self.even_batches, rank=world.rank)
         return batches_per_epoch(samples, self.batch_size, drop_last)
 
@@ -233,6 +231,7 @@ class Loader:
     def _pass(self) -> Iterator[Batch]:
         current = self._cursor.begin(len(self), ranks_shuffled=self.shuffle and self._world.world_size > 1)
         read = self._read(current.epoch)
+        current.total = read.batches  # len() under Lightning counts a rest of an epoch whole (resplit.left_out)
         rank, world_size = self._world.rank, self._world.world_size
         if read.share.padded and rank == 0:
             logger.debug(
@@ -296,13 +295,13 @@ class Loader:
         """The next pass starts at batch ``batches`` of the epoch it reads (Accelerate's
         ``skip_first_batches``, without rebuilding anything); returns the loader.
 
-        Not needed after ``load_state_dict`` (or Accelerate's ``load_state`` of a
-        registered loader): the state already says where to continue.
+        Not needed after ``load_state_dict`` (or Accelerate's ``load_state``): the state says where to continue.
 
         Raises:
             ValueError: ``batches`` outside ``0 .. len(loader)``, or not where a loaded state resumes.
         """
-        if isinstance(batches, bool) or not isinstance(batches, int) or not 0 <= batches <= len(self):
+        most = max(len(self), self._cursor.counted())  # a loaded state's own count too (Accelerate's docs skip it)
+        if isinstance(batches, bool) or not isinstance(batches, int) or not 0 <= batches <= most:
             raise ValueError(f"skip: batches must be an int in 0..{len(self)}, got {batches!r}")
         self._cursor.skip(batches)
         return self

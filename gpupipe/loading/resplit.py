@@ -11,6 +11,11 @@ its batches; a loader of another split reads the slots after those read, split a
 (``split(start=...)``: padded or cut by its own settings), each sample at its own slot, which keys its
 augmentation: the same as in the run saved. Per-batch draws (batch ops such as MixUp, a dataset read as it is
 with its own transforms) follow the new batches.
+
+Lightning's fit loop fixes ``num_training_batches`` from ``len(loader)`` before it loads the loader's state, and
+counts the resumed epoch on from the checkpoint's batch index: under its loops ``len()`` of a pass from an offset
+stays the whole epoch of the split (``left_out``), and a rest that would run past what it counts is refused
+(``check_loop``): it would stop short, losing the rest of the epoch without a word.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..env import lightning_trainer
 from .sampling import batches_per_epoch, per_rank
 
 #: The fields that only split an epoch among ranks and batches: a state at an epoch's start resumes with other
@@ -80,3 +86,30 @@ def resumed(state: Mapping[str, Any], ours: Mapping[str, Any], *, samples: int, 
             f"rank {rank} of the state's split (epoch {state['epoch']})"
         )
     return offset + saved.read(samples - offset, done, rank)
+
+
+def left_out(offset: int) -> int:
+    """The slots ``len(loader)`` leaves out of a pass from slot ``offset``: ``offset`` (it counts the batches
+    left), but 0 under Lightning's loops: they take ``len()`` as every epoch's batch count, the resumed one's
+    included (whose batches they count on from the checkpoint's: ``check_loop``)."""
+    return 0 if offset and lightning_trainer() is not None else offset
+
+
+def check_loop(state: Mapping[str, Any], left: int, whole: int) -> None:
+    """Under Lightning's fit loop, refuses a rest of ``left`` batches that the loop, counting on from the batch of
+    its checkpoint up to ``whole`` (this split's epoch, its ``num_training_batches``), would not read to its end.
+
+    Raises:
+        ValueError: naming both counts and what resumes instead.
+    """
+    loop = getattr(getattr(lightning_trainer(), "fit_loop", None), "epoch_loop", None)
+    at = getattr(getattr(getattr(loop, "batch_progress", None), "current", None), "ready", None)
+    if not isinstance(at, int) or at + left <= whole:
+        return
+    raise ValueError(
+        f"load_state_dict: Lightning resumes epoch {state['epoch']} at its batch {at} of {whole} "
+        f"(num_training_batches, counted before the state loaded), but the rest of the epoch on this split is {left} "
+        f"batches: Lightning would read {max(whole - at, 0)} of them and lose the others without a word; resume with "
+        f"world_size {state['world_size']} and batch_size {state.get('batch_size')} as saved, or from a checkpoint "
+        "at an epoch's end (batches_done 0), which resumes on any split"
+    )
