@@ -147,7 +147,8 @@ class progress:  # noqa: N801 -- used as a function: ``for batch in progress(loa
         if self.started is None:
             self.started = time.perf_counter()
             if self.show:
-                print(f"training: {self.total} steps; a progress line after the first step and every "
+                steps = f"{self.total} step" + ("" if self.total == 1 else "s")
+                print(f"training: {steps}; a progress line after the first step and every "
                       f"{PROGRESS_EVERY_S:.0f} s", flush=True)
         for batch in self.loader:
             yield batch

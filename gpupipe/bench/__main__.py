@@ -32,7 +32,16 @@ from .advice import conclude
 from .args import BenchError, choose_backends, parse_args, unavailable
 from .estimate import duration, estimate, revised, time_demo_image
 from .monitor import ResourceMonitor
-from .preflight import check_batch, check_memory, check_model, check_out, data_stats, refuse_bad_files
+from .preflight import (
+    check_batch,
+    check_cache_dir,
+    check_memory,
+    check_model,
+    check_out,
+    check_out_outside,
+    data_stats,
+    refuse_bad_files,
+)
 from .runner import BASELINE, BenchConfig, TrainStep, kept_batch, rounds, run
 
 logger = logging.getLogger("gpupipe.bench")
@@ -166,7 +175,11 @@ def _run(args: argparse.Namespace) -> int:
             "%s is packed: the tutorial baseline reads only image folders, so it is left out", redact(args.data)
         )
         names.remove(BASELINE)
+    if source is not None and not packed:
+        check_out_outside(args.out, Path(args.data))
     check_out(args.out)  # after the data's checks: a refused --data leaves no folder behind
+    if args.data is None and not demo.is_built(demo.demo_root(args.cache_dir, spec)):
+        check_cache_dir(args.cache_dir, from_env=args.cache_dir == env.cache_dir())
     config = BenchConfig(
         data=args.data if args.data is not None else demo.demo_root(args.cache_dir, spec),
         backends=tuple(names),
@@ -207,7 +220,12 @@ def _run(args: argparse.Namespace) -> int:
         ", re-estimated after the first repeat" if config.repeats > 1 else "",
     )
     if args.data is None:
-        demo.ensure_demo(args.cache_dir, spec, progress=_demo_progress() if need_demo else None)
+        bar = _demo_progress() if need_demo else None
+        try:
+            demo.ensure_demo(args.cache_dir, spec, progress=bar)
+        finally:  # Ctrl-C: the bar is closed here, not redrawn at exit below the interrupted line
+            if bar is not None:
+                bar.close()
     stats = data_stats(source if source is not None else as_source(config.data))
     logger.info(
         "data: %s: %d images in %d classes, mean %.1f KiB (median %.1f), mean %dx%d px, sides %d-%d px",
@@ -280,18 +298,22 @@ def _data_source(data):
     return source
 
 
-def _demo_progress():
-    from tqdm import tqdm
+class _demo_progress:  # noqa: N801 -- a progress callback, as ``ensure_demo`` takes one
+    """The demo images' progress bar: called with ``(done, total)``; ``close()`` ends it (at once, on Ctrl-C)."""
 
-    bar = tqdm(unit="img", desc="demo images", file=sys.stderr)
+    def __init__(self) -> None:
+        from tqdm import tqdm
 
-    def progress(done: int, total: int) -> None:
-        bar.total = total
-        bar.update(done - bar.n)
+        self.bar = tqdm(unit="img", desc="demo images", file=sys.stderr)
+
+    def __call__(self, done: int, total: int) -> None:
+        self.bar.total = total
+        self.bar.update(done - self.bar.n)
         if done >= total:
-            bar.close()
+            self.bar.close()
 
-    return progress
+    def close(self) -> None:
+        self.bar.close()
 
 
 def _measure(config: BenchConfig, train_step: TrainStep | None, kept) -> tuple:

@@ -80,6 +80,7 @@ def suggestions(report: dict) -> dict[str, str]:
     # on a CPU the model and the loading share the machine's cores (however many threads load); on a GPU,
     # the advice is about the loader's own threads
     threads = settings.get("threads", 1) if on_gpu else report.get("machine", {}).get("cpu_cores_usable") or 1
+    sizes = resize_to(report)
     out: dict[str, str] = {}
     # on data too small to time throughput (see ratios_withheld) no backend is called faster than another
     order = [] if ratios_withheld(report) else ranked(report)
@@ -94,14 +95,23 @@ def suggestions(report: dict) -> dict[str, str]:
                 f"{_figure(report, name)['images_per_s']:.1f}"
             )
             continue
-        text = advice(name, on_gpu, threads)
+        text = advice(name, on_gpu, threads, *sizes)
         if any(f"'{n}'" in text or f" {n} " in text for n in report["results"] if n != name):
-            text = advice("", on_gpu, threads)  # it named a backend the table shows no faster
+            text = advice("", on_gpu, threads, *sizes)  # it named a backend the table shows no faster
         lacking = [why for n, why in (report.get("unavailable") or {}).items() if f"'{n}'" in text]
         if on_gpu and lacking:  # (on a CPU the advice names dali for a GPU, which it needs)
             text += f" (not available here: {lacking[0]})"
         out[name] = text
     return out
+
+
+def resize_to(report: dict) -> tuple[int, int | None]:
+    """``(the shorter side to pre-resize to, the data's largest shorter side where no image is larger)``:
+    ImageNet's 256 px for a 224 px crop, scaled with ``--image-size``; the second is ``None`` where some image
+    is larger (pre-resizing would shrink it) or the report does not say (recorded before it did)."""
+    resize = round(report.get("settings", {}).get("image_size", 224) * 256 / 224)
+    short = (report.get("data") or {}).get("max_short_side")
+    return resize, (short if short is not None and short <= resize else None)
 
 
 def _verb(report: dict) -> str:

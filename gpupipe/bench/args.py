@@ -281,6 +281,8 @@ def choose_backends(spec: str, on_gpu: bool) -> list[str]:
     if "all" in (n.lower() for n in names):
         raise BenchError(f"--backends: 'all' stands alone (every backend this machine has); got {spec!r}")
     for name in names:
+        if name not in known and len(name.split()) > 1 and all(n in known for n in name.split()):
+            raise BenchError(f"--backends: separate the backends with commas: --backends {','.join(name.split())}")
         if name not in known:
             raise BenchError(
                 f"--backends: unknown backend {name!r}{did_you_mean(name, known)}; choose from {', '.join(known)}"

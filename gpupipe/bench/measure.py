@@ -225,17 +225,34 @@ def verdict(train: Result, ceiling_result: Result, *, backend: str, on_gpu: bool
     return Verdict("input-bound", fraction, advice(backend, on_gpu, threads))
 
 
-def advice(backend: str, on_gpu: bool, threads: int) -> str:
-    """What to try for an input-bound ``backend`` (``""``: advice that names no backend)."""
+def advice(backend: str, on_gpu: bool, threads: int, resize: int = 256, small: int | None = None) -> str:
+    """What to try for an input-bound ``backend`` (``""``: advice that names no backend).
+
+    Args:
+        resize: the shorter side to pre-resize the images to (~256 px for ImageNet's 224 px crop).
+        small: the data's largest shorter side, where it is ``resize`` or less: pre-resizing would shrink no
+            image, so it is not advised (``None``: not known, or larger).
+    """
     if backend in ("baseline", "torchvision") and on_gpu:
         return "decode and augment on the GPU: backend='dali'"
     if backend == "baseline":
         return "use gpupipe's dali-cpu backend (fused ROI decode, no PIL)"
     if backend == "dali-cpu" and on_gpu:
         return "move decoding to the GPU: backend='dali'"
+    dali = " with backend='dali'" if backend else ""
+    if not on_gpu and small is not None:
+        return (
+            f"loading and the model share the same {plural(threads, 'CPU core')}, and the images are already "
+            f"small (shorter sides up to {small} px, pre-resizing would not shrink them): train on a GPU{dali}"
+        )
     if not on_gpu:
         return (
             f"loading and the model share the same {plural(threads, 'CPU core')}: pre-resize the images "
-            "(shorter side ~256 px) or train on a GPU" + (" with backend='dali'" if backend else "")
+            f"(shorter side ~{resize} px) or train on a GPU{dali}"
         )
-    return f"more CPU threads than {threads} (--threads), or pre-resized images (shorter side ~256 px)"
+    if small is not None:
+        return (
+            f"more CPU threads than {threads} (--threads); the images"
+            f" are already small (shorter sides up to {small} px)"
+        )
+    return f"more CPU threads than {threads} (--threads), or pre-resized images (shorter side ~{resize} px)"

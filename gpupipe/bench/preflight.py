@@ -21,18 +21,63 @@ def check_out(out: Path) -> None:
     Raises:
         BenchError: naming ``--out`` and why (a file there, a file on the way, no permission, a full disk).
     """
-    probe = Path(out) / f".gpupipe-bench-{uuid.uuid4().hex}"
+    why = unwritable(out)
+    if why:
+        raise BenchError(f"--out {out}: cannot write bench.json there ({why}); pass another folder")
+
+
+def check_out_outside(out: Path, data: Path) -> None:
+    """An ``--out`` inside the image folder ``--data`` would be scanned as a class folder by the next run,
+    its ``bench.png`` an image of that class.
+
+    Raises:
+        BenchError: naming both, before the folder is made.
+    """
+    inside, root = Path(out).resolve(), Path(data).resolve()
+    if inside != root and root not in inside.parents:
+        return
+    part = inside.relative_to(root).parts
+    what = f"as an image of a class {part[0]!r}" if part else "as an image of the data's own"
+    raise BenchError(
+        f"--out {out} lies inside --data {data}: the next run would read bench.png there {what}; pass a folder "
+        "outside it"
+    )
+
+
+def check_cache_dir(cache_dir: Path, from_env: bool) -> None:
+    """Makes the ``--cache-dir`` folder and writes a file there (removed at once), before the demo set is
+    built in it: a folder that cannot hold it fails in seconds, naming the flag, not mid-build with an errno.
+
+    Args:
+        from_env: ``cache_dir`` is the flag's default, gpupipe's cache folder (``$GPUPIPE_CACHE``).
+
+    Raises:
+        BenchError: naming ``--cache-dir`` (and ``$GPUPIPE_CACHE``, where it came from) and why.
+    """
+    why = unwritable(cache_dir)
+    if why:
+        where = " (the default: gpupipe's cache folder, set by $GPUPIPE_CACHE or $XDG_CACHE_HOME)" if from_env else ""
+        raise BenchError(
+            f"--cache-dir {cache_dir}{where}: cannot write the demo data there ({why}); pass another folder "
+            "with --cache-dir or set $GPUPIPE_CACHE, or bench your own images with --data"
+        )
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why ``folder`` cannot be made and written into (a file there, a file on the way, no permission, a full
+    disk), or ``None`` where it can: it is made, and a probe file written there and removed."""
+    probe = Path(folder) / f".gpupipe-bench-{uuid.uuid4().hex}"
     try:
-        Path(out).mkdir(parents=True, exist_ok=True)
+        Path(folder).mkdir(parents=True, exist_ok=True)
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as err:
-        why = err.strerror or str(err)
-        if isinstance(err, FileExistsError) or (Path(out).exists() and not Path(out).is_dir()):
-            why = "a file, not a folder"
-        elif isinstance(err, (NotADirectoryError, FileNotFoundError)):
-            why = "a file on its path is not a folder"
-        raise BenchError(f"--out {out}: cannot write bench.json there ({why}); pass another folder") from None
+        if isinstance(err, FileExistsError) or (Path(folder).exists() and not Path(folder).is_dir()):
+            return "a file, not a folder"
+        if isinstance(err, (NotADirectoryError, FileNotFoundError)):
+            return "a file on its path is not a folder"
+        return err.strerror or str(err)
+    return None
 
 
 def check_batch(images: int, batch_size: int, data: str | None) -> None:
@@ -110,7 +155,8 @@ def data_stats(source) -> dict:
 
     Returns:
         ``{"images", "classes", "mean_kib", "median_kib", "total_mib", "mean_width", "mean_height",
-        "min_side", "max_side"}``.
+        "min_side", "max_side", "max_short_side"}`` (the last: the largest shorter side of an image, which
+        says whether pre-resizing would shrink any).
     """
     manifest = getattr(source, "manifest", None)
     if manifest is not None:
@@ -135,4 +181,5 @@ def data_stats(source) -> dict:
         "mean_height": round(float(heights.mean()), 1),
         "min_side": int(min(widths.min(), heights.min())),
         "max_side": int(max(widths.max(), heights.max())),
+        "max_short_side": int(np.minimum(widths, heights).max()),
     }

@@ -181,10 +181,10 @@ def measured_line(report: dict) -> str:
     """One line saying what the figures below it are: the data, each measurement with its batches and steps,
     and the repeats (the bench prints it above the table)."""
     s, data = report["settings"], report["data"]
-    parts = [f"each loader alone ({s['steps']} batches after {s['warmup']} of warm-up)"]
+    parts = [f"each loader alone ({plural(s['steps'], 'batch', 'batches')} after {s['warmup']} of warm-up)"]
     if s["measure_training"]:
         parts.append(
-            f"a {s['model']} training loop in {report['amp']['dtype']} ({s['train_steps']} steps after "
+            f"a {s['model']} training loop in {report['amp']['dtype']} ({plural(s['train_steps'], 'step')} after "
             f"{s['train_warmup']} of warm-up) and the same loop on one batch kept on the device (its ceiling)"
         )
     stopped = report.get("interrupted")

@@ -108,8 +108,12 @@ class TrainStep:
         self.run(images, labels, self.amp.dtype)
 
     def run(self, images: torch.Tensor, labels: torch.Tensor, dtype: torch.dtype) -> None:
-        """One step autocast to ``dtype`` (``torch.float32``: none); the probe calls it with each dtype."""
+        """One step autocast to ``dtype`` (``torch.float32``: none); the probe calls it with each dtype.
+        Without autocast a half-precision batch (``--dtype float16``) is cast to float32, as a float32 script
+        must: the model's weights are float32."""
         images = images.to(self.device, non_blocking=True, memory_format=torch.channels_last)
+        if dtype == torch.float32 and images.dtype != torch.float32:
+            images = images.float()
         labels = labels.to(self.device, non_blocking=True)
         with torch.autocast(self.device.type, dtype=dtype, enabled=dtype != torch.float32):
             loss = torch.nn.functional.cross_entropy(self.model(images), labels)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import logging
 import os
 import sys
@@ -21,12 +22,12 @@ from pathlib import Path
 
 from .. import env
 from ..cli import ArgumentParser, run
-from ..errors import plural
+from ..errors import SampleError, plural
 from ..fileio import byte_size, sha256_hex
 from ..remote import Retry, is_url
 from ..shards import format as shardfmt
 from ..sources import FileList
-from . import ConvertSettings, NothingPacked, PackSettings, pack, parse_size, verify
+from . import ConvertSettings, NothingPacked, PackError, PackSettings, pack, parse_size, verify
 from .packer import barrier
 from .signals import sigterm_stops, terminated
 from .upload import upload, upload_manifest, verify_remote
@@ -187,10 +188,18 @@ def main(argv: list[str] | None = None) -> int:
         by_sigterm = terminated()
         print(interrupted(local_dst, "terminated" if by_sigterm else "interrupted"), file=sys.stderr)
         return EXIT_TERMINATED if by_sigterm else EXIT_INTERRUPTED
+    except SampleError as err:
+        if args.on_error == "raise" and not err.summary and len(err.args) == 1:  # one input and its reason
+            err.args = (f"{err.args[0]}; {RAISED}",)
+        raise
     except NothingPacked:
         if rank == 0:
             list_skipped(local_dst, args.dst)
         raise
+    except PackError as err:
+        if OTHER_PACK not in str(err):
+            raise
+        raise PackError(f"{err}: {settings_differ(local_dst, settings)}") from None
     except ValueError as err:
         if "pass multi_label=True" not in str(err):
             raise
@@ -210,13 +219,49 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{part}packed {plural(summary.packed, 'image')} into {plural(summary.shards, 'shard')} "
         f"({summary.bytes_out / mib:.1f} MiB), {skipped}"
-        + (f"; resumed after {summary.resumed_shards} finished shards" if summary.resumed_shards else "")
+        + (f"; resumed after {plural(summary.resumed_shards, 'finished shard')}" if summary.resumed_shards else "")
     )
     print(
         f"{part}this run: {summary.processed} inputs ({summary.bytes_in / mib:.1f} MiB read, {summary.copied} JPEGs "
         f"copied as they were) in {summary.seconds:.1f} s: {summary.images_per_s:.0f} images/s"
     )
     return 0
+
+
+#: What to do after ``--on-error raise`` stopped at a bad input (appended to its error).
+RAISED = "remove or replace it, or pack without --on-error raise to leave such inputs out and list them"
+#: The journal's refusal of a DST packed from other inputs or settings (``settings_differ`` completes it).
+OTHER_PACK = "was packed from other inputs or with other settings"
+#: The flags that decide a pack's bytes, and where its manifest's ``settings`` hold each.
+SETTING_FLAGS = (
+    ("--max-size", "convert", "max_size"),
+    ("--quality", "convert", "quality"),
+    ("--max-pixels", "convert", "max_pixels"),
+    ("--max-file-size", "convert", "max_file_size"),
+    ("--shard-size", None, "shard_size"),
+    ("--seed", None, "seed"),
+)
+
+
+def settings_differ(local_dst: Path, settings: PackSettings) -> str:
+    """Which flags of this command differ from those DST was packed with (its manifest's), for the refusal to
+    pack into it; where none do, its inputs differ; where it has no manifest (a pack stopped before its
+    end), what to do."""
+    try:
+        before = shardfmt.read_manifest(local_dst)["settings"]
+    except (ValueError, KeyError, TypeError):
+        return "it holds a pack stopped before its end (no manifest.json to compare this command with)"
+    now = dataclasses.asdict(settings)
+    was, asked = [], []
+    for flag, group, key in SETTING_FLAGS:
+        old = (before.get(group) or {}).get(key) if group else before.get(key)
+        new = now[group][key] if group else now[key]
+        if old != new:
+            was.append(f"{flag} {'none' if old is None else old}")
+            asked.append(f"{flag} {'none' if new is None else new}")
+    if not was:
+        return "its settings are this command's, so its inputs differ (files added, removed or changed)"
+    return f"it was packed with {', '.join(was)}, and this command asks for {', '.join(asked)}"
 
 
 def list_skipped(local_dst: Path, dst: str, limit: int = LISTED) -> bool:
