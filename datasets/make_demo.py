@@ -1,4 +1,5 @@
-"""Writes synthetic demo data into a folder, on all cores, printing its progress.
+"""Writes synthetic demo data into a folder, on all cores, printing its progress (``python -m gpupipe.demo``, which
+an installed gpupipe has too).
 
     python datasets/make_demo.py OUT [--images 1000 | --per-class 100]  (OUT/<class>/<image>.jpg, as the bench's)
     python datasets/make_demo.py OUT --task segmentation      (OUT/images, OUT/masks: gpupipe.SegmentationFolder)
@@ -11,83 +12,9 @@ Prints the folder's statistics and the example command that trains on it.
 Bad arguments: one line, ``error: ...``, exit 2.
 """
 
-import argparse
-import json
 import sys
-import time
-from pathlib import Path
-from typing import Optional, Sequence
 
-from gpupipe.demo import photos as demo
-from gpupipe.demo import tasks as demo_tasks
-
-TASKS = ("classification", "segmentation", "detection")
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, as every gpupipe CLI
-        print(f"error: {message}", file=sys.stderr)
-        sys.exit(2)
-
-
-def printer(what: str):
-    """A progress callback printing ``what: done/total (seconds)`` on stderr, on one line."""
-    started = time.perf_counter()
-
-    def progress(done: int, total: int) -> None:
-        end = "\n" if done >= total else ""
-        print(f"\r{what}: {done}/{total} images ({time.perf_counter() - started:.0f} s)", end=end, file=sys.stderr,
-              flush=True)
-
-    return progress
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = _Parser(description="Generate gpupipe demo data (classification, segmentation or detection).")
-    parser.add_argument("out", type=Path, help="folder to write into")
-    parser.add_argument("--task", choices=TASKS, default="classification")
-    parser.add_argument("--images", type=int, help="images in all (default: 1000 classification, 200 otherwise)")
-    parser.add_argument("--per-class", type=int, help="classification: images per class (instead of --images)")
-    parser.add_argument("--classes", type=int,
-                        help="classes (default: 10 classification, 21 segmentation with 0 = background, 5 detection)")
-    parser.add_argument("--quality", type=int, default=90, help="JPEG quality (default: 90)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--workers", type=int, help="processes (default: all usable cores)")
-    args = parser.parse_args(argv)
-    classes = args.classes if args.classes is not None else \
-        {"classification": 10, "segmentation": 21, "detection": 5}[args.task]
-    images = args.images if args.images is not None else (1000 if args.task == "classification" else 200)
-    if args.per_class is not None:
-        if args.task != "classification" or args.images is not None:
-            parser.error("--per-class: for --task classification only, instead of --images")
-        images = args.per_class * classes
-    for name, value, low in (("--images", images, 1), ("--classes", classes, 2 if args.task == "segmentation" else 1),
-                             ("--workers", 1 if args.workers is None else args.workers, 1)):
-        if value < low:
-            parser.error(f"{name} must be >= {low}, got {value}")
-    if not 1 <= args.quality <= 100:
-        parser.error(f"--quality must be in 1..100, got {args.quality}")
-    if classes > 255:
-        parser.error(f"--classes must be <= 255, got {classes}")
-    progress = printer(f"{args.task} demo")
-    if args.task == "classification":
-        spec = demo.DemoSpec(classes=classes, per_class=max(1, images // classes), quality=args.quality, seed=args.seed)
-        demo.generate(args.out, spec, args.workers, progress)
-        print(json.dumps(demo.folder_stats(args.out), indent=2))
-        print(f"next: python examples/train_imagefolder.py {args.out}  (or: python -m gpupipe.bench --data {args.out})")
-        return 0
-    spec = demo_tasks.TaskSpec(images=images, classes=classes, quality=args.quality, seed=args.seed)
-    if args.task == "segmentation":
-        demo_tasks.write_segmentation(args.out, spec, args.workers, progress)
-        print(f"wrote {images} images and masks ({classes} classes, 0 = background) into {args.out}")
-        extra = f" --classes {classes}" if classes != 21 else ""  # the example's default is 21
-        print(f"next: python examples/train_segmentation.py {args.out / 'images'} {args.out / 'masks'}{extra}")
-    else:
-        demo_tasks.write_detection(args.out, spec, args.workers, progress)
-        print(f"wrote {images} images and {args.out / 'annotations.json'} ({classes} categories) into {args.out}")
-        print(f"next: python examples/train_detection.py {args.out / 'images'} {args.out / 'annotations.json'}")
-    return 0
-
+from gpupipe.demo.__main__ import main
 
 if __name__ == "__main__":
     sys.exit(main())

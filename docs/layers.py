@@ -40,7 +40,7 @@ LAYERS: List[Tuple[str, str, List[str]]] = [
      ["gpupipe.loading", "gpupipe.loading.*", "gpupipe.interop", "gpupipe.interop.*", "gpupipe.amp"]),
     ("tools", "the packer, the bench, demo data and the package's exports",
      ["gpupipe.pack", "gpupipe.pack.*", "gpupipe.bench", "gpupipe.bench.*", "gpupipe.demo", "gpupipe.demo.*",
-      "gpupipe._compat", "gpupipe"]),
+      "gpupipe._compat", "gpupipe", "gpupipe.__main__"]),
 ]
 
 

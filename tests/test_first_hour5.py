@@ -306,3 +306,21 @@ def test_ctrl_c_while_the_demo_set_is_made_ends_on_one_line(tmp_path):
     assert proc.returncode == 130, text
     assert "Traceback" not in text, text
     assert text.rstrip("\n").split("\n")[-1] == "interrupted (Ctrl-C) before the first repeat ended: nothing measured"
+
+
+def test_python_m_gpupipe_lists_the_commands_and_the_demo_runs_from_an_install(tmp_path):
+    """``python -m gpupipe`` and ``python -m gpupipe.demo`` ended in "No module named gpupipe.__main__": the demo
+    data came only from ``datasets/make_demo.py`` of a clone, which a pip install has not."""
+    listed = subprocess.run([sys.executable, "-m", "gpupipe"], capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0 and listed.stderr == ""
+    for command in ("python -m gpupipe.bench", "python -m gpupipe.pack SRC DST", "python -m gpupipe.demo OUT"):
+        assert command in listed.stdout
+    out = tmp_path / "demo"
+    args = [sys.executable, "-m", "gpupipe.demo", str(out), "--classes", "2", "--per-class", "2", "--workers", "1"]
+    made = subprocess.run(args, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert made.returncode == 0, made.stderr[-2000:]
+    assert sorted(p.name for p in out.iterdir()) == ["class_00", "class_01", "demo.json"]
+    assert len(as_source(str(out))) == 4 and f"python -m gpupipe.bench --data {out}" in made.stdout
+    wrong = subprocess.run([*args[:4], "--images", "0"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert wrong.returncode == 2
+    assert wrong.stderr == "error: --images must be >= 1, got 0 (see python -m gpupipe.demo --help)\n"

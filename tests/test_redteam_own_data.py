@@ -306,3 +306,15 @@ def test_one_hot_columns_say_how_to_read_them(tmp_path):
     csv.write_text("id,label,fold\na.jpg,cat,0\nb.jpg,dog,1\n")  # other extra columns: keep two, as before
     with pytest.raises(ValueError, match=r"train.csv:1: .*3 columns.*keep those two"):
         gpupipe.FileList(csv)
+
+
+@pytest.mark.parametrize("name, text", [("paths.txt", "a.jpg\nb.jpg\n"), ("paths.csv", "path\na.jpg\nb.jpg\n")])
+def test_a_list_of_paths_without_labels_says_how_to_read_it(tmp_path, name, text):
+    """A list file of paths alone (a test split to predict on) said only "expected 'path label', got 'a.jpg'"."""
+    paths = _images(tmp_path, ["a.jpg", "b.jpg"])
+    listed = tmp_path / name
+    listed.write_text(text)
+    with pytest.raises(ValueError, match=rf"{name}:1: expected .*: the line has no label; .*gpupipe.FileList\(\[path"):
+        gpupipe.FileList(listed)
+    unlabelled = gpupipe.FileList(list(map(str, paths)))  # the way the message gives
+    assert unlabelled.labels.tolist() == [0, 1] and unlabelled.classes == [str(p) for p in paths]

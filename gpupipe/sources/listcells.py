@@ -98,6 +98,14 @@ def check_label(text: str, list_file: Path, lineno: int) -> None:
         )
 
 
+#: Said of a list-file line that names a path without a label.
+NO_LABEL = (
+    ": the line has no label; give each image its label, or, to read images without labels (to predict on), "
+    "pass their paths, gpupipe.FileList([path, ...]), or their folder, gpupipe.FileList(folder): each label is then "
+    "the image's place in the list"
+)
+
+
 def columns_message(row: list[str], lineno: int, rows: Sequence[tuple[int, list[str]]] = ()) -> str:
     """Why a CSV row that is not ``path,label`` is refused: ``";"`` separators, extra columns (of 0s and 1s, one
     per class, as its first rows ``rows`` show), several labels."""
@@ -106,6 +114,8 @@ def columns_message(row: list[str], lineno: int, rows: Sequence[tuple[int, list[
             ": the CSV is separated by ';' (as Excel saves it where ',' is the decimal mark): save it with ',', "
             "or as a text list file"
         )
+    if len(row) == 1:
+        return NO_LABEL
     if len(row) <= 2:
         return ""
     said = f": {len(row)} columns; FileList reads two, the path and the label"

@@ -22,6 +22,7 @@ from ..errors import plural
 from ..fileio import UnreadableFile, read_file
 from .base import numbered_classes
 from .listcells import (
+    NO_LABEL,
     Bracketed,
     check_label,
     columns_message,
@@ -158,7 +159,8 @@ def read_list_file(list_file: Path, empty: bool = False) -> Listing:
         else:
             parts = _split_line(line) if "," in line or ";" in line else line.rsplit(None, 1)
         if len(parts) != 2:
-            raise ValueError(f"FileList: {list_file}:{lineno}: expected 'path label', got {line!r}")
+            hint = NO_LABEL if len(parts) == 1 else ""
+            raise ValueError(f"FileList: {list_file}:{lineno}: expected 'path label', got {line!r}{hint}")
         if not paths and is_header(parts, either=False):
             logger.info("FileList: %s:%d %r is read as a header, not as a sample", list_file, lineno, parts)
             continue
