@@ -261,7 +261,8 @@ class FileList(FileSource):
             ``"0" .. str(max label)`` for integer labels.
         multi_label: ``None`` (default): multi-label when some entry has several labels (or a list);
             ``True``: multi-label even if every entry has one label (a validation list beside a
-            multi-label training list); ``False``: an entry with several labels is an error.
+            multi-label training list; a label that is one of ``classes`` is that class, spaces and all, not
+            its words); ``False``: an entry with several labels is an error.
         suffix: appended to every path (``".jpg"``: a CSV of ids, ``0007``, naming ``0007.jpg``).
 
     Raises:
@@ -309,7 +310,7 @@ class FileList(FileSource):
             raise ValueError("FileList: no entries")
         if suffix is not None:
             listing.paths = [path + suffix for path in listing.paths]
-        spaced_labels(listing, multi_label)
+        spaced_labels(listing, multi_label, classes)
         base = str(Path(root).expanduser().absolute() if root is not None else Path.cwd())
         if os.sep == "/":  # os.path.join's result, a third of the time on a 1M-line list
             prefix = base.rstrip("/") + "/"

@@ -7,10 +7,13 @@ header only when both its cells are column names, and ``[unk]`` is a list only b
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+logger = logging.getLogger("gpupipe.sources")
 
 #: Column names of a header row (lower case, ``_``, ``-`` and spaces dropped; letters only).
 HEADER_LABELS = frozenset(
@@ -178,14 +181,15 @@ def refuse_multi_hot(rows: list[list], listing: Any) -> None:
 
 
 def digit_names(classes: Sequence[str]) -> dict[int, int] | None:
-    """``{number: class index}`` when ``classes`` are all numbers (ASCII digits) other than ``"0" .. "n-1"``:
-    a list file's label ``2`` is then the class named ``2`` (of ``['1', '10', '2']``, as
-    ``sorted(df.label.astype(str).unique())`` gives them), not the class at place 2; else ``None``.
+    """``{number: class index}`` when ``classes`` are all integers (ASCII digits, a sign allowed) other than
+    ``"0" .. "n-1"``: a list file's label ``2`` is then the class named ``2`` (of ``['1', '10', '2']``, as
+    ``sorted(df.label.astype(str).unique())`` gives them; ``-1`` of ``['-1', '1']``), not the class at place 2;
+    else ``None``.
 
     Raises:
         ValueError: two class names of one number (``'1'`` and ``'01'``).
     """
-    if not all(isinstance(c, str) and c.isascii() and c.isdigit() for c in classes):
+    if not all(isinstance(c, str) and c.isascii() and INTEGER.fullmatch(c) for c in classes):
         return None
     if all(c == str(i) for i, c in enumerate(classes)):
         return None
@@ -195,3 +199,62 @@ def digit_names(classes: Sequence[str]) -> dict[int, int] | None:
         if j != i:
             raise ValueError(f"FileList: classes=: {classes[j]!r} and {c!r} are both the number {int(c)}")
     return table
+
+
+def warn_fixed_sets(rows: list[list], listing: Any) -> None:
+    """Warns when a list file's several labels per image never come apart, each label always with the same
+    others (``tiger, Panthera tigris``: ImageNet's synset names, which hold commas), over two or more kinds of
+    rows: each is likely one class name holding commas (``listing``: a ``listfile.Listing``)."""
+    if listing.list_file is None or not any(len(r) > 1 for r in rows):
+        return
+    together: dict[Any, frozenset] = {}
+    for row in rows:
+        held = frozenset(row)
+        if any(together.setdefault(v, held) != held for v in row):
+            return
+    if len(set(together.values())) < 2:
+        return
+    i = next(i for i, r in enumerate(rows) if len(r) > 1)
+    logger.warning(
+        "FileList: %s: the several labels of each line never come apart (%s, line %d): if each line names one "
+        "class whose name holds commas (ImageNet's 'tiger, Panthera tigris'), keep one name per class "
+        "(df.label.str.split(',').str[0]); pass multi_label=True to read them as several labels",
+        listing.list_file,
+        ", ".join(map(repr, rows[i])),
+        listing.lines[i],
+    )
+
+
+def by_value_message(labels: Sequence, negative: bool) -> str:
+    """How to read a list file's ``negative`` labels (``-1`` and ``1``: CelebA's attributes) as the classes
+    they name, or ``""`` (over 10 values)."""
+    values = sorted(set(labels)) if negative else []
+    if not values or len(values) > 10:
+        return ""
+    return f": to read each number as the class it names, pass classes={[str(v) for v in values]!r}"
+
+
+def warn_from_one(labels: Sequence[int], listing: Any) -> None:
+    """Warns when class indices count from 1 (each of ``1 .. n`` used, ``0`` not; Oxford Pets', CUB's and
+    Flowers-102's lists number their classes so): class ``'0'`` then holds no image and there is one class more
+    than the dataset has (``listing``: a ``listfile.Listing``)."""
+    used = set(labels)
+    top = max(used)
+    if 0 in used or top < 2 or len(used) != top:
+        return
+    if listing.list_file is not None:
+        where = str(listing.list_file)
+        fix = (
+            f"to number them from 0, pass classes={[str(i) for i in range(1, top + 1)]!r} if short, or "
+            f"[str(i) for i in range(1, {top + 1})]: each number is then the class it names"
+        )
+    else:
+        where, fix = "pairs", "to number them from 0, give each label minus 1"
+    logger.warning(
+        "FileList: %s: the labels count from 1 (1..%d, none is 0): class '0' holds no image, and there are %d "
+        "classes; %s",
+        where,
+        top,
+        top + 1,
+        fix,
+    )

@@ -24,6 +24,7 @@ from .base import numbered_classes
 from .listcells import (
     NO_LABEL,
     Bracketed,
+    by_value_message,
     check_label,
     columns_message,
     digit_names,
@@ -32,6 +33,8 @@ from .listcells import (
     refuse_multi_hot,
     settle_brackets,
     unquote,
+    warn_fixed_sets,
+    warn_from_one,
 )
 from .sniff import check_list_file
 
@@ -311,6 +314,8 @@ def label_sets(listing: Listing, multi_label: bool | None) -> list[list[Label]] 
         return None
     rows = [as_list(v) for v in listing.labels]
     refuse_multi_hot(rows, listing)
+    if multi_label is None:
+        warn_fixed_sets(rows, listing)
     return [list(dict.fromkeys(row)) for row in rows]
 
 
@@ -359,6 +364,7 @@ def numbering(
     named = digit_names(classes) if classes is not None and listing.list_file is not None and not first else None
     if not first and named is None:
         largest = labels.index(max(labels))  # type: ignore[type-var]  # max() and index() run in C: 1M lines
+        inferred = classes is None
         if classes is None:
             classes = numbered_classes(int(labels[largest]), "FileList", f"of {listing.where(owners[largest])}")
         if min(labels) < 0 or int(labels[largest]) >= len(classes):  # type: ignore[type-var, operator]
@@ -366,7 +372,10 @@ def numbering(
             raise ValueError(
                 f"FileList: label {labels[bad]} of {listing.where(owners[bad])} is outside the class range "
                 f"0..{len(classes) - 1}"
+                + by_value_message(labels, listing.list_file is not None and int(labels[bad]) < 0)
             )
+        if inferred:
+            warn_from_one(labels, listing)  # type: ignore[arg-type]
         return list(classes), int
     if classes is None:
         classes = sorted(set(labels))  # type: ignore[arg-type]

@@ -76,11 +76,13 @@ def check_space_separated(listing: Listing, names: Sequence[str]) -> None:
         if not rest or os.path.lexists(name):
             continue
         if os.path.isfile(name[: len(name) - len(path)] + head):  # name: the folder the path starts from + path
-            words = rest[0].split() + [str(v) for v in as_list(listing.labels[i])]
+            labels = [str(v) for v in as_list(listing.labels[i])]
+            words = [w for w in re.split(r"[\s,;]+", rest[0]) if w] + labels
             raise ValueError(
                 f"FileList: {listing.list_file}:{listing.lines[i]}: {path!r} does not exist but {head!r} exists: "
                 f"if {', '.join(map(repr, words))} are its labels, separate several labels with ',' "
-                f"({head} {','.join(words)})"
+                f"({head} {','.join(words)}); if they name one class, put a tab between the path and the label "
+                f"({head}<TAB>{rest[0]} {', '.join(labels)})"
             )
 
 
