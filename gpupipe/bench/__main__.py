@@ -220,7 +220,7 @@ def _run(args: argparse.Namespace) -> int:
         ", re-estimated after the first repeat" if config.repeats > 1 else "",
     )
     if args.data is None:
-        bar = _demo_progress() if need_demo else None
+        bar = _DemoProgress() if need_demo else None
         try:
             demo.ensure_demo(args.cache_dir, spec, progress=bar)
         finally:  # Ctrl-C: the bar is closed here, not redrawn at exit below the interrupted line
@@ -298,7 +298,7 @@ def _data_source(data):
     return source
 
 
-class _demo_progress:  # noqa: N801 -- a progress callback, as ``ensure_demo`` takes one
+class _DemoProgress:
     """The demo images' progress bar: called with ``(done, total)``; ``close()`` ends it (at once, on Ctrl-C)."""
 
     def __init__(self) -> None:
