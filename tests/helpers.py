@@ -129,6 +129,37 @@ def collect(loader) -> list:
     return [(images, targets) for images, targets in loader]
 
 
+def rank_loader(source, world: int = 1, rank: int = 0, **kw):
+    """Rank ``rank`` of ``world`` simulated in this process (explicit ``rank`` / ``world_size``), reading ``source``
+    at 8x8 uint8 (``pipeline=`` for another) in batches of 2 with seed 7 on ``torchvision`` unless ``kw`` say
+    otherwise."""
+    import gpupipe
+
+    kw = {"batch_size": 2, "seed": 7, "backend": "torchvision", **kw}
+    pipeline = kw.pop("pipeline", [gpupipe.Decode(), gpupipe.Resize((8, 8)), gpupipe.Output("uint8")])
+    threads = 0 if kw["backend"] == "torchvision" else 1
+    return gpupipe.loader(source, pipeline, num_threads=threads, rank=rank, world_size=world, device="cpu", **kw)
+
+
+def rank_loaders(source, world: int, **kw) -> list:
+    """Every rank of ``world`` (``rank_loader``)."""
+    return [rank_loader(source, world, rank, **kw) for rank in range(world)]
+
+
+def read_in_step(loaders, batches=None, its=None) -> Tuple[list, list]:
+    """Reads every rank in step (as DDP does), ``batches`` batches or to the end (from the iterators ``its``, else
+    new passes): ``[(id, image, target)]`` in order (ids as :func:`sample_ids` reads them), and the iterators."""
+    its = its or [iter(loader) for loader in loaders]
+    got: list = []
+    for _ in range(batches if batches is not None else 10**6):
+        more = [b for b in (next(it, None) for it in its) if b is not None]
+        if not more:
+            break
+        for images, targets in more:
+            got += zip(sample_ids(images), images, targets)
+    return got, its
+
+
 def rewrite_manifest(dst: Path, edit) -> dict:
     """Edits a packed folder's manifest with ``edit(manifest)`` and re-signs it (its checksum), as
     someone who edits it on purpose would: the readers must then catch what the edit did."""

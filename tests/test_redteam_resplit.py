@@ -21,14 +21,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import flat_folder, sample_ids
+from helpers import flat_folder, read_in_step
+from helpers import rank_loaders as ranks
 
 import gpupipe
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 N = 13
-PLAIN = [gpupipe.Decode(), gpupipe.Resize((8, 8)), gpupipe.Output("uint8")]
 
 
 @pytest.fixture(scope="module")
@@ -36,26 +36,11 @@ def folder(tmp_path_factory):
     return flat_folder(tmp_path_factory.mktemp("resplit_rt") / "flat", N)
 
 
-def make(source, world=1, rank=0, **kw):
-    kw = {"batch_size": 2, "seed": 7, "backend": "torchvision", **kw}
-    threads = 0 if kw["backend"] == "torchvision" else 1
-    return gpupipe.loader(source, PLAIN, num_threads=threads, rank=rank, world_size=world, device="cpu", **kw)
-
-
-def ranks(source, world, **kw):
-    return [make(source, world, rank, **kw) for rank in range(world)]
-
-
 def read(loaders, batches=None, its=None):
-    """Reads every rank in step, ``batches`` batches or to the end: the ids in order, and the iterators."""
-    its = its or [iter(loader) for loader in loaders]
-    got: list = []
-    for _ in range(batches if batches is not None else 10**6):
-        more = [b for b in (next(it, None) for it in its) if b is not None]
-        if not more:
-            break
-        got += sum((sample_ids(images) for images, _ in more), [])
-    return got, its
+    """Reads every rank in step (``read_in_step``), ``batches`` batches or to the end: the ids in order, and the
+    iterators."""
+    got, its = read_in_step(loaders, batches, its)
+    return [i for i, _, _ in got], its
 
 
 def whole(batch_size, world=1):

@@ -17,14 +17,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import CPU_BACKENDS, flat_folder, sample_ids
+from helpers import CPU_BACKENDS, flat_folder
+from helpers import rank_loader as make
+from helpers import rank_loaders as ranks
+from helpers import read_in_step as read
 from PIL import Image
 
 import gpupipe
 
 HERE = Path(__file__).parent
 N = 13
-PLAIN = [gpupipe.Decode(), gpupipe.Resize((8, 8)), gpupipe.Output("uint8")]
 RANDOM = [gpupipe.Decode(), gpupipe.RandomResizedCrop((8, 8)), gpupipe.Output("uint8")]
 
 
@@ -43,32 +45,6 @@ def graded_folder(root: Path, count: int) -> Path:
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
     return graded_folder(tmp_path_factory.mktemp("resplit") / "graded", N)
-
-
-def make(source, world=1, rank=0, **kw):
-    kw = {"batch_size": 2, "seed": 7, "backend": "torchvision", **kw}
-    num_threads = 0 if kw["backend"] == "torchvision" else 1
-    return gpupipe.loader(
-        source, kw.pop("pipeline", PLAIN), num_threads=num_threads, rank=rank, world_size=world, device="cpu", **kw
-    )
-
-
-def ranks(source, world, **kw):
-    return [make(source, world, rank, **kw) for rank in range(world)]
-
-
-def read(loaders, batches=None, its=None):
-    """Reads every rank in step (as DDP does), ``batches`` batches or to the end: ``[(id, images, target)]`` in
-    order, and the ranks' iterators."""
-    its = its or [iter(loader) for loader in loaders]
-    got: list = []
-    for _ in range(batches if batches is not None else 10**6):
-        more = [b for b in (next(it, None) for it in its) if b is not None]
-        if not more:
-            break
-        for images, targets in more:
-            got += zip(sample_ids(images), images, targets)
-    return got, its
 
 
 def order(loader, epoch):

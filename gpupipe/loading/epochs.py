@@ -184,7 +184,7 @@ class EpochCursor:
             ValueError: a loaded state, not yet read, resumes at another batch (Accelerate's ``load_state``
                 followed by the ``skip`` its ``skip_first_batches`` would do: the batches would repeat or be lost).
         """
-        if self._resume is not None and done not in self._resume[1::2]:  # its batch, or the saved run's count
+        if self._resume is not None and done not in (self._resume[1], self._resume[3]):  # its batch, or the saved count
             epoch, at = self._resume[0], self._resume[3]
             raise ValueError(
                 f"skip({done}): the state loaded (load_state_dict, or Accelerate's load_state) already resumes "
