@@ -1,7 +1,7 @@
 """The one meaning of "an RGB image" for files PIL opens, shared by the packer and the torchvision fallback.
 
 EXIF orientation applied; grayscale, palette, alpha, CMYK/YCCK and 16-bit
-images become 8-bit RGB (16-bit keeps its high byte, alpha is dropped),
+images become 8-bit RGB (16-bit gray scaled by 255 / 65535, colour keeps its high byte; alpha dropped),
 which is also what DALI's and torchvision's decoders give.
 """
 
@@ -160,10 +160,13 @@ LOADER_FORMATS = ("JPEG", "PNG", "BMP", "WEBP", "TIFF", "PPM", "JPEG2000")
 
 
 def no_one_reading(kind: str, mode: str, pages: int) -> str | None:
-    """Why an image has no one 8-bit RGB reading (loaders and packer refuse it alike), or ``None``: float pixels,
-    a TIFF of integer pixels over 8 bits (scaling them is the user's call) or of several ``pages`` (which?)."""
+    """Why the loaders refuse an image as having no one 8-bit RGB reading, or ``None``: float pixels or a TIFF of
+    integer pixels over 8 bits (the packer stretches each one's own range), a TIFF of several ``pages`` (which?)."""
     if mode == "F" or (kind == "TIFF" and mode.startswith("I")):
-        return f"a {kind} of {mode} pixels has no one 8-bit RGB reading; convert it first"
+        return (
+            f"a {kind} of {mode} pixels (not 8-bit): the loaders read 8-bit images only; python -m gpupipe.pack "
+            "converts it (each image's own min..max stretched to 0..255)"
+        )
     if kind == "TIFF" and pages > 1:
         return f"a TIFF of {pages} pages: which one to read is the user's call; split it first"
     return None

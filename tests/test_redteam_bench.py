@@ -68,7 +68,7 @@ def test_a_batch_larger_than_the_data_is_refused_up_front_naming_both(folder, tm
         ["--demo-images", "5", "--batch-size", "32", "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path)],
         capsys,
     )
-    assert_refused_up_front(status, err, "error: --batch-size 32 is more than the 10 images of the demo set")
+    assert_refused_up_front(status, err, "error: --batch-size 32 is more than the 5 images of the demo set")
     assert "--demo-images 320" in err and not (tmp_path / "cache").exists(), "no demo set built to fail on"
 
 

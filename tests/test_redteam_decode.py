@@ -40,7 +40,7 @@ from gpupipe.pack import pack
 #: DALI's CMYK conversion rounds one level apart from libjpeg-turbo's where it turns the image; DALI scales
 #: 16-bit colour to 8 bits rounded (v / 257), PIL keeps the high byte.
 LEVELS = {"cmyk_exif6.jpg": 1, "rgb16.png": 1}
-#: Refused by the scan on every backend, with their reasons (the packer converts the first four).
+#: Refused by the scan on every backend, with their reasons (the packer converts the first four and the float TIFF).
 OTHER_FORMAT = (
     "an image in {} format, named {}: the loaders read only JPEG, PNG, BMP, WebP, TIFF, PNM and JPEG 2000 "
     "(DALI decodes no other); python -m gpupipe.pack converts it"
@@ -51,7 +51,8 @@ REFUSED = {
     "tga_as.jpg": OTHER_FORMAT.format("TGA", ".jpg"),
     "pcx_as.jpg": OTHER_FORMAT.format("PCX", ".jpg"),
     "pages_as.jpg": "a TIFF of 2 pages: which one to read is the user's call; split it first",
-    "float_as.jpg": "a TIFF of F pixels has no one 8-bit RGB reading; convert it first",
+    "float_as.jpg": "a TIFF of F pixels (not 8-bit): the loaders read 8-bit images only; python -m gpupipe.pack "
+    "converts it (each image's own min..max stretched to 0..255)",
     "cmyk_no_adobe.jpg": "a CMYK JPEG without an Adobe marker: decoders disagree on its colours (DALI inverts "
     "its inks, libjpeg-turbo and PIL do not); python -m gpupipe.pack converts it as PIL reads it",
     "truncated.jpg": "truncated JPEG (no end-of-image marker)",
@@ -224,7 +225,7 @@ def test_formats_a_backend_decodes_otherwise_are_refused_by_the_scan_naming_the_
 
 
 def test_the_packer_converts_the_formats_the_loaders_refuse_and_refuses_the_rest_alike(decoded):
-    refused_by_both = {"pages_as.jpg", "float_as.jpg", "truncated.jpg", "truncated.png"}
+    refused_by_both = {"pages_as.jpg", "truncated.jpg", "truncated.png"}
     assert decoded["packed-skipped"] == {name: REFUSED[name] for name in refused_by_both}
     packed = decoded[f"pack-{CPU_BACKEND_NAMES[0]}"][0]
     assert set(REFUSED) - refused_by_both <= set(packed)

@@ -140,6 +140,11 @@ def _main(argv: list[str] | None) -> int:
         ) from None
 
 
+def demo_spec(args: argparse.Namespace) -> demo.DemoSpec:
+    """The demo set of ``--demo-images N``: exactly N images, over 10 classes (N of one image each below 10)."""
+    return demo.DemoSpec(classes=min(10, args.demo_images), images=args.demo_images)
+
+
 def _run(args: argparse.Namespace) -> int:
     """The bench, its arguments checked."""
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
@@ -147,7 +152,7 @@ def _run(args: argparse.Namespace) -> int:
     check_memory(args.batch_size, args.image_size)
     if not args.no_train:
         check_model(args.model)
-    spec = demo.DemoSpec(classes=10, per_class=max(1, args.demo_images // 10))
+    spec = demo_spec(args)
     source, packed = None, False
     if args.data is not None:
         source = _data_source(args.data)
@@ -162,7 +167,7 @@ def _run(args: argparse.Namespace) -> int:
             refuse_bad_files(source, args.data)
         check_batch(len(source), args.batch_size, redact(args.data))
     else:
-        check_batch(spec.classes * spec.per_class, args.batch_size, None)
+        check_batch(spec.total, args.batch_size, None)
     num_classes = len(source.classes) if source is not None else spec.classes
     names = choose_backends(args.backends, device.type == "cuda")
     if packed and BASELINE in names:
@@ -206,7 +211,7 @@ def _run(args: argparse.Namespace) -> int:
     if config.measure_training:
         logger.info("mixed precision: %s (%s)", str(amp.dtype).replace("torch.", ""), amp.reason)
     need_demo = args.data is None and not demo.is_built(Path(config.data))
-    demo_images = spec.classes * spec.per_class if need_demo else 0
+    demo_images = spec.total if need_demo else 0
     planned = estimate(
         config, demo_images=demo_images, demo_image_s=time_demo_image(), step_s=step_s, workers=env.cores()
     )

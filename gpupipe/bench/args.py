@@ -157,8 +157,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--demo-images",
         type=int,
-        help="size of the generated demo set: 10 classes of equal size, so rounded down to a multiple of 10, at "
-        "least 10 (default: 1000; on a GPU 50 batches)",
+        help="images in the generated demo set, exactly: 10 classes, sizes equal to within one (default: 1000; "
+        "on a GPU 50 batches)",
     )
     parser.add_argument(
         "--cache-dir",

@@ -7,7 +7,9 @@
 (``python datasets/make_demo.py`` in a clone of the repository is the same command.) The images are "dead leaves"
 scenes over 1/f noise (``gpupipe.demo.photos``; classification: sides 300-700 px, about 90 KiB each).
 Segmentation masks hold class ids (0 = background) of 21 classes; detection has 5 categories. Prints the folder's
-statistics and the example command that trains on it. Bad arguments: one line, ``error: ...``, exit 2.
+statistics and the example command that trains on it (in a pip install, without ``examples/``, the line of a
+script that reads it). OUT must be new or empty (the same classification set there already is reused). Bad
+arguments: one line, ``error: ...``, exit 2.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 
 from ..cli import ArgumentParser
@@ -69,6 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.task != "classification" or args.images is not None:
             parser.error("--per-class: for --task classification only, instead of --images")
         images = args.per_class * classes
+    if args.classes is None and args.task == "classification":
+        classes = max(1, min(classes, images))  # --images 5: 5 classes of one image
     for name, value, low in (
         ("--images", images, 1),
         ("--classes", classes, 2 if args.task == "segmentation" else 1),
@@ -82,22 +87,92 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--classes must be <= 255, got {classes}")
     progress = printer(f"{args.task} demo")
     if args.task == "classification":
-        spec = demo.DemoSpec(classes=classes, per_class=max(1, images // classes), quality=args.quality, seed=args.seed)
-        demo.generate(args.out, spec, args.workers, progress)
+        if images < classes:
+            parser.error(f"--images {images} cannot fill --classes {classes}: pass --classes {images} or fewer")
+        spec = demo.DemoSpec(classes=classes, images=images, quality=args.quality, seed=args.seed)
+        if out_folder(parser, args.out, spec):
+            demo.generate(args.out, spec, args.workers, progress)
         print(json.dumps(demo.folder_stats(args.out), indent=2))
-        print(f"next: python examples/train_imagefolder.py {args.out}  (or: python -m gpupipe.bench --data {args.out})")
+        print(next_step(args.task, args.out, EXAMPLES))
         return 0
     task = demo_tasks.TaskSpec(images=images, classes=classes, quality=args.quality, seed=args.seed)
+    out_folder(parser, args.out, None)
     if args.task == "segmentation":
         demo_tasks.write_segmentation(args.out, task, args.workers, progress)
         print(f"wrote {images} images and masks ({classes} classes, 0 = background) into {args.out}")
         extra = f" --classes {classes}" if classes != 21 else ""  # the example's default is 21
-        print(f"next: python examples/train_segmentation.py {args.out / 'images'} {args.out / 'masks'}{extra}")
+        print(next_step(args.task, args.out, EXAMPLES, extra))
     else:
         demo_tasks.write_detection(args.out, task, args.workers, progress)
         print(f"wrote {images} images and {args.out / 'annotations.json'} ({classes} categories) into {args.out}")
-        print(f"next: python examples/train_detection.py {args.out / 'images'} {args.out / 'annotations.json'}")
+        print(next_step(args.task, args.out, EXAMPLES))
     return 0
+
+
+def out_folder(parser: ArgumentParser, out: Path, spec: demo.DemoSpec | None) -> bool:
+    """Makes OUT, a new or empty folder; ``False`` when it holds the classification set ``spec`` already (its
+    ``demo.json``: nothing to write). Ends the command naming OUT when it is a file, cannot be made, or holds
+    other files (the demo data would mix with them)."""
+    file = next((p for p in [out, *out.parents] if p.exists() and not p.is_dir()), None)
+    if file is not None:
+        parser.error(f"OUT {out}: {file} is a file; name a folder (it is made if missing)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        held = sorted(p.name for p in out.iterdir())
+    except OSError as err:
+        parser.error(f"OUT {out}: cannot make the folder ({err.strerror or err})")
+    if not held:
+        return True
+    marker = out / "demo.json"
+    if spec is not None and marker.is_file():
+        try:
+            same = json.loads(marker.read_text()) == {"version": demo.DEMO_VERSION, **asdict(spec)}
+        except (OSError, ValueError):
+            same = False
+        if same:
+            print(f"{out} already holds this demo set ({marker}): nothing written", file=sys.stderr)
+            return False
+    parser.error(
+        f"OUT {out} holds files already ({', '.join(held[:3])}{' ...' if len(held) > 3 else ''}): the demo data "
+        "would mix with them; pass a new or empty folder"
+    )
+
+
+#: The example scripts of a clone of gpupipe's repository (``None`` in a pip install, which has none).
+EXAMPLES = next(
+    (p for p in [Path(__file__).resolve().parents[2] / "examples"] if (p / "train_imagefolder.py").is_file()), None
+)
+#: Per task: the example's name, its arguments under OUT, and the source that reads the data in a script.
+_NEXT = {
+    "classification": ("imagefolder", ("",), 'gpupipe.loader("{out}", "train", batch_size=32)'),
+    "segmentation": (
+        "segmentation",
+        ("images", "masks"),
+        'gpupipe.loader(gpupipe.SegmentationFolder("{out}/images", "{out}/masks"), '
+        "gpupipe.presets.segmentation_train(crop=256, base=288), batch_size=8)",
+    ),
+    "detection": (
+        "detection",
+        ("images", "annotations.json"),
+        'gpupipe.loader(gpupipe.CocoDetection("{out}/images", "{out}/annotations.json"), '
+        "gpupipe.presets.detection_ssd(320), batch_size=8)",
+    ),
+}
+
+
+def next_step(task: str, out: Path, examples: Path | None, extra: str = "") -> str:
+    """The line saying what to run on the data written to ``out``: the example script of a clone, else (a pip
+    install, without ``examples/``) the bench or the line of a script that reads it."""
+    name, parts, script = _NEXT[task]
+    bench = f"python -m gpupipe.bench --data {out}" if task == "classification" else ""
+    if examples is not None:
+        paths = " ".join(str(out / part) if part else str(out) for part in parts)
+        return f"next: python examples/train_{name}.py {paths}{extra}" + (f"  (or: {bench})" if bench else "")
+    code = script.format(out=out.as_posix())
+    return (
+        f"next: {bench + '; or ' if bench else ''}in a script: {code} (the example scripts, examples/train_{name}.py, "
+        "are in a clone of gpupipe's repository)"
+    )
 
 
 if __name__ == "__main__":

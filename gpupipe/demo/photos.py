@@ -36,14 +36,39 @@ Progress = Callable[[int, int], None]
 
 @dataclass(frozen=True)
 class DemoSpec:
-    """What to generate: ``classes x per_class`` JPEGs; ``scale`` > 1 enlarges each scene
-    (bicubic, then fresh sensor noise) into a large photo, e.g. 3 for sides of ~900-2100 px."""
+    """What to generate: ``classes x per_class`` JPEGs, or exactly ``images`` in all (the first
+    ``images % classes`` classes one more than the others); ``scale`` > 1 enlarges each scene
+    (bicubic, then fresh sensor noise) into a large photo, e.g. 3 for sides of ~900-2100 px.
+
+    Raises:
+        ValueError: ``images`` fewer than ``classes`` (a class without an image is no class).
+    """
 
     classes: int = 10
     per_class: int = 100
     quality: int = 90
     seed: int = 0
     scale: float = 1.0
+    images: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.images is not None and not 1 <= self.classes <= self.images:
+            raise ValueError(f"DemoSpec: {self.images} images cannot fill {self.classes} classes")
+        if self.images is not None and self.images % self.classes == 0:  # whole classes: one name, one cache
+            object.__setattr__(self, "per_class", self.images // self.classes)
+            object.__setattr__(self, "images", None)
+
+    def counts(self) -> list[int]:
+        """Images per class, in class order."""
+        if self.images is None:
+            return [self.per_class] * self.classes
+        base, extra = divmod(self.images, self.classes)
+        return [base + (label < extra) for label in range(self.classes)]
+
+    @property
+    def total(self) -> int:
+        """Images in all."""
+        return sum(self.counts())
 
 
 def pink_noise(rng: np.random.Generator, height: int, width: int, exponent: float) -> np.ndarray:
@@ -241,8 +266,8 @@ def generate(
         progress: called with ``(images written, total)`` as they are done.
     """
     root = Path(root)
-    jobs = [(root, spec, label, piece) for label in range(spec.classes) for piece in chunks(spec.per_class)]
-    run_parallel(_write_images, jobs, spec.classes * spec.per_class, workers, progress)
+    jobs = [(root, spec, label, piece) for label, count in enumerate(spec.counts()) for piece in chunks(count)]
+    run_parallel(_write_images, jobs, spec.total, workers, progress)
     (root / "demo.json").write_text(json.dumps({"version": DEMO_VERSION, **asdict(spec)}))
     return root
 
@@ -250,7 +275,8 @@ def generate(
 def demo_root(cache_dir: Path, spec: DemoSpec) -> Path:
     """Where the demo set of ``spec`` lives under ``cache_dir``."""
     scale = f"-x{spec.scale:g}" if spec.scale != 1 else ""
-    return Path(cache_dir) / f"demo-v{DEMO_VERSION}-{spec.classes}x{spec.per_class}-q{spec.quality}-s{spec.seed}{scale}"
+    count = f"{spec.classes}x{spec.per_class}" if spec.images is None else f"{spec.classes}c{spec.images}"
+    return Path(cache_dir) / f"demo-v{DEMO_VERSION}-{count}-q{spec.quality}-s{spec.seed}{scale}"
 
 
 def is_built(root: Path) -> bool:
@@ -265,5 +291,5 @@ def ensure_demo(
     root = demo_root(cache_dir, spec)
     if is_built(root):
         return root
-    logger.info("generating %d demo images in %s (once; reused afterwards)", spec.classes * spec.per_class, root)
+    logger.info("generating %d demo images in %s (once; reused afterwards)", spec.total, root)
     return generate(root, spec, workers, progress)

@@ -225,7 +225,19 @@ def main(argv: list[str] | None = None) -> int:
         f"{part}this run: {summary.processed} inputs ({summary.bytes_in / mib:.1f} MiB read, {summary.copied} JPEGs "
         f"copied as they were) in {summary.seconds:.1f} s: {summary.images_per_s:.0f} images/s"
     )
+    if rank == 0:
+        print(next_step(args.dst, summary.packed))
     return 0
+
+
+def next_step(dst: str, packed: int) -> str:
+    """The line saying how the pack at ``dst`` is read: the bench, and a script's line; a batch no larger than
+    the ``packed`` images (the bench's default on a GPU is 256: a smaller pack gets a ``--batch-size``)."""
+    flag = f" --batch-size {max(1, min(32, packed))}" if packed < 256 else ""
+    return (
+        f"next: python -m gpupipe.bench --data {dst}{flag}; in a script: "
+        f'gpupipe.loader({dst!r}, "train", batch_size={max(1, min(256, packed))})'
+    )
 
 
 #: What to do after ``--on-error raise`` stopped at a bad input (appended to its error).

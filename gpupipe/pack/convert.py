@@ -2,7 +2,9 @@
 
 Every image is decoded fully once (which finds truncated files), EXIF
 orientation is applied, any mode (grayscale, palette, RGBA, CMYK/YCCK,
-16-bit) becomes 8-bit RGB, other formats are re-encoded as JPEG, and
+16-bit) becomes 8-bit RGB, float and deep-integer images the loaders refuse
+(a TIFF of 16- or 32-bit integers, float pixels) have their own range
+stretched to 0..255 (``stretch``), other formats are re-encoded as JPEG, and
 ``max_size`` shrinks the shorter side (never enlarges). A JPEG that is
 already clean RGB, upright and small enough is copied byte for byte (up to
 its end-of-image marker: data after it, a motion photo's video, is left out). The
@@ -14,9 +16,11 @@ the image's size) and shrunk with nearest-neighbour sampling, boxes are scaled
 from __future__ import annotations
 
 import io
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from PIL import Image
 
 from .. import targets
@@ -127,8 +131,10 @@ def convert_image(data: bytes, settings: ConvertSettings) -> tuple[bytes, tuple[
             f"too long for a JPEG: {size[0]}x{size[1]} pixels (as packed), and a JPEG side holds at most "
             f"{JPEG_MAX_SIDE}"
         )
-    refusal = no_one_reading(img.format or "?", img.mode, getattr(img, "n_frames", 1) if img.format == "TIFF" else 1)
-    if refusal:  # the loaders' words: a float or 16-bit TIFF, a TIFF of several pages
+    kind = img.format or "?"
+    deep = no_one_reading(kind, img.mode, 1) is not None  # float or deep-integer pixels: stretched below
+    refusal = no_one_reading(kind, "L", getattr(img, "n_frames", 1) if kind == "TIFF" else 1)
+    if refusal:  # the loaders' words: a TIFF of several pages
         raise ImageRefused(refusal)
     clean = img.format == "JPEG" and img.mode == "RGB" and orientation == 1 and size == (width, height)
     if img.format == "JPEG" and size != (width, height):
@@ -141,7 +147,7 @@ def convert_image(data: bytes, settings: ConvertSettings) -> tuple[bytes, tuple[
     shown = (height, width) if orientation in (5, 6, 7, 8) else (width, height)
     if clean:
         return image_only(data, scan_at), shown, shown, True
-    img = to_rgb8(upright(img, orientation), img.format)
+    img = to_rgb8(stretch(upright(img, orientation)) if deep else upright(img, orientation), img.format)
     size = target_size(*shown, settings.max_size)
     if size != img.size:
         img = img.resize(size, Image.Resampling.BICUBIC, reducing_gap=3.0)
@@ -151,6 +157,20 @@ def convert_image(data: bytes, settings: ConvertSettings) -> tuple[bytes, tuple[
     except (OSError, ValueError) as err:  # in memory: the encoder refused this image, nothing else failed
         raise ImageRefused(f"cannot encode as JPEG: {err}") from None
     return out.getvalue(), shown, size, False
+
+
+def stretch(img: Image.Image) -> Image.Image:
+    """A single-channel image of float or deep-integer pixels (``F``, ``I``, ``I;16``...) as 8-bit gray: its own
+    min..max (finite values) stretched linearly to 0..255, rounded; NaN and -inf become 0, +inf 255, and an image
+    of one value 0. Per image, as a viewer shows it: a 12-bit camera's frames in 16-bit files use the whole range."""
+    values = np.asarray(img, dtype=np.float64)
+    finite = values[np.isfinite(values)]
+    low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
+    with warnings.catch_warnings():  # inf - inf, where every value is infinite
+        warnings.simplefilter("ignore", RuntimeWarning)
+        scaled = (values - low) * (255.0 / (high - low)) if high > low else np.where(values == np.inf, 255.0, 0.0)
+    scaled = np.nan_to_num(scaled, nan=0.0, posinf=255.0, neginf=0.0)
+    return Image.fromarray(np.clip(np.rint(scaled), 0, 255).astype(np.uint8), "L")
 
 
 def image_only(jpeg: bytes, scan_at: int) -> bytes:

@@ -148,9 +148,12 @@ def confined(root: Path, name: Any, what: str) -> Path:
     return path
 
 
-def check_shard_file(path, shard: dict, size: int, root, checksum: bool) -> None:
+def check_shard_file(path, shard: dict, size: int, root, checksum: bool) -> bool:
     """Checks a shard file against its manifest entry: its size, and its sha256 when ``checksum``
     (and the manifest has one).
+
+    Returns:
+        whether its sha256 was checked (it is then the very file packed).
 
     Raises:
         ValueError: one line naming the shard and the command that checks the whole pack.
@@ -161,10 +164,13 @@ def check_shard_file(path, shard: dict, size: int, root, checksum: bool) -> None
             f"Shards: {path} is {size:,} bytes, the manifest says {shard['bytes']:,} (cut short or "
             f"changed since it was packed); {verify}"
         )
-    if checksum and shard.get("sha256") and sha256_of(path) != shard["sha256"]:
+    if not (checksum and shard.get("sha256")):
+        return False
+    if sha256_of(path) != shard["sha256"]:
         raise ValueError(
             f"Shards: {path} differs from the shard packed (its sha256 does not match the manifest); {verify}"
         )
+    return True
 
 
 def header_problem(fd: int, member: Member) -> str:
