@@ -17,9 +17,12 @@ import torch
 import gpupipe
 from gpupipe.cli import ArgumentParser, fail, message, user_errors
 
-__all__ = ["AMP_CHOICES", "ArgumentParser", "amp", "device", "epoch_line", "existing_file", "existing_folder",
+__all__ = ["AMP_CHOICES", "BACKEND_CHOICES", "ArgumentParser", "amp", "backend_option", "device", "epoch_line", "existing_file", "existing_folder",
            "existing_path", "fail", "image_folder", "on_error_option", "parser", "positive_int", "progress", "run",
            "torchrun_rank"]
+
+#: ``--backend``: ``auto`` and the backends gpupipe's loaders take (``backend=``).
+BACKEND_CHOICES = ("auto", "dali", "dali-cpu", "torchvision")
 
 #: ``--amp``: what ``gpupipe.choose_amp`` takes as ``requested``.
 AMP_CHOICES = ("auto", "bf16", "fp16", "off")
@@ -36,6 +39,12 @@ def run(main) -> None:
     except user_errors() as err:
         fail(message(err).replace("pass on_error='skip'", "pass --on-error skip"))
     raise SystemExit(0)
+
+
+def backend_option(parser: ArgumentParser) -> None:
+    """``--backend``: which gpupipe backend reads the data (``backend=``); an unknown name is one line naming
+    ``--backend``."""
+    parser.add_argument("--backend", choices=BACKEND_CHOICES, default="auto", help="gpupipe backend")
 
 
 def on_error_option(parser: ArgumentParser) -> None:

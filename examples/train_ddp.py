@@ -47,7 +47,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--epochs", type=_common.positive_int, default=1, help="epochs to train")
     parser.add_argument("--batch-size", type=_common.positive_int, default=32, help="per rank")
     parser.add_argument("--size", type=_common.positive_int, default=128, help="training crop size in pixels")
-    parser.add_argument("--backend", default="auto", help="gpupipe backend")
+    _common.backend_option(parser)
     parser.add_argument("--amp", choices=_common.AMP_CHOICES, default="auto",
                         help="autocast precision: auto (bf16 where the machine runs it well, else float32), "
                              "bf16, fp16 or off (float32)")

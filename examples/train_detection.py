@@ -114,7 +114,7 @@ def main() -> None:
     parser.add_argument("images", type=_common.existing_folder, help="folder of images")
     parser.add_argument("annotations", type=_common.existing_file, help="COCO annotation file (JSON)")
     parser.add_argument("--loader", choices=["dataloader", "gpupipe"], default="gpupipe")
-    parser.add_argument("--backend", default="auto", help="gpupipe backend")
+    _common.backend_option(parser)
     parser.add_argument("--classes", type=_common.positive_int,
                         help="number of categories (default: as many as the annotations name)")
     parser.add_argument("--steps", type=_common.positive_int, default=20,

@@ -81,7 +81,7 @@ def main() -> None:
     parser = _common.parser(__doc__)
     parser.add_argument("root", type=_common.image_folder, help="image folder: root/<class>/<image>")
     parser.add_argument("--loader", choices=["dataloader", "gpupipe"], default="gpupipe")
-    parser.add_argument("--backend", default="auto", help="gpupipe backend")
+    _common.backend_option(parser)
     parser.add_argument("--epochs", type=_common.positive_int, default=3)
     parser.add_argument("--size", type=_common.positive_int, default=64)
     parser.add_argument("--batch-size", type=_common.positive_int, default=32)

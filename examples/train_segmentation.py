@@ -92,7 +92,7 @@ def main() -> None:
     parser.add_argument("images", type=_common.existing_folder, help="folder of images")
     parser.add_argument("masks", type=_common.existing_folder, help="folder of masks: <image name>.png")
     parser.add_argument("--loader", choices=["dataloader", "gpupipe"], default="gpupipe")
-    parser.add_argument("--backend", default="auto", help="gpupipe backend")
+    _common.backend_option(parser)
     parser.add_argument("--classes", type=_common.positive_int, default=21, help="classes (mask values below it)")
     parser.add_argument("--epochs", type=_common.positive_int, default=3)
     parser.add_argument("--crop", type=_common.positive_int, default=128)

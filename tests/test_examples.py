@@ -48,7 +48,8 @@ CASES = [
     ("train_imagefolder", ["split/train", "--batch-size", "0"],
      "error: argument --batch-size: expected an int >= 1, got 0 (see train_imagefolder.py --help)"),
     ("train_imagefolder", ["split/train", "--backend", "nope"],
-     "error: unknown backend 'nope'; choose 'auto' or one of ['dali', 'dali-cpu', 'torchvision']"),
+     "error: argument --backend: invalid choice: 'nope' (choose from 'auto', 'dali', 'dali-cpu', 'torchvision') "
+     "(see train_imagefolder.py --help)"),
     ("train_segmentation", ["split/train", "nowhere"],
      "error: argument masks: nowhere does not exist (see train_segmentation.py --help)"),
     ("train_detection", ["det/images", "det"],

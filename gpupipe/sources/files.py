@@ -100,13 +100,32 @@ class ImageFolder(FileSource):
                 logger.warning("ImageFolder: class folder %r holds no images", str(self.root / name))
             names.extend(found)
             labels.extend([label] * len(found))
-        warn_ignored("ImageFolder", ignored)
         if not names:
-            raise ValueError(f"ImageFolder: no images under {str(self.root)!r} (extensions {', '.join(extensions)})")
+            raise ValueError(
+                f"ImageFolder: no images under {str(self.root)!r} (extensions {', '.join(extensions)})"
+                + _unreadable_hint(sorted(unread or ()), ignored)
+            )
+        warn_ignored("ImageFolder", ignored)
         self.names = names
         self.labels = np.asarray(labels, np.int64)
         self.left_out = sorted(unread or ())
         warn_left_out("ImageFolder", self.left_out)
+
+
+def _unreadable_hint(left_out: Sequence[str], ignored: Sequence[str]) -> str:
+    """The end of the "no images" error where the folders hold images only in formats the loader leaves out."""
+    if left_out:
+        shown = ", ".join(left_out[:3]) + (" ..." if len(left_out) > 3 else "")
+        return (
+            f"; it holds {plural(len(left_out), 'image')} in formats the loader does not read ({shown}): "
+            "python -m gpupipe.pack converts them (16-bit and float TIFFs included)"
+        )
+    if ignored:
+        return (
+            f"; it holds {plural(len(ignored), 'file')} in formats neither torchvision nor gpupipe reads "
+            f"(e.g. {ignored[0]}): convert them to JPEG or PNG"
+        )
+    return ""
 
 
 #: Folder names that mean a dataset split, not a class (compared in lower case).

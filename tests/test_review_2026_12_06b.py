@@ -1,0 +1,53 @@
+"""Review of the round of 2026-12-06 (b): what the lead's read of the helpers' change found."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import gpupipe
+
+
+def _class_folders(root, ext: str, mode: str = "I;16") -> None:
+    for name in ("cells", "debris"):
+        (root / name).mkdir(parents=True)
+        for i in range(2):
+            if ext in (".tif", ".tiff"):
+                Image.fromarray(np.full((6, 6), 300 * (i + 1), np.uint16)).save(root / name / f"{i}{ext}")
+            else:
+                (root / name / f"{i}{ext}").write_bytes(b"not read")
+
+
+def test_a_folder_of_only_tiffs_says_the_packer_converts_them(tmp_path):
+    # Microscopy data: every image a 16-bit TIFF; the error said only "no images (extensions .jpg, ...)".
+    _class_folders(tmp_path / "data", ".tif")
+    with pytest.raises(ValueError) as caught:
+        gpupipe.ImageFolder(tmp_path / "data")
+    message = str(caught.value)
+    assert "4 images in formats the loader does not read" in message
+    assert "cells/0.tif" in message and "python -m gpupipe.pack" in message
+
+
+def test_a_folder_of_only_heic_photos_names_one_and_the_conversion(tmp_path):
+    _class_folders(tmp_path / "data", ".heic")
+    with pytest.raises(ValueError) as caught:
+        gpupipe.ImageFolder(tmp_path / "data")
+    message = str(caught.value)
+    assert "4 files in formats neither torchvision nor gpupipe reads" in message
+    assert "cells/0.heic" in message and "convert them to JPEG or PNG" in message
+
+
+def test_the_examples_offer_every_backend_the_loaders_take():
+    # The examples' --backend choices (one line naming --backend for "gpu") are the registry's public names.
+    import sys
+    from pathlib import Path
+
+    from gpupipe.backends.registry import REGISTRY
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "examples"))
+    try:
+        import _common
+    finally:
+        sys.path.pop(0)
+    assert set(_common.BACKEND_CHOICES) == {"auto"} | {name for name, info in REGISTRY.items() if not info.internal}
