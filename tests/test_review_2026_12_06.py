@@ -9,7 +9,7 @@ import torch
 
 import gpupipe
 from gpupipe.loading.epochs import LeftPass
-from tests.helpers import flat_folder
+from helpers import flat_folder
 
 PIPELINE = [gpupipe.Decode(), gpupipe.Resize((8, 8)), gpupipe.Output("uint8")]
 
