@@ -2,7 +2,8 @@
 least-recently-used eviction.
 
 Layout of the cache folder: ``<key>`` (the file), ``<key>.lock`` (its lock, whose modification time is its
-last use) and ``<key>.ok`` (size, mtime, sha256 and the server's version recorded when it was checked). A
+last use) and ``<key>.ok`` (size, mtime, sha256 and the server's version recorded when it was checked); other
+files in the folder are not the cache's and are never counted, evicted or removed (``folder.kind``). A
 cached file is used only for the same sha256 (where the manifest gives one) or, without one, the same version
 as the server reports now (ETag, Last-Modified, generation): a file changed on the server is fetched again,
 whatever its size; where the server states no version, only a copy fetched since the cache was made (or one
@@ -40,7 +41,7 @@ from urllib.parse import urlsplit
 from .. import fileio
 from ..fileio import read_json_object, sha256_hex
 from .fetch import UNSIZED_CAP, CacheError, Retry, download, remote_info
-from .folder import Pin, default_cache_dir, make_folder, without_dead_parts
+from .folder import RESERVED, Pin, default_cache_dir, kind, make_folder, without_dead_parts
 from .urls import cache_key, redact
 
 logger = logging.getLogger("gpupipe.remote")
@@ -74,6 +75,8 @@ class ShardCache:
         digest = sha256_hex(key, 24)
         name = urlsplit(key).path.rsplit("/", 1)[-1]  # no query (it may hold a token)
         tail = "".join(c if (c.isascii() and c.isalnum()) or c in "._-" else "_" for c in name)[-80:]
+        if RESERVED.search(tail):  # never taken for a lock, a record or a partial download (folder.kind)
+            tail += "_"
         return str(self.folder / f"{digest}-{tail}")
 
     @overload
@@ -315,18 +318,17 @@ class ShardCache:
     # -- eviction -----------------------------------------------------------------
 
     def _entries(self, with_parts: bool = False):
-        """``(last use, size, path)`` of every cached file (and partial downloads)."""
+        """``(last use, size, path)`` of every cached file (and partial downloads); the folder's other files
+        are not the cache's (``folder.kind``)."""
         out = []
         with os.scandir(self.folder) as it:
             for entry in it:
-                name = entry.name
-                if name.endswith((".lock", ".ok")) or ".ok." in name or name.startswith("."):
-                    continue
-                if ".part-" in name and not with_parts:
+                what = kind(entry.name)
+                if what not in ("file", "part") or (what == "part" and not with_parts):
                     continue
                 try:
                     size = entry.stat().st_size
-                    used = os.stat(entry.path + ".lock").st_mtime if ".part-" not in name else 0.0
+                    used = os.stat(entry.path + ".lock").st_mtime if what == "file" else 0.0
                 except FileNotFoundError:
                     continue
                 out.append((used, size, entry.path))
@@ -345,7 +347,7 @@ class ShardCache:
             fileio.lock(fd)
             present = without_dead_parts(self._entries(with_parts=True))
             total = sum(size for _, size, _ in present) + incoming
-            for _, size, path in sorted(e for e in present if ".part-" not in e[2]):
+            for _, size, path in sorted(e for e in present if kind(os.path.basename(e[2])) == "file"):
                 if total <= self.limit:
                     break
                 if self._evict(path):

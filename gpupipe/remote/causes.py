@@ -9,9 +9,10 @@ import email.utils
 import time
 from collections.abc import Iterator
 
-#: The clients' errors for credentials that are missing or incomplete (botocore's, google-auth's): no attempt
-#: can succeed until the user sets them, so none is retried.
-NO_CREDENTIALS = ("NoCredentialsError", "PartialCredentialsError", "DefaultCredentialsError")
+#: The clients' errors for credentials that are missing or incomplete (botocore's, google-auth's; botocore's
+#: ``ProfileNotFound``: an ``AWS_PROFILE`` that no config file holds): no attempt can succeed until the user sets
+#: them, so none is retried.
+NO_CREDENTIALS = ("NoCredentialsError", "PartialCredentialsError", "DefaultCredentialsError", "ProfileNotFound")
 
 
 def chain(err: BaseException) -> Iterator[BaseException]:
@@ -72,6 +73,16 @@ def no_credentials(err: BaseException) -> bool:
     return any(type(e).__name__ in NO_CREDENTIALS for e in chain(err))
 
 
+def bad_endpoint(err: BaseException) -> bool:
+    """Whether the client refused the endpoint it was given (botocore's ``Invalid endpoint``, an
+    ``EndpointResolutionError``): a setting, not the server; no attempt can succeed."""
+    return any(
+        type(e).__name__ == "EndpointResolutionError"
+        or (type(e) is ValueError and str(e).startswith("Invalid endpoint"))
+        for e in chain(err)
+    )
+
+
 def missing(err: BaseException, status: int | None) -> bool:
     """Whether the server said the file is not there (fsspec's HTTP file system also reports a refused
     connection, a time-out or a 5xx as ``FileNotFoundError``: its cause tells them apart)."""
@@ -112,4 +123,4 @@ def _hollow(e: BaseException, links: list[BaseException]) -> bool:
     return not str(e).strip() or (isinstance(e, FileNotFoundError) and e.__cause__ is not None)
 
 
-__all__ = ["chain", "status_of", "retry_after", "no_credentials", "missing", "is_time_out", "describe"]
+__all__ = ["chain", "status_of", "retry_after", "no_credentials", "bad_endpoint", "missing", "is_time_out", "describe"]

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ..errors import Error
 from ..progress import Progress
-from .causes import describe, missing, no_credentials, retry_after, status_of
+from .causes import bad_endpoint, describe, missing, no_credentials, retry_after, status_of
 from .stream import Overdue, TooLarge, stream
 from .urls import filesystem, redact
 
@@ -126,6 +126,10 @@ def with_retries(url: str, retry: Retry, what: str, action: Callable[[float], ob
                 raise RemoteDenied(f"{what} {url}: access denied ({last})") from None
             if no_credentials(err):
                 raise RemoteDenied(f"{what} {url}: no credentials found ({last}); {CREDENTIALS_HINT}") from None
+            if bad_endpoint(err):
+                raise RemoteError(
+                    f"{what} {url}: the client cannot use its endpoint ({last}); {ENDPOINT_HINT}"
+                ) from None
             if tries < retry.attempts:
                 delay = _pause(retry.backoff, tries - 1, retry_after(err), stop - time.monotonic())
                 logger.warning(
@@ -152,6 +156,12 @@ CREDENTIALS_HINT = (
     "set them as the store's client reads them (for S3: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
     "~/.aws/credentials or AWS_PROFILE), pass storage_options={'key': ..., 'secret': ...}, or, for a public "
     "bucket, storage_options={'anon': True}"
+)
+
+#: What to check when the client refuses its endpoint.
+ENDPOINT_HINT = (
+    "an endpoint is a URL with its scheme, such as http://minio:9000: check AWS_ENDPOINT_URL (and "
+    "AWS_ENDPOINT_URL_S3) or storage_options={'endpoint_url': ...}"
 )
 
 #: The start of an HTML page (what a server may send with a 200 in place of a file).
@@ -199,8 +209,9 @@ _VERSION_FIELDS = (
 
 def remote_info(url: str, retry: Retry, storage_options: dict | None = None, *, need_size: bool = True) -> dict:
     """What the server says of the file at ``url``: its ``size`` (bytes; ``None`` if not said and not
-    ``need_size``) and ``version``, the fields that change when the file does (ETag, checksum,
-    generation, modification time; '' if none).
+    ``need_size``; an HTTP ``Content-Length: 0`` is not a size: some servers answer every HEAD so) and
+    ``version``, the fields that change when the file does (ETag, checksum, generation, modification time;
+    '' if none).
 
     Raises:
         RemoteError: unreachable after the retries, missing, a folder (an object store's prefix), or no
@@ -217,10 +228,13 @@ def remote_info(url: str, retry: Retry, storage_options: dict | None = None, *, 
             found = fs.info(path)
         if found.get("type") == "directory":  # an object store's prefix: no file of that name
             raise RemoteError(f"{url} is a folder on the server, not a file: name its files")
-        if found.get("size") is None and need_size:
+        size = found.get("size")
+        if size == 0 and "http" in fs.protocol:  # a HEAD handler that sends no body may say so: not a size
+            size = None
+        if size is None and need_size:
             raise RemoteError(f"{url}: the server reports no size")
         version = "|".join(f"{k}={found[k]}" for k in _VERSION_FIELDS if found.get(k))
-        return {"size": None if found.get("size") is None else int(found["size"]), "version": version}
+        return {"size": None if size is None else int(size), "version": version}
 
     return with_retries(url, retry, "asking about", info)
 
@@ -276,8 +290,9 @@ def download(
             raise CorruptDownload(f"got {got:,} bytes, expected {size:,}")
         if sha256 and digest.hexdigest() != sha256:
             raise CorruptDownload(
-                "its sha256 differs from the manifest's (for a WebDataset tar: the one it was indexed from); "
-                "corrupted in transfer or changed on the server"
+                "its sha256 differs from the manifest's (for a WebDataset tar: the one it was indexed from; for a "
+                "shard the manifest gives none: the copy this source first read); corrupted in transfer or changed "
+                "on the server"
             )
         return digest.hexdigest()
 

@@ -4,6 +4,7 @@ file, and the removal of partial downloads whose downloader died."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from .. import env, fileio
@@ -44,6 +45,27 @@ class Pin:
         self.release()
 
 
+#: The names the cache gives its files (``ShardCache.path``: 24 hex digits of a digest, ``-``, the URL's last
+#: part), partial downloads (``<name>.part-<16 hex digits>``; ``.part-<pid>-<thread>`` in older caches) and their
+#: companions: a name that fits none is not the cache's, and is never counted, evicted or removed (a
+#: ``cache_dir`` may be a folder that holds other files).
+CACHED = re.compile(r"[0-9a-f]{24}-.*")
+_PART_END = r"\.part-(?:[0-9a-f]{16}|\d+-\d+)"
+PART = re.compile(r"[0-9a-f]+-.*" + _PART_END)
+#: What a cached name may not end with (the companions' endings): ``ShardCache.path`` adds ``_`` to it.
+RESERVED = re.compile(r"(?:\.lock|\.ok|\.ok\.[0-9a-f]+|" + _PART_END + ")$")
+
+
+def kind(name: str) -> str | None:
+    """What the file ``name`` in a cache folder is: ``"part"`` (a partial download), ``"file"`` (a cached
+    file), ``"other"`` (a lock or a record of one) or ``None`` (not the cache's)."""
+    if PART.fullmatch(name):
+        return "part"
+    if not CACHED.fullmatch(name):
+        return None
+    return "other" if RESERVED.search(name) else "file"
+
+
 def without_dead_parts(entries):
     """Removes partial downloads that no process holds (left by one that died); returns the other
     entries. A held lock, not a process id, says a download is alive: process ids mean nothing
@@ -51,11 +73,11 @@ def without_dead_parts(entries):
     alive = []
     for entry in entries:
         path = entry[2]
-        if ".part-" in path and not fileio.is_held(path):
+        if kind(os.path.basename(path)) == "part" and not fileio.is_held(path):
             Path(path).unlink(missing_ok=True)
             continue
         alive.append(entry)
     return alive
 
 
-__all__ = ["default_cache_dir", "make_folder", "Pin", "without_dead_parts"]
+__all__ = ["default_cache_dir", "make_folder", "Pin", "without_dead_parts", "kind", "CACHED", "PART", "RESERVED"]

@@ -44,7 +44,8 @@ def remote_pack(url: str, cache: ShardCache) -> tuple[dict, list[PackedTar]]:
     except RemoteMissing as err:  # its words name a missing bucket as such
         raise ValueError(
             f"{redact(url)} is not a gpupipe pack: no {shardfmt.MANIFEST} there ({err}); for tars written by "
-            "another tool, use gpupipe.WebDataset"
+            "another tool, use gpupipe.WebDataset; a folder of image files is read from a local disk only: pack it "
+            "once (python -m gpupipe.pack <local folder> <url>) or copy it to this machine"
         ) from None
     if is_html_page(data[:512]):
         raise ValueError(f"{redact(where)} is an HTML page, not a manifest (a server's error or sign-in page?)")

@@ -105,7 +105,7 @@ class CachedStore:
     Args:
         urls: one per shard.
         sizes: each tar's size in bytes.
-        sha256s: each tar's checksum (``None`` where unknown: checked by size only).
+        sha256s: each tar's checksum (``None`` where unknown: the checksum of the copy first read, from then on).
         cache: the node's cache.
         threads: background downloads at once.
         open_shards: tars a process keeps open (and pinned) for sample reads.
@@ -160,8 +160,14 @@ class CachedStore:
     def fetch(self, shard: int, pin: bool) -> Pin | None: ...
 
     def fetch(self, shard: int, pin: bool = True) -> Pin | None:
-        """Makes shard ``shard`` local (downloading it if needed); returns its pin."""
-        return self.cache.get(self.urls[shard], size=self.sizes[shard], sha256=self.sha256s[shard], pin=pin)
+        """Makes shard ``shard`` local (downloading it if needed); returns its pin. A shard whose checksum the
+        manifest does not give takes the one of the copy first read: fetched again later (evicted, then
+        replaced on the server), it must be that copy, never another version under the same index."""
+        url, sha256 = self.urls[shard], self.sha256s[shard]
+        held = self.cache.get(url, size=self.sizes[shard], sha256=sha256, pin=pin)
+        if sha256 is None:
+            self.sha256s[shard] = self.cache.sha256(url)
+        return held
 
     def read(self, shard: int, offset: int, size: int, name: str) -> bytes:
         self._mine()

@@ -19,6 +19,11 @@ class TooLarge(Error):
     ``RemoteError`` naming the URL."""
 
 
+class PartialAnswer(Error):
+    """The server answered a request for the whole file with a part of it (``206 Partial Content``: no request
+    of gpupipe asks for a range); ``fetch.with_retries`` retries it, then names it with the URL."""
+
+
 class Overdue(Error):
     """The time limit passed during a read; ``fetch.with_retries`` turns it into a ``RemoteError``."""
 
@@ -76,12 +81,29 @@ async def _copy_async(fs, path: str, take: Callable[[bytes], None], stop: float)
                 start += len(chunk)
             return
         try:
-            while chunk := await fh.read(CHUNK):
+            chunk = await fh.read(CHUNK)
+            _whole(getattr(fh, "r", None))
+            while chunk:
                 take(chunk)
+                chunk = await fh.read(CHUNK)
         finally:
             await fh.close()
 
     await asyncio.wait_for(copy(), timeout=max(0.001, stop - time.monotonic()))
 
 
-__all__ = ["stream", "TooLarge", "Overdue", "CHUNK"]
+def _whole(response) -> None:
+    """Refuses an HTTP answer (aiohttp's response; ``None`` for other file systems) that is a part of the file.
+
+    Raises:
+        PartialAnswer: a ``206``, naming its ``Content-Range``.
+    """
+    if getattr(response, "status", None) == 206:
+        where = response.headers.get("Content-Range", "no Content-Range")
+        raise PartialAnswer(
+            f"the server answered 206 Partial Content ({where}) to a request for the whole file "
+            "(a proxy or a server that mishandles ranges); the part was not used"
+        )
+
+
+__all__ = ["stream", "TooLarge", "Overdue", "PartialAnswer", "CHUNK"]

@@ -48,15 +48,17 @@ def redact(text) -> str:
     return _SECRET_PARAM.sub(r"\1***", _USERINFO.sub(r"\1***@", str(text)))
 
 
-#: Query parameters that sign a URL (AWS SigV4 and V2, GCS V4, an Azure SAS's ``sig``): they authorise a
-#: request and change with each signing, but never select another object.
-_SIGNING = re.compile(r"(?i)^(?:x-amz-.*|x-goog-.*|signature|expires|awsaccesskeyid|googleaccessid|sig)$")
+#: Query parameters that sign a URL (AWS SigV4 and V2, GCS V4, CloudFront's ``Policy`` and ``Key-Pair-Id``, an
+#: Azure SAS's ``sig``): they authorise a request and change with each signing, but never select another object.
+_SIGNING = re.compile(
+    r"(?i)^(?:x-amz-.*|x-goog-.*|signature|expires|awsaccesskeyid|googleaccessid|sig|policy|key-pair-id)$"
+)
 
 
 def cache_key(url: str) -> str:
     """``url`` as a cache names what it holds: without its credentials (``user:password@``) or the
-    parameters that sign it (``X-Amz-Signature``, ``X-Amz-Date``, ``X-Goog-*``, ...), so that a URL signed
-    again reads the same cached copy and no secret decides a file name; every other parameter
+    parameters that sign it (``X-Amz-Signature``, ``X-Amz-Date``, ``X-Goog-*``, CloudFront's ``Policy``, ...), so
+    that a URL signed again reads the same cached copy and no secret decides a file name; every other parameter
     (``versionId``, ``generation``, ...) is kept, in order: it selects the object."""
     parts = urlsplit(url)
     kept = [p for p in parts.query.split("&") if p and not _SIGNING.match(unquote(p.split("=", 1)[0]))]
