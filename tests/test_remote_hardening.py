@@ -350,7 +350,7 @@ def test_a_partial_file_removed_locally_is_not_blamed_on_the_server(hostile, tmp
 
 
 def test_a_part_nobody_holds_is_cleaned_up(hostile, tmp_path):
-    left = tmp_path / "abc-x.tar.part-123-456"
+    left = tmp_path / f"{'ab' * 12}-x.tar.part-123-456"  # a name the cache gives (24 hex digits)
     left.write_bytes(b"x" * 1000)
     hostile.serve("/x.tar", b"y" * 10)
     ShardCache(tmp_path, limit=1 << 20, retry=QUICK).get(hostile.url + "/x.tar", size=10).release()

@@ -51,7 +51,7 @@ class Pin:
 #: ``cache_dir`` may be a folder that holds other files).
 CACHED = re.compile(r"[0-9a-f]{24}-.*")
 _PART_END = r"\.part-(?:[0-9a-f]{16}|\d+-\d+)"
-PART = re.compile(r"[0-9a-f]+-.*" + _PART_END)
+PART = re.compile(r"[0-9a-f]{24}-.*" + _PART_END)
 #: What a cached name may not end with (the companions' endings): ``ShardCache.path`` adds ``_`` to it.
 RESERVED = re.compile(r"(?:\.lock|\.ok|\.ok\.[0-9a-f]+|" + _PART_END + ")$")
 
