@@ -14,6 +14,7 @@ from .. import env
 from ..errors import PathNotFound, Skipped
 from ..fileio import UnreadableFile, read_file
 from ..targets import TargetKind
+from ..targets.base import turned_hint
 from .files import FileSource, PathLike
 from .scan import ScanResult, scan
 
@@ -168,7 +169,10 @@ class CocoDetection(FileSource):
         for j in np.flatnonzero(np.any(result.sizes != annotated, axis=1)):
             if int(j) not in bad:
                 (h, w), (ah, aw) = result.sizes[j], annotated[j]
-                bad[int(j)] = f"the image is {w}x{h}, its annotations say {aw}x{ah} (EXIF orientation applied)"
+                bad[int(j)] = (
+                    f"the image is {w}x{h}, its annotations say {aw}x{ah} (EXIF orientation applied)"
+                    + turned_hint(self.names[j], (ah, aw), (h, w))
+                )
         return ScanResult(bad=bad, sizes=result.sizes)
 
 

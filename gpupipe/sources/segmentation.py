@@ -11,8 +11,9 @@ import numpy as np
 from .. import env
 from ..errors import PathNotFound, Skipped
 from ..fileio import read_file
-from ..targets import TargetKind
-from ..targets.maskfiles import decode_mask, header_problem, png_layout
+from ..targets import TargetKind, maskmap
+from ..targets.base import turned_hint
+from ..targets.maskfiles import decode_mask, gray_png, header_problem, png_layout
 from .files import FileSource, PathLike
 from .scan import ScanResult, scan
 from .walk import IMAGE_EXTENSIONS, OTHER_IMAGE_EXTENSIONS, folder_id, walk_images
@@ -35,6 +36,15 @@ class SegmentationFolder(FileSource):
     before a run). A mask saved as JPEG (lossy: values between classes) is not
     read; the image's "no mask" problem names it.
 
+    ``mask_map`` maps what the masks store to class ids: ``{value: id}`` for gray or palette masks
+    (Cityscapes' ``labelIds`` to ``trainIds``; 16-bit values too), ``{(r, g, b): id}`` for colour
+    masks (CamVid); a value it does not list makes its mask a bad sample (``targets.maskmap``).
+    With ``classes``, a mask id that is neither a class index nor ``ignore_index`` makes its mask
+    a bad sample (checked at the mask's first read). ``image_suffix`` / ``mask_suffix`` end the
+    file names (before the extension) that pair: ``a_leftImg8bit.png`` with
+    ``a_gtFine_labelIds.png``, ``0001.png`` with ``0001_mask.png``; files without the suffix are
+    not this source's (Cityscapes' ``_color`` masks beside the ``_labelIds``).
+
     ``split``, a text file of image names without extension, one a line (Pascal
     VOC's ``ImageSets/Segmentation/train.txt``), reads only the pairs it lists, as
     torchvision's ``VOCSegmentation(image_set=...)``: the other files are not
@@ -47,6 +57,9 @@ class SegmentationFolder(FileSource):
         ignore_index: the mask value of pixels no class covers (and of padding).
         extensions: image file endings to accept.
         split: a file listing the names (relative paths without extension) to read.
+        mask_map: ``{stored value: class id}`` or ``{(r, g, b): class id}`` (ids 0..255).
+        image_suffix: the end of each image's file name before its extension.
+        mask_suffix: the end of each mask's file name before ``.png``.
 
     Raises:
         ValueError: a folder is missing or holds no image with a mask.
@@ -63,6 +76,9 @@ class SegmentationFolder(FileSource):
         ignore_index: int = 255,
         extensions: Sequence[str] = IMAGE_EXTENSIONS,
         split: PathLike | None = None,
+        mask_map: dict | None = None,
+        image_suffix: str = "",
+        mask_suffix: str = "",
     ) -> None:
         self.kind = TargetKind.MASK
         self.root = Path(images).expanduser().absolute()
@@ -76,17 +92,30 @@ class SegmentationFolder(FileSource):
             raise ValueError(f"SegmentationFolder: ignore_index must be an int in 0..255, got {ignore_index!r}")
         self.ignore_index = ignore_index
         self.classes = list(classes) if classes is not None else []
-        masks_found, masks_shared = _by_stem(self.mask_root, (".png",))
+        for what, suffix in (("image_suffix", image_suffix), ("mask_suffix", mask_suffix)):
+            if not isinstance(suffix, str) or "/" in suffix or os.sep in suffix:
+                raise ValueError(f"SegmentationFolder: {what} must be the end of a file name (a str), got {suffix!r}")
+        self.mask_suffix = mask_suffix
+        self.mask_map = maskmap.of(mask_map)
+        if self.mask_map is not None and self.classes:
+            beyond = sorted(i for i in self.mask_map.ids() if i >= len(self.classes) and i != ignore_index)
+            if beyond:
+                raise ValueError(
+                    f"SegmentationFolder: mask_map gives ids {beyond}, beyond the {len(self.classes)} classes "
+                    f"(0..{len(self.classes) - 1}) and ignore_index {ignore_index}"
+                )
+        self._checked: set[str] = set()  # masks whose ids were checked against the classes
+        masks_found, masks_shared = _by_stem(self.mask_root, (".png",), suffix=mask_suffix)
         # where the folders overlap, compared as real paths: one folder named two ways (a link, "d/../d") is one
         roots = os.path.realpath(self.root), os.path.realpath(self.mask_root)
         overlap = any(os.path.commonpath([a, b]) == b for a, b in (roots, roots[::-1]))
         mask_paths = (path for paths in (masks_found.values(), *masks_shared.values()) for path in paths)
         is_mask = {os.path.realpath(path) for path in mask_paths} if overlap else set()
-        found, shared = _by_stem(self.root, tuple(e.lower() for e in extensions), exclude=is_mask)
+        found, shared = _by_stem(self.root, tuple(e.lower() for e in extensions), is_mask, image_suffix)
         self.split = None if split is None else Path(split).expanduser().absolute()
         self.problems: list[Skipped] = []
         if self.split is not None:
-            listed = _read_split(self.split)
+            listed = {_strip(k, image_suffix): v for k, v in _read_split(self.split).items()}
             for found_or_shared in (found, shared, masks_found, masks_shared):
                 for key in [key for key in found_or_shared if key not in listed]:
                     del found_or_shared[key]
@@ -95,11 +124,13 @@ class SegmentationFolder(FileSource):
                 for key, line in listed.items()
                 if key not in found and key not in shared
             ]
-        self.problems += _ambiguous(shared, "images", "which one {} belongs to", self.mask_root)
-        self.problems += _ambiguous(masks_shared, "masks", "which one is the mask of {}", self.root)
+        self.problems += _ambiguous(shared, "images", "which one {} belongs to", self.mask_root, mask_suffix)
+        self.problems += _ambiguous(masks_shared, "masks", "which one is the mask of {}", self.root, image_suffix)
         unmasked = sorted(key for key in found if key not in masks_found and key not in masks_shared)
-        other = _by_stem(self.mask_root, _NOT_MASKS)[0] if unmasked and not overlap else {}
-        self.problems += [Skipped(found[key], _no_mask(self.mask_root, key, other.get(key))) for key in unmasked]
+        other = _by_stem(self.mask_root, _NOT_MASKS, suffix=mask_suffix)[0] if unmasked and not overlap else {}
+        self.problems += [
+            Skipped(found[key], _no_mask(self.mask_root, key + mask_suffix, other.get(key))) for key in unmasked
+        ]
         self.unmasked = len(unmasked)
         self.problems += [
             Skipped(path, "a mask without an image")
@@ -110,7 +141,10 @@ class SegmentationFolder(FileSource):
         if not paired:
             example = ""
             if found and masks_found:  # Cityscapes: aachen_..._leftImg8bit.png beside aachen_..._gtFine_labelIds.png
-                example = f"; an image is {min(found)!r}, a mask {min(masks_found)!r}: rename one side to pair them"
+                example = (
+                    f"; an image is {min(found)!r}, a mask {min(masks_found)!r}: pass image_suffix= and mask_suffix= "
+                    "(the ends of the names that differ), or rename one side to pair them"
+                )
             raise ValueError(
                 f"SegmentationFolder: no image under {str(self.root)!r} has a mask under "
                 f"{str(self.mask_root)!r} (a mask is <masks>/<same relative path>/<stem>.png{example})"
@@ -130,7 +164,36 @@ class SegmentationFolder(FileSource):
         return f"{n} file{'s' if n != 1 else ''} {'does' if n == 1 else 'do'} not pair up{hint}"
 
     def read_mask(self, index: int) -> np.ndarray:
-        return np.frombuffer(bytearray(read_file(self.mask_names[index], self.max_file_size)), np.uint8)
+        """The encoded mask of sample ``index``: the file's bytes, or (with ``mask_map``) an 8-bit gray PNG
+        of its mapped ids.
+
+        Raises:
+            gpupipe.fileio.UnreadableFile: the mask cannot be read.
+            ValueError: values ``mask_map`` does not list, or ids outside ``classes`` (naming the file).
+        """
+        path = self.mask_names[index]
+        data = read_file(path, self.max_file_size)
+        if self.mask_map is not None:
+            try:
+                data = gray_png(self.mask_map.apply(data))
+            except ValueError as err:
+                raise ValueError(f"{path}: {err}") from None
+        elif self.classes and path not in self._checked:
+            self._check_ids(path, decode_mask(data))
+        return np.frombuffer(bytearray(data), np.uint8)
+
+    def _check_ids(self, path: str, ids: np.ndarray) -> None:
+        """Refuses a mask holding an id that is neither a class index nor ``ignore_index``."""
+        found = np.unique(ids)
+        beyond = [int(v) for v in found if v >= len(self.classes) and v != self.ignore_index]
+        if beyond:
+            shown = ", ".join(map(str, beyond[:6])) + (f" and {len(beyond) - 6} more" if len(beyond) > 6 else "")
+            raise ValueError(
+                f"{path} holds class id {shown}, beyond the {len(self.classes)} classes "
+                f"(0..{len(self.classes) - 1}) and ignore_index {self.ignore_index} (give classes= every class, "
+                "or mask_map= to map the mask's values)"
+            )
+        self._checked.add(path)
 
     def _scan(self, max_pixels: int, max_file_size: int) -> ScanResult:
         images = scan(self.names, max_pixels=max_pixels, max_file_size=max_file_size, cache_dir=env.cache_dir())
@@ -141,21 +204,27 @@ class SegmentationFolder(FileSource):
         for i in range(len(self)):
             if i in bad:
                 continue
-            problem = _mask_problem(self.mask_names[i], masks.sizes[i], images.sizes[i])
+            problem = _mask_problem(self.mask_names[i], masks.sizes[i], images.sizes[i], self.mask_map, self.names[i])
             if problem:
                 bad[i] = problem
         return ScanResult(bad=bad, sizes=images.sizes)
 
 
-def _by_stem(root: Path, extensions, exclude=frozenset()) -> tuple[dict[str, str], dict[str, list[str]]]:
-    """The files under ``root`` (but those in ``exclude``) by relative path without extension:
+def _by_stem(
+    root: Path, extensions, exclude=frozenset(), suffix: str = ""
+) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """The files under ``root`` (but those in ``exclude``, and those whose name does not end with
+    ``suffix`` before its extension) by relative path without extension and ``suffix``:
     ``({key: file}, {key: [files]})``, the second for the keys that several files share
     (``b.jpg`` and ``b.png``, ``c.png`` and ``c.PNG``)."""
     prefix = len(str(root)) + 1
     by_key: dict[str, list[str]] = {}
     for path in walk_images(str(root), extensions, {folder_id(str(root))}):
+        key = os.path.splitext(path[prefix:])[0]
+        if suffix and (not key.endswith(suffix) or os.path.basename(key) == suffix):
+            continue
         if not exclude or os.path.realpath(path) not in exclude:
-            by_key.setdefault(os.path.splitext(path[prefix:])[0], []).append(path)
+            by_key.setdefault(key[: len(key) - len(suffix)], []).append(path)
     unique = {key: paths[0] for key, paths in by_key.items() if len(paths) == 1}
     return unique, {key: sorted(paths) for key, paths in by_key.items() if len(paths) > 1}
 
@@ -199,29 +268,35 @@ def _read_split(path: Path) -> dict[str, int]:
     return listed
 
 
-def _ambiguous(shared: dict[str, list[str]], what: str, question: str, other_root: Path) -> list[Skipped]:
+def _strip(name: str, suffix: str) -> str:
+    return name[: len(name) - len(suffix)] if suffix and name.endswith(suffix) else name
+
+
+def _ambiguous(
+    shared: dict[str, list[str]], what: str, question: str, other_root: Path, other_suffix: str = ""
+) -> list[Skipped]:
     """One ``Skipped`` per file whose name (without extension) another file shares: neither is paired."""
     problems = []
     for key, paths in sorted(shared.items()):
         names = " and ".join(os.path.basename(p) for p in paths)
-        other = str(other_root / (key + (".png" if what == "images" else "")))
+        other = str(other_root / (key + other_suffix + (".png" if what == "images" else "")))
         reason = f"{what} {names} have the same name: {question.format(other)} is ambiguous (rename one)"
         problems += [Skipped(path, reason) for path in paths]
     return problems
 
 
-def _mask_problem(path: str, mask_size: np.ndarray, image_size: np.ndarray) -> str:
-    """Why a mask cannot serve its image ('' when it can): its PNG layout (``maskfiles``),
-    or its size."""
+def _mask_problem(path: str, mask_size: np.ndarray, image_size: np.ndarray, table=None, image_path: str = "") -> str:
+    """Why a mask cannot serve its image ('' when it can): its PNG layout (``maskfiles``, or
+    ``table``'s, a ``MaskMap``), or its size."""
     try:
         with open(path, "rb") as fh:
             head = fh.read(26)
     except OSError as err:
         return f"mask {path}: cannot read: {err.strerror or err}"
-    problem = header_problem(head)
+    problem = header_problem(head) if table is None else table.header_problem(head)
     if problem:
         return f"mask {path} {problem}"
-    if png_layout(head) == (0, 16):  # its ids may exceed 255: found now, not in the middle of a run
+    if png_layout(head) == (0, 16) and table is None:  # its ids may exceed 255: found now, not in the middle of a run
         try:
             decode_mask(read_file(path))
         except (OSError, ValueError, SyntaxError) as err:  # UnreadableFile is a ValueError
@@ -229,7 +304,7 @@ def _mask_problem(path: str, mask_size: np.ndarray, image_size: np.ndarray) -> s
     if tuple(mask_size) != tuple(image_size):
         return (
             f"mask {path} is {mask_size[1]}x{mask_size[0]}, its image {image_size[1]}x{image_size[0]} "
-            "(EXIF orientation applied)"
+            f"(EXIF orientation applied){turned_hint(image_path, mask_size, image_size)}"
         )
     return ""
 

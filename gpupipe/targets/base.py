@@ -197,3 +197,25 @@ def check_labels(labels: np.ndarray, num_classes: int, what: str, name_of: Calla
             f"{what}: label {int(labels[i])} of {name_of(i)!r} is outside the class range 0..{num_classes - 1}"
             + (f" ({len(bad)} such labels)" if len(bad) > 1 else "")
         )
+
+
+def turned_hint(image_path: str, target_hw: Any, image_hw: Any) -> str:
+    """Where a target drawn on an image is its image's size turned (``(h, w)`` swapped) and the image
+    carries an EXIF orientation that turns it (5 to 8): a sentence saying the target was drawn on the
+    image as stored, ``''`` otherwise (another size, no such orientation, or an unreadable header)."""
+    (h, w), (image_h, image_w) = (int(v) for v in target_hw), (int(v) for v in image_hw)
+    if (h, w) != (image_w, image_h) or h == w:
+        return ""
+    from ..images import ImageRefused, read_header
+
+    try:
+        with open(image_path, "rb") as fh:
+            orientation = read_header(fh, 1 << 62).orientation
+    except (OSError, ValueError, SyntaxError, ImageRefused):
+        return ""
+    if orientation not in (5, 6, 7, 8):
+        return ""
+    return (
+        f"; it fits the image as stored, before its EXIF orientation {orientation} turns it: it was drawn by a tool "
+        "that ignored the orientation (turn it to match, or save the image upright without the orientation)"
+    )

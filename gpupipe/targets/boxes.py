@@ -110,6 +110,20 @@ class Boxes(Target):
     def planning_boxes(self, source: SampleSource, indices: Indices) -> list[np.ndarray]:
         return [self.read(source, int(i))[0] for i in indices]
 
+    # -- loader.dataset ---------------------------------------------------------------------------
+
+    def listed(self, source: SampleSource, indices: Indices) -> list[Any]:
+        """Each sample's ``{"boxes": (n, 4) float32 xyxy, "labels": (n,) int64}`` (``loader.dataset.targets``)."""
+        return [self.item(source, int(i)) for i in indices]
+
+    def item(self, source: SampleSource, index: int) -> dict[str, torch.Tensor]:
+        """The sample's target as ``loader.dataset[index]`` gives it: ``{"boxes": (n, 4) float32 xyxy in the
+        image's pixels, "labels": (n,) int64}``, as torchvision's detection models take a target."""
+        import torch
+
+        boxes, labels = self.read(source, index)
+        return {"boxes": torch.from_numpy(boxes.copy()), "labels": torch.from_numpy(labels.copy())}
+
     # -- packing ------------------------------------------------------------------------------
 
     def pack(self, value: Any, before: tuple[int, int], after: tuple[int, int], settings: Any):

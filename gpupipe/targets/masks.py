@@ -16,7 +16,7 @@ import numpy as np
 from ..checks import is_int
 from ..fileio import UnreadableFile, read_file
 from ..images import ImageRefused
-from .base import SampleSource, Target
+from .base import Indices, SampleSource, Target
 from .kinds import TargetKind
 from .maskfiles import decode_mask, gray_png
 
@@ -34,15 +34,38 @@ class Masks(Target):
     def read(self, source: SampleSource, index: int) -> np.ndarray:
         return source.read_mask(index)
 
+    # -- loader.dataset ---------------------------------------------------------------------------
+
+    def listed(self, source: SampleSource, indices: Indices) -> list[Any]:
+        """Each sample's mask file (``loader.dataset.targets``; ``samples`` pairs it with its image), or
+        ``None`` where the mask is a member of a pack."""
+        names = getattr(source, "mask_names", None)
+        return [None if names is None else names[i] for i in indices]
+
+    def item(self, source: SampleSource, index: int) -> Any:
+        """The sample's mask as ``loader.dataset[index]`` gives it: a PIL ``L`` image of its class ids (as
+        torchvision's ``VOCSegmentation`` gives a mask; the source's ``mask_map`` applied, EXIF upright)."""
+        from PIL import Image
+
+        return Image.fromarray(decode_mask(source.read_mask(index).tobytes()), "L")
+
     # -- packing ------------------------------------------------------------------------------
 
-    def pack_input(self, source: SampleSource, index: int) -> str:
-        return source.mask_names[index]
+    def pack_input(self, source: SampleSource, index: int) -> Any:
+        """The mask's path, or ``(path, MaskMap)`` where the source maps its values (``mask_map``)."""
+        table = getattr(source, "mask_map", None)
+        return source.mask_names[index] if table is None else (source.mask_names[index], table)
+
+    def describe(self, value: Any) -> str:
+        return value if isinstance(value, str) else f"{value[0]} through {value[1]!r}"
 
     def pack(self, value: Any, before: tuple[int, int], after: tuple[int, int], settings: Any) -> tuple[bytes, None]:
-        """The mask file ``value`` as a gray PNG of the packed image's size (shrunk nearest-neighbour)."""
+        """The mask file ``value`` (a path, or ``(path, MaskMap)``) as a gray PNG of its class ids at the
+        packed image's size (shrunk nearest-neighbour)."""
+        value, table = (value, None) if isinstance(value, str) else value
         try:
-            mask = decode_mask(read_file(value, settings.max_file_size))
+            data = read_file(value, settings.max_file_size)
+            mask = decode_mask(data) if table is None else table.apply(data)
         except UnreadableFile as err:
             raise ImageRefused(f"mask {value}: {err.reason}") from None
         except (OSError, ValueError, SyntaxError) as err:
