@@ -33,8 +33,11 @@ class UnsupportedTransform(Error, ValueError):
             ``("Compose[3]", "Lambda", "a user function ...")``.
     """
 
-    def __init__(self, problems: list[tuple[str, str, str]]) -> None:
+    def __init__(self, problems: list[tuple[str, str, str]], *, changed: bool = False) -> None:
         self.problems = problems
+        if changed:  # compiled when the loader was built, edited in place since (TransformGuard)
+            super().__init__(f"a transform gpupipe compiled to ops changed after the loader was built:\n{self.listing}")
+            return
         super().__init__(
             f"cannot compile {len(problems)} transform{'s' if len(problems) != 1 else ''} to gpupipe ops "
             "(each would give another result than torchvision's):\n"
@@ -45,8 +48,9 @@ class UnsupportedTransform(Error, ValueError):
 
     @property
     def listing(self) -> str:
-        """One indented line per transform refused: ``  Compose[3] Lambda: why``."""
-        return "\n".join(f"  {where} {name}: {why}" for where, name, why in self.problems)
+        """One indented line per transform refused: ``  Compose[3] Lambda: why`` (one alone: ``  Lambda: why``)."""
+        named = ((where if where == name else f"{where} {name}", why) for where, name, why in self.problems)
+        return "\n".join(f"  {what}: {why}" for what, why in named)
 
 
 def supported_names() -> list[str]:
@@ -99,4 +103,54 @@ def _finish(state: State) -> None:
         state.dtype = state.dtype or "uint8"
 
 
-__all__ = ["from_torchvision", "UnsupportedTransform", "supported_names"]
+class TransformGuard:
+    """Refuses a pass once a transform compiled to ops was changed in place (``Resize.size`` raised by a
+    progressive-resizing schedule, a ``Normalize`` appended, a ``RandAugment.magnitude`` schedule).
+
+    torch's ``DataLoader`` applies the transform object as it is at each pass; gpupipe compiled it once, when
+    the loader was built, and would go on with the old ops silently. Compiling again is cheap (no image is
+    read), so each check compiles the transform again and compares the ops.
+
+    Args:
+        transform: the user's transform object (a ``Compose``, ...).
+        ops: what ``from_torchvision(transform)`` gave when the loader was built.
+        what: how the message names it (``ImageFolder.transform``, ``pipeline``).
+        inner: a guard checked first (the dataset's ``DatasetGuard``), or ``None``.
+    """
+
+    def __init__(self, transform: Any, ops: list[Op], what: str, inner: Any = None) -> None:
+        self.transform = transform
+        self.ops = list(ops)
+        self.what = what
+        self.inner = inner
+
+    def check(self) -> None:
+        """Raises ``UnsupportedTransform`` naming the first op that changed (then and now)."""
+        if self.inner is not None:
+            self.inner.check()
+        try:
+            now = from_torchvision(self.transform)
+        except UnsupportedTransform as err:
+            why = f"it no longer compiles:\n{err.listing}"
+        else:
+            if now == self.ops:
+                return
+            k = next((k for k, (a, b) in enumerate(zip(self.ops, now)) if a != b), min(len(now), len(self.ops)))
+            then_op = repr(self.ops[k]) if k < len(self.ops) else "nothing"
+            now_op = repr(now[k]) if k < len(now) else "nothing"
+            why = f"compiled to {then_op} when the loader was built, to {now_op} now"
+        raise UnsupportedTransform(
+            [
+                (
+                    self.what,
+                    type(self.transform).__name__,
+                    f"{why}; gpupipe compiled it once, when the loader was built (torch's DataLoader applies it "
+                    "as it is at each pass): build the loader again after the change (a loader per schedule "
+                    "step, e.g. per image size)",
+                )
+            ],
+            changed=True,
+        )
+
+
+__all__ = ["from_torchvision", "UnsupportedTransform", "supported_names", "TransformGuard"]

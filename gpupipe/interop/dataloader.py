@@ -71,6 +71,7 @@ def _sampler_options(
     from torch.utils.data import (
         DistributedSampler,
         RandomSampler,
+        Sampler,
         SequentialSampler,
         SubsetRandomSampler,
         WeightedRandomSampler,
@@ -114,11 +115,18 @@ def _sampler_options(
     if type(sampler) is SubsetRandomSampler:  # the tutorials' split: a shuffled subset, a new order every pass
         return _seeded_by(sampler, seed, drop_last, shuffle=True, indices=[int(i) for i in sampler.indices])
     if not isinstance(sampler, DistributedSampler):
+        listed = not isinstance(sampler, Sampler) and hasattr(sampler, "__len__") and hasattr(sampler, "__getitem__")
         raise _refuse(
             "sampler",
             sampler,
             "gpupipe decides the order itself; it takes a DistributedSampler, a RandomSampler, a "
-            "SequentialSampler, a SubsetRandomSampler or a WeightedRandomSampler (or none)",
+            "SequentialSampler, a SubsetRandomSampler or a WeightedRandomSampler (or none)"
+            + (  # torch reads a list of indices in its order at every pass: Subset does the same
+                "; to read these indices in this order at every pass, as torch does, give "
+                "torch.utils.data.Subset(dataset, indices) as the dataset (and no sampler)"
+                if listed
+                else ""
+            ),
         )
     if sampler.dataset is not dataset:
         raise _refuse("sampler", sampler, "the DistributedSampler is over another dataset")

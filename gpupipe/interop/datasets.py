@@ -226,30 +226,36 @@ class DatasetGuard:
         self.label_map = label_map
         self.seen = self._state()
 
-    def _state(self, layer: Any = None) -> list[tuple[str, Any, int]]:
-        """``(what, object, length)`` of everything read once: each layer's indices (or parts), the samples,
-        the transform."""
+    def _state(self, layer: Any = None) -> list[tuple[str, Any, int, int | None]]:
+        """``(what, object, length, content hash)`` of everything read once: each layer's indices (or parts),
+        the samples, the transform (the hash of the indices and samples only: an edit in place, a pseudo-label
+        written into ``samples``, keeps the object and its length)."""
         from torch.utils.data import ConcatDataset, Subset
 
-        state: list[tuple[str, Any, int]] = []
+        state: list[tuple[str, Any, int, int | None]] = []
         layer = self.dataset if layer is None else layer
         while isinstance(layer, Subset):
-            state.append(("Subset.indices", layer.indices, len(layer.indices)))
+            state.append(("Subset.indices", layer.indices, len(layer.indices), _content(layer.indices)))
             layer = layer.dataset
         if isinstance(layer, ConcatDataset):
-            state.append(("ConcatDataset.datasets", layer.datasets, len(layer.datasets)))
+            state.append(("ConcatDataset.datasets", layer.datasets, len(layer.datasets), None))
             return state + [entry for part in layer.datasets for entry in self._state(part)]
         name = type(layer).__name__
-        state.append((f"{name}.samples", layer.samples, len(layer.samples)))
+        state.append((f"{name}.samples", layer.samples, len(layer.samples), _content(layer.samples)))
         for what in ("transform", "target_transform", "loader") if self.transform_compiled else ("target_transform",):
-            state.append((f"{name}.{what}", getattr(layer, what, None), 0))
+            state.append((f"{name}.{what}", getattr(layer, what, None), 0, None))
         return state
 
     def check(self) -> None:
-        """Raises ``UnsupportedDataset`` naming what changed since the loader was built; the ``target_transform``'s
-        values are worked out again (their change followed, as torch's ``DataLoader`` workers follow it)."""
+        """Raises ``UnsupportedDataset`` naming what changed since the loader was built (replaced, or edited in
+        place); the ``target_transform``'s values are worked out again (their change followed, as torch's
+        ``DataLoader`` workers follow it)."""
         now = self._state()
-        changed = [what for (what, was, n), (_, obj, m) in zip(self.seen, now) if obj is not was or n != m]
+        changed = [
+            what
+            for (what, was, n, fingerprint), (_, obj, m, content) in zip(self.seen, now)
+            if obj is not was or n != m or fingerprint != content
+        ]
         if changed or len(now) != len(self.seen):
             raise UnsupportedDataset(
                 f"{', '.join(changed) or 'the dataset'} changed after the loader was built; gpupipe read the "
@@ -260,6 +266,16 @@ class DatasetGuard:
                 self.label_map.refresh()
             except UnmappableTarget as err:
                 raise UnsupportedDataset(str(err)) from err.__cause__
+
+
+def _content(values: Any) -> int | None:
+    """A hash of a ``samples`` list or of ``indices`` (a list, range, array or tensor), ``None`` where their
+    items cannot be hashed; ImageNet's 1.28M samples take about 0.1 s."""
+    listed = values.tolist() if hasattr(values, "tolist") else values
+    try:
+        return hash(tuple(listed))
+    except TypeError:  # an item that cannot be hashed (a list): the object and length are compared alone
+        return None
 
 
 def guard_of(dataset: Any, transform_compiled: bool, label_map: LabelMap | None = None) -> DatasetGuard | None:

@@ -133,9 +133,22 @@ class TransformBackend:
         return None
 
     def batch(self, collated: Any) -> Any:
-        """The loader's batch, on the host, from what ``collate`` made of a batch of ``items``."""
+        """The loader's batch, on the host, from what ``collate`` made of a batch of ``items``.
+
+        A transform that gives several views of an image (SimCLR's ``TwoCropTransform``, DINO's multi-crop: a
+        list) gives them as torch's ``default_collate`` batches them, a list of ``(B, 3, H, W)`` batches; the
+        loader then hands the batch over as it is (``batches_as_is``), the dataset's ``target_transform``
+        applied here to the labels."""
+        import torch
+
         images, indices = collated
-        return images, self.source.target.batch(self.source, indices.numpy())  # labels or multi-hot
+        targets = self.source.target.batch(self.source, indices.numpy())  # labels or multi-hot
+        if not isinstance(images, torch.Tensor):  # views: the loader's per-batch steps take one image tensor
+            self.batches_as_is = True
+            label_map = getattr(self.source, "label_map", None)
+            if label_map is not None:
+                targets = label_map(torch.as_tensor(targets))
+        return images, targets
 
     def workers(self) -> int:
         """DataLoader worker processes (0: the main process): the loader's threads."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 from typing import Any
 
@@ -9,7 +10,7 @@ import numpy as np
 
 from ..ops import CenterCrop, Decode, Op, PadTo, RandomCrop, Resize
 from ..sources import as_source
-from .compile import UnsupportedTransform, from_torchvision
+from .compile import TransformGuard, UnsupportedTransform, from_torchvision
 from .dataset_fallback import fall_back_dataset
 from .datasets import UnsupportedDataset, as_dataset_source, guard_of, is_dataset, refuse_dataset
 from .fallback import FALLBACKS, fall_back
@@ -67,6 +68,7 @@ def resolve_inputs(
             logger.info("gpupipe loader: the pipeline given replaces the dataset's own transform")
         # checked before every pass (gpupipe.loading.frameworks.follow_sampler): read once, changed later
         guard = guard_of(dataset, pipeline is transform, getattr(source, "label_map", None))
+        source = copy.copy(source)  # a loader's own: another loader's ``dataset`` holds its source
         source.dataset_guard = guard  # type: ignore[attr-defined]
     elif not isinstance(source, (str, bytes)) and hasattr(source, "__getitem__") and hasattr(source, "__len__"):
         if fallback is None:
@@ -74,17 +76,43 @@ def resolve_inputs(
         return fall_back_dataset(source, pipeline, backend, str(refuse_dataset(source)))
     if pipeline is None:
         pipeline = "train"
-    if is_transform(pipeline) or (fallback and callable(pipeline)):
+    if is_transform(pipeline) or (callable(pipeline) and not hasattr(pipeline, "__iter__")):
+        # a callable of the user's own (a dataset's TwoCropTransform, a function) is refused by name, as a transform
+        # gpupipe cannot compile, saying how to run it (fallback="torchvision")
         try:
             ops = from_torchvision(pipeline)
+            transform = pipeline
             source, pipeline = _one_size(source, ops, max_pixels, max_file_size)
-            source = _crops_fit(source, pipeline, max_pixels, max_file_size)
+            source = _watched(_crops_fit(source, pipeline, max_pixels, max_file_size), transform, ops, dataset)
         except UnsupportedTransform as err:
             if fallback is None:
                 raise
             source, backend = fall_back(source, pipeline, backend, err.listing)
             pipeline = [Decode(), PadTo(1)]  # a placeholder: the transform is not gpupipe ops
     return source, pipeline, dataset, backend
+
+
+def _watched(source: Any, transform: Any, ops: list[Op], dataset: Any) -> Any:
+    """A copy of ``source`` whose guard (checked before every pass) also compiles ``transform`` again and
+    refuses a pass once it changed in place since (``TransformGuard``); the dataset's guard is checked first."""
+    source = copy.copy(as_source(source))  # the user's own source object (or another loader's) is left alone
+    own = dataset is not None and transform is getattr(_folder_of(dataset), "transform", None)
+    what = f"{type(_folder_of(dataset)).__name__}.transform" if own else "pipeline"
+    source.dataset_guard = TransformGuard(transform, ops, what, getattr(source, "dataset_guard", None))
+    return source
+
+
+def _folder_of(dataset: Any) -> Any:
+    """The first folder dataset under ``dataset``'s ``Subset`` / ``ConcatDataset`` layers (messages name it)."""
+    while True:
+        inner = getattr(dataset, "dataset", None)
+        parts = getattr(dataset, "datasets", None)
+        if inner is not None:
+            dataset = inner
+        elif parts:
+            dataset = parts[0]
+        else:
+            return dataset
 
 
 def _one_size(source: Any, ops: list[Op], max_pixels: int, max_file_size: int | None) -> tuple[Any, list[Op]]:

@@ -10,12 +10,11 @@ The image's form (PIL, uint8 or float tensor) is tracked in the
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from typing import Any
 
 from .. import ops as O
-from .transforms import Refuse, State, rule, walk
+from .transforms import Refuse, State, per_channel, rule, walk
 
 #: Ops that commute with a per-channel ``Normalize`` (they may follow it in torchvision's order).
 _COMMUTES_WITH_NORMALIZE = ("HorizontalFlip", "VerticalFlip", "RandomErasing")
@@ -49,9 +48,11 @@ def bilinear(t: Any, what: str = "resizes") -> None:
 
 
 def antialiased(t: Any, state: State) -> None:
-    """``antialias=False`` matters on tensors only (PIL always antialiases), and gpupipe always antialiases."""
-    if state.tensor and getattr(t, "antialias", True) is False:
-        raise Refuse("antialias=False on a tensor: gpupipe's resizes are always antialiased")
+    """``antialias=False`` matters on tensors only (PIL always antialiases), and gpupipe always antialiases;
+    torchvision reads ``antialias=None`` as ``False`` on a tensor."""
+    antialias = getattr(t, "antialias", True)
+    if state.tensor and antialias is not True:
+        raise Refuse(f"antialias={antialias!r} on a tensor: gpupipe's resizes are always antialiased")
 
 
 def size_arg(size: Any) -> int | tuple[int, int]:
@@ -273,17 +274,8 @@ def _normalize(t: Any, state: State) -> None:
             f"follows RandomErasing at {state.erased_before_normalize}, which erases to black there; gpupipe "
             "erases to the normalisation mean (0 after Normalize): put RandomErasing after Normalize"
         )
-    mean, std = _triple(t.mean), _triple(t.std)
+    mean, std = per_channel(t.mean), per_channel(t.std)
     state.normalize = O.Normalize(mean, std)
-
-
-def _triple(values: Any) -> tuple[float, float, float]:
-    flat = [float(v) for v in (values.tolist() if hasattr(values, "tolist") else values)]
-    if len(flat) == 1:
-        flat = flat * 3
-    if len(flat) != 3 or any(math.isnan(v) for v in flat):
-        raise Refuse(f"mean and std must have 3 values (or 1), got {values!r}")
-    return flat[0], flat[1], flat[2]
 
 
 @rule("torchvision.ToTensor")
@@ -306,8 +298,9 @@ def _to_image(t: Any, state: State) -> None:
         state.form = "uint8"
 
 
-@rule("torchvision.ToPureTensor", "torchvision.Identity")
+@rule("torchvision.ToPureTensor", "torchvision.Identity", "torchvision.RGB")
 def _nothing(t: Any, state: State) -> None:
+    """Changes nothing gpupipe gives (v2's ``RGB()``: ``ImageFolder``'s loader and gpupipe's decode give RGB)."""
     return None
 
 
@@ -329,7 +322,10 @@ def _to_float(state: State, dtype: Any, scale: bool) -> None:
     if state.form == "pil":
         raise Refuse("needs a tensor, got a PIL image: put ToImage() or PILToTensor() first")
     if state.form == "uint8" and not scale:
-        raise Refuse("scale=False gives floats in [0, 255]; gpupipe's float images are in [0, 1]: pass scale=True")
+        raise Refuse(
+            "scale=False gives floats in [0, 255]; gpupipe's float images are in [0, 1]: pass scale=True (and, "
+            "if your Normalize has its mean and std in [0, 255] units, as 123.675, give them divided by 255)"
+        )
     state.form = "float"
     state.dtype = _FLOATS[name]
 

@@ -14,6 +14,7 @@ transform is collected, with its position and the reason, into one
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -142,6 +143,31 @@ def walk(transform: Any, state: State, where: str) -> None:
         state.problems.append((where, name, str(err)))
 
 
+def per_channel(values: Any) -> tuple[float, float, float]:
+    """``Normalize``'s mean or std as three numbers, as torchvision broadcasts it: a number, one or three values,
+    a ``(3, 1, 1)`` tensor or array; another shape (a per-pixel ``(3, H, W)`` mean) is refused, naming it."""
+    import torch
+
+    try:
+        if isinstance(values, (list, tuple)):  # v2 keeps list(mean): numbers, or one-element tensors
+            values = [float(v) for v in values]
+        as_tensor = torch.as_tensor(values.tolist() if hasattr(values, "tolist") else values, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError):
+        raise Refuse(f"mean and std must be numbers (3, or 1), got {values!r}") from None
+    shape = tuple(as_tensor.shape)
+    one = as_tensor.numel() == 1 and as_tensor.ndim <= 3  # 0.5, (0.5,), a (1, 1, 1) tensor: every channel
+    if not one and shape not in ((3,), (3, 1, 1)):
+        raise Refuse(
+            f"mean and std of shape {shape}: gpupipe normalises per channel (3 values, or 1; a (3, 1, 1) tensor)"
+        )
+    flat = as_tensor.reshape(-1).tolist()
+    if len(flat) == 1:
+        flat = flat * 3
+    if any(math.isnan(v) for v in flat):
+        raise Refuse(f"mean and std must not be NaN, got {values!r}")
+    return flat[0], flat[1], flat[2]
+
+
 #: Why a transform without a rule cannot be compiled, by ``"<family>.<ClassName>"`` (default: no op).
 REASONS: dict[str, str] = {
     "torchvision.Lambda": "a user function: gpupipe cannot compile Python code",
@@ -155,4 +181,4 @@ REASONS: dict[str, str] = {
 }
 
 
-__all__ = ["Refuse", "State", "RULES", "REASONS", "rule", "walk", "is_transform", "family"]
+__all__ = ["Refuse", "State", "RULES", "REASONS", "rule", "walk", "is_transform", "family", "per_channel"]
