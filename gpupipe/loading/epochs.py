@@ -14,7 +14,8 @@ The rule (the README states it too):
    has batches left, ``(its epoch, batches delivered)``; otherwise (before
    any pass, after a finished or ended pass) ``(the epoch the next pass
    reads, 0)``, or the loaded state not yet used. So a checkpoint taken
-   right after an epoch's last batch resumes at the next epoch.
+   right after an epoch's last batch resumes at the next epoch (also after
+   the batch where Lightning's ``limit_train_batches`` ends it: ``resplit.loop_ended``).
 4. Under several ranks with ``shuffle``, a pass that reads the epoch after an unfinished pass
    without ``set_epoch`` or a loaded state in between warns (``RanksMayPart``): a pass only some
    ranks start (a peek at a batch on rank 0) moves only their epoch on, and the ranks would read
@@ -45,7 +46,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..env import lightning_trainer
 from ..errors import Error
 from . import resplit
 from .config import check_epoch
@@ -236,8 +236,11 @@ class EpochCursor:
         since: the state resumes at the next epoch, and a checkpoint on an exception meant the rest of the pass.
         """
         epoch, done = self.state()
+        if done and self.current is not None and resplit.loop_ended(done):  # Lightning ended the epoch there
+            epoch, done = epoch + 1, 0
         offset, left = self.offset(epoch), self._pass
-        if left is not None and not left.live and left.remaining > 0 and not self._chosen and not _loop_ended(left):
+        early = left is not None and not left.live and left.remaining > 0 and not self._chosen
+        if left is not None and early and not resplit.loop_ended(left.done):
             warnings.warn(
                 f"state_dict: the pass over epoch {left.epoch} was left after {left.done} of {left.total} batches "
                 f"(a break, or an exception out of the loop), so this state resumes at epoch {epoch}, as the next "
@@ -324,13 +327,6 @@ class EpochCursor:
             resplit.check_loop(state, batches - done, Split.of(split).batches(samples, rank))
         self.load(epoch, done, offset=offset, counted=counted)
         return (epoch, done, offset) if offset else (epoch, done)
-
-
-def _loop_ended(left: Pass) -> bool:
-    """Whether Lightning's loop ended ``left`` where it ends every epoch (``limit_train_batches``: its
-    ``num_training_batches``) and counts the epoch done: the next epoch is then what a resume reads."""
-    trainer = lightning_trainer()
-    return trainer is not None and left.done >= getattr(trainer, "num_training_batches", float("inf"))
 
 
 #: Why each field of ``resume_fields`` must match (the error says it).

@@ -14,12 +14,14 @@ with its own transforms) follow the new batches.
 
 Lightning's fit loop fixes ``num_training_batches`` from ``len(loader)`` before it loads the loader's state, and
 counts the resumed epoch on from the checkpoint's batch index: under its loops ``len()`` of a pass from an offset
-stays the whole epoch of the split (``left_out``), and a rest that would run past what it counts is refused
-(``check_loop``): it would stop short, losing the rest of the epoch without a word.
+stays the whole epoch of the split (``left_out``), and a rest that would run past what it counts (that epoch, cut
+by its ``limit_train_batches``: ``counted``) is refused (``check_loop``): it would stop short, losing the rest of the
+epoch without a word. A new ``drop_last`` that leaves a rest without a batch says so (``warn_empty``).
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -85,7 +87,22 @@ def resumed(state: Mapping[str, Any], ours: Mapping[str, Any], *, samples: int, 
             f"load_state_dict: batches_done {done} is past the {saved.batches(samples - offset, rank)} batches of "
             f"rank {rank} of the state's split (epoch {state['epoch']})"
         )
-    return offset + saved.read(samples - offset, done, rank)
+    moved = offset + saved.read(samples - offset, done, rank)
+    warn_empty(state, Split.of(ours), samples - moved)
+    return moved
+
+
+def warn_empty(state: Mapping[str, Any], split: Split, left: int) -> None:
+    """Warns where the ``left`` slots of a rest make no batch on ``split`` (its ``drop_last`` cuts them all): the
+    rest is then left out, where a whole epoch of that split would be refused up front (``check_batch_fits``)."""
+    if left <= 0 or split.batches(left, 0):  # rank 0's share is the largest
+        return
+    warnings.warn(
+        f"load_state_dict: the rest of epoch {state['epoch']} ({left} samples) makes no batch on this split "
+        f"(world_size {split.world_size}, batch_size {split.batch_size}, drop_last=True): it is left out (the pass "
+        "over it has no batch); load the state with drop_last=False to read the rest",
+        stacklevel=5,
+    )
 
 
 def left_out(offset: int) -> int:
@@ -95,21 +112,43 @@ def left_out(offset: int) -> int:
     return 0 if offset and lightning_trainer() is not None else offset
 
 
+def loop_ended(done: int) -> bool:
+    """Whether Lightning's fit loop, ``done`` batches into an epoch, ended it where it ends every epoch (its
+    ``num_training_batches``, which ``limit_train_batches`` cuts) and counts it done: the next epoch is then what a
+    resume reads, for a pass the loop left there and for one still live (a checkpoint after that last batch)."""
+    trainer = lightning_trainer()
+    return trainer is not None and done >= getattr(trainer, "num_training_batches", float("inf"))
+
+
+def counted(trainer: Any, whole: int) -> tuple[int, str]:
+    """The batches Lightning's fit loop counts in an epoch of ``whole`` batches (its ``num_training_batches``, as its
+    ``_parse_num_batches`` takes them from ``len()``), and how: ``limit_train_batches`` cuts it, an int to that many
+    batches, a float to that fraction of ``whole`` (rounded down)."""
+    limit = getattr(trainer, "limit_train_batches", 1.0)
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit == 1.0 and isinstance(limit, float):
+        return whole, ""
+    count = min(whole, limit) if isinstance(limit, int) else int(whole * limit)
+    return count, f": limit_train_batches={limit!r} of the split's {whole}"
+
+
 def check_loop(state: Mapping[str, Any], left: int, whole: int) -> None:
     """Under Lightning's fit loop, refuses a rest of ``left`` batches that the loop, counting on from the batch of
-    its checkpoint up to ``whole`` (this split's epoch, its ``num_training_batches``), would not read to its end.
+    its checkpoint up to its ``num_training_batches`` (``whole``, this split's epoch, cut by ``limit_train_batches``:
+    ``counted``), would not read to its end.
 
     Raises:
         ValueError: naming both counts and what resumes instead.
     """
-    loop = getattr(getattr(lightning_trainer(), "fit_loop", None), "epoch_loop", None)
+    trainer = lightning_trainer()
+    loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
     at = getattr(getattr(getattr(loop, "batch_progress", None), "current", None), "ready", None)
-    if not isinstance(at, int) or at + left <= whole:
+    count, how = counted(trainer, whole)
+    if not isinstance(at, int) or at + left <= count:
         return
     raise ValueError(
-        f"load_state_dict: Lightning resumes epoch {state['epoch']} at its batch {at} of {whole} "
-        f"(num_training_batches, counted before the state loaded), but the rest of the epoch on this split is {left} "
-        f"batches: Lightning would read {max(whole - at, 0)} of them and lose the others without a word; resume with "
-        f"world_size {state['world_size']} and batch_size {state.get('batch_size')} as saved, or from a checkpoint "
-        "at an epoch's end (batches_done 0), which resumes on any split"
+        f"load_state_dict: Lightning resumes epoch {state['epoch']} at its batch {at} of {count} "
+        f"(num_training_batches, counted before the state loaded{how}), but the rest of the epoch on this split is "
+        f"{left} batches: Lightning would read {max(count - at, 0)} of them and lose the others without a word; "
+        f"resume with world_size {state['world_size']} and batch_size {state.get('batch_size')} as saved, or from a "
+        "checkpoint at an epoch's end (batches_done 0), which resumes on any split"
     )
