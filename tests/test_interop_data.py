@@ -125,7 +125,7 @@ def _ids_collate(batch):
         ({"batch_sampler": [[0, 1]]}, "batch_sampler"),
         ({"collate_fn": _ids_collate}, "collate_fn"),
         ({"timeout": 5}, "timeout"),
-        ({"sampler": [0, 1, 2]}, "sampler"),
+        ({"sampler": iter([0, 1, 2])}, "sampler"),  # a list of indices is read (tests/test_redteam_swap5.py)
         ({"shuffle": True, "sampler": "dist"}, "shuffle"),
     ],
 )

@@ -124,7 +124,7 @@ def test_everything_that_cannot_be_compiled_is_named_at_once_with_its_position_a
     [
         (T.Compose([T.CenterCrop(8), T.ToTensor(), T.RandomErasing(), T.Normalize(MEAN, STD)]), "after Normalize"),
         (T.Compose([T.CenterCrop(8), T.ToTensor(), T.Normalize(MEAN, STD), T.CenterCrop(4)]), "after Normalize"),
-        (v2.Compose([v2.ToImage(), v2.CenterCrop(8), v2.ToDtype(torch.float32)]), "scale=False"),
+        (v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32), v2.ColorJitter(0.4)]), "scale=False"),
         (T.Compose([T.CenterCrop(8), T.Normalize(MEAN, STD)]), "needs a float tensor"),
         (T.Compose([T.CenterCrop(8), T.ToTensor(), T.RandomErasing(value="random")]), "value='random'"),
         (T.Compose([T.RandomRotation(5, interpolation=InterpolationMode.BILINEAR, fill=3), T.CenterCrop(4),

@@ -238,7 +238,8 @@ REFUSED = {
                                       "RandomErasing: value=[0.1, 0.2, 0.3]"),
     "RandomApply(ColorJitter, p=0.8)": (T1.Compose([T1.Resize((24, 24)), T1.RandomApply([T1.ColorJitter(0.4)], p=0.8),
                                                     T1.ToTensor()]), "p=0.8 around ColorJitter"),
-    "ToDtype(scale=False)": (T2.Compose([T2.PILToTensor(), T2.Resize((24, 24)), T2.ToDtype(F32)]), "scale=False"),
+    "ColorJitter after ToDtype(scale=False)": (
+        T2.Compose([T2.PILToTensor(), T2.Resize((24, 24)), T2.ToDtype(F32), T2.ColorJitter(0.4)]), "scale=False"),
     "nn.Sequential holding a module of the user's": (
         torch.nn.Sequential(T2.ToImage(), T2.Resize((24, 24)), torch.nn.Identity()), "Sequential[2] Identity"),
 }
@@ -382,7 +383,7 @@ def test_the_usual_dataloader_arguments_give_torchs_batches(root):
     [
         ({"collate_fn": lambda batch: batch}, "collate_fn"),
         ({"batch_sampler": "batches", "batch_size": 1}, "batch_sampler"),
-        ({"sampler": [3, 2, 1]}, "sampler"),
+        ({"sampler": iter([3, 2, 1])}, "sampler"),  # an iterator: torch reads it once (a list is read)
         ({"batch_size": None}, "batch_size"),
         ({"num_workers": -1}, "num_workers"),  # torch refuses it too
     ],

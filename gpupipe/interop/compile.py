@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import Error
-from ..ops import Op, Output
+from ..ops import Normalize, Op, Output
 from . import rules, timm
 from .transforms import RULES, State, walk
 
@@ -77,7 +77,8 @@ def from_torchvision(transform: Any) -> list[Op]:
         ``[Decode(), ...]``: the pipeline, ending with ``Output("uint8")`` when the transform
         ends with a uint8 tensor (``PILToTensor``, ``ToImage``) and with ``Output(dtype)`` for
         ``ToDtype`` to float16 / bfloat16; a float transform without ``Normalize`` gives
-        ``[0, 1]`` floats, as ``ToTensor`` does.
+        ``[0, 1]`` floats, as ``ToTensor`` does; ``ToDtype(float, scale=False)`` of a uint8 image gives
+        ``[0, 255]`` floats, as torchvision's (a ``Normalize`` after it is in those units).
 
     Raises:
         UnsupportedTransform: naming every transform that cannot be compiled, its position
@@ -101,6 +102,8 @@ def _finish(state: State) -> None:
     image (which a ``DataLoader`` could not batch; one transform alone) gives what ``ToTensor`` would."""
     if state.form == "uint8":
         state.dtype = state.dtype or "uint8"
+    if state.unscaled and state.normalize is None:  # ToDtype(scale=False) alone: floats in [0, 255], as torch's
+        state.normalize = Normalize((0.0, 0.0, 0.0), (1 / 255, 1 / 255, 1 / 255))
 
 
 class TransformGuard:

@@ -67,11 +67,13 @@ def _sampler_options(
 ) -> dict[str, Any]:
     """The loader's ``shuffle``, ``seed``, ``drop_last``, ``rank``, ``world_size`` (and ``indices``: the
     dataset's samples to read, in their order, when the sampler reads only some) for a torch sampler."""
+    from collections import abc
+
+    import numpy as np
     import torch
     from torch.utils.data import (
         DistributedSampler,
         RandomSampler,
-        Sampler,
         SequentialSampler,
         SubsetRandomSampler,
         WeightedRandomSampler,
@@ -114,23 +116,40 @@ def _sampler_options(
         return _seeded_by(sampler, seed, drop_last, shuffle=False, **drawn_by)
     if type(sampler) is SubsetRandomSampler:  # the tutorials' split: a shuffled subset, a new order every pass
         return _seeded_by(sampler, seed, drop_last, shuffle=True, indices=[int(i) for i in sampler.indices])
+    if isinstance(sampler, (abc.Sequence, np.ndarray, torch.Tensor)):  # not a class of the user's: fixed
+        # torch reads a list (range, array, tensor) of indices in its order at every pass: Subset's order
+        indices = _listed_indices(sampler)
+        return {"shuffle": False, "seed": seed, "drop_last": drop_last, "rank": 0, "world_size": 1, "indices": indices}
     if not isinstance(sampler, DistributedSampler):
-        listed = not isinstance(sampler, Sampler) and hasattr(sampler, "__len__") and hasattr(sampler, "__getitem__")
+        once = hasattr(sampler, "__next__") or (hasattr(sampler, "__iter__") and iter(sampler) is sampler)
         raise _refuse(
             "sampler",
             sampler,
-            "gpupipe decides the order itself; it takes a DistributedSampler, a RandomSampler, a "
-            "SequentialSampler, a SubsetRandomSampler or a WeightedRandomSampler (or none)"
-            + (  # torch reads a list of indices in its order at every pass: Subset does the same
-                "; to read these indices in this order at every pass, as torch does, give "
-                "torch.utils.data.Subset(dataset, indices) as the dataset (and no sampler)"
-                if listed
-                else ""
-            ),
+            "an iterator is read once: torch's DataLoader reads it in its first epoch only (and no batch after); "
+            "give the indices as a list (read in its order at every pass)"
+            if once
+            else "gpupipe decides the order itself (it cannot run a sampler's own __iter__ at every pass); it takes "
+            "a list (tuple, range, 1-D array or tensor) of indices, a "
+            "DistributedSampler, a RandomSampler, a SequentialSampler, a SubsetRandomSampler or a "
+            "WeightedRandomSampler (or none)",
         )
     if sampler.dataset is not dataset:
         raise _refuse("sampler", sampler, "the DistributedSampler is over another dataset")
     return _distributed_options(sampler, drop_last, batch_size)
+
+
+def _listed_indices(sampler: Any) -> list[int]:
+    """The dataset indices a list-like sampler (list, tuple, range, 1-D array or tensor) reads, in its order."""
+    shape = getattr(sampler, "shape", None)
+    if isinstance(sampler, (str, bytes)) or (shape is not None and len(shape) != 1):
+        raise _refuse("sampler", sampler, "a sampler given as indices must be one flat sequence of ints")
+    indices = []
+    for k, i in enumerate(sampler):
+        value = i.item() if hasattr(i, "item") and getattr(i, "ndim", 0) == 0 else i
+        if isinstance(value, bool) or not is_int(value):
+            raise _refuse("sampler", sampler, f"its item [{k}] = {value!r} is not a sample index (an int)")
+        indices.append(int(value))
+    return indices
 
 
 def _seeded_by(sampler: Any, seed: int, drop_last: bool, **chosen: Any) -> dict[str, Any]:
@@ -202,7 +221,8 @@ def DataLoader(  # noqa: N802 -- torch's name, for a one-import swap
             a ``RandomSampler`` (with replacement or ``num_samples`` too) or a ``SequentialSampler`` over
             ``dataset``, a ``SubsetRandomSampler`` (its indices, shuffled every pass), or a
             ``WeightedRandomSampler`` (its weights, ``num_samples`` and replacement: ``gpupipe.loader``'s
-            ``weights=``).
+            ``weights=``), or a list (range, 1-D array or tensor) of indices, read in its order at every pass
+            (as ``Subset(dataset, indices)``; an iterator, read once by torch, is refused).
         drop_last: drop the last, partial batch.
         generator: seeds the order and the augmentations (``initial_seed()``); default
             ``torch.initial_seed()``.

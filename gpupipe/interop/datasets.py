@@ -291,9 +291,11 @@ class SourceDataset(_TorchDataset):  # type: ignore[misc,valid-type]
 
     ``len()``, ``classes``, ``class_to_idx``, ``samples`` / ``imgs`` (``(path, class index)``
     tuples), ``targets``; ``dataset[i]`` is ``(PIL image, class index)`` (RGB, as ImageFolder
-    without a transform). A multi-label source's target is its list of class indices in ``samples``
-    and ``targets``, and in ``dataset[i]`` its ``(num_classes,)`` float32 multi-hot row, as its batches
-    carry it. ``Subset(loader.dataset, indices)`` may be given to [`gpupipe.loader`][gpupipe.loader].
+    without a transform: as stored, its EXIF orientation not applied), or for a mask or boxes (which
+    fit the image upright) the image upright (its EXIF orientation applied, as the batches read it).
+    A multi-label source's target is its list of class indices in ``samples`` and ``targets``, and in
+    ``dataset[i]`` its ``(num_classes,)`` float32 multi-hot row, as its batches carry it.
+    ``Subset(loader.dataset, indices)`` may be given to [`gpupipe.loader`][gpupipe.loader].
 
     Args:
         source: the loader's source (bad files already left out).
@@ -327,8 +329,12 @@ class SourceDataset(_TorchDataset):  # type: ignore[misc,valid-type]
     def __getitem__(self, index: int) -> tuple[Any, Any]:
         from PIL import Image
 
-        image = Image.open(io.BytesIO(self.source.read_bytes(int(index)).tobytes())).convert("RGB")
-        return image, self.source.target.item(self.source, int(index))
+        from ..images import upright
+
+        image: Image.Image = Image.open(io.BytesIO(self.source.read_bytes(int(index)).tobytes()))
+        if self.source.target.moves_with_pixels:  # a mask or boxes, drawn upright: the image so too, as batched
+            image = upright(image)
+        return image.convert("RGB"), self.source.target.item(self.source, int(index))
 
     def __repr__(self) -> str:
         return f"gpupipe dataset view of {self.source!r}"

@@ -275,6 +275,8 @@ def _normalize(t: Any, state: State) -> None:
             "erases to the normalisation mean (0 after Normalize): put RandomErasing after Normalize"
         )
     mean, std = per_channel(t.mean), per_channel(t.std)
+    if state.unscaled:  # on [0, 255] floats (mmcv's mean=[123.675, ...]): the same, in gpupipe's [0, 1] units
+        mean, std = (m / 255 for m in mean), (s / 255 for s in std)  # type: ignore[assignment]
     state.normalize = O.Normalize(mean, std)
 
 
@@ -321,11 +323,8 @@ def _to_float(state: State, dtype: Any, scale: bool) -> None:
         raise Refuse(f"dtype={name}: gpupipe gives float32, float16, bfloat16 or uint8 images")
     if state.form == "pil":
         raise Refuse("needs a tensor, got a PIL image: put ToImage() or PILToTensor() first")
-    if state.form == "uint8" and not scale:
-        raise Refuse(
-            "scale=False gives floats in [0, 255]; gpupipe's float images are in [0, 1]: pass scale=True (and, "
-            "if your Normalize has its mean and std in [0, 255] units, as 123.675, give them divided by 255)"
-        )
+    if state.form == "uint8" and not scale:  # floats in [0, 255]: Normalize's mean and std in those units
+        state.unscaled = state.where
     state.form = "float"
     state.dtype = _FLOATS[name]
 

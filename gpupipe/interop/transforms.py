@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import Error
-from ..ops import Decode, Normalize, Op
+from ..ops import Decode, Effect, Normalize, Op
 
 
 class Refuse(Error):
@@ -43,6 +43,7 @@ class State:
         dtype: the output dtype when the transform ends in a tensor.
         where: the position of the transform being compiled (``Compose[3]``).
         erased_before_normalize: where a ``RandomErasing`` met before any ``Normalize`` stands.
+        unscaled: where a ``ToDtype(float, scale=False)`` of a uint8 image stands (floats in ``[0, 255]``), if any.
         problems: ``(position, name, reason)`` of each transform refused so far.
     """
 
@@ -52,10 +53,20 @@ class State:
     dtype: str | None = None
     where: str = ""
     erased_before_normalize: str = ""
+    unscaled: str = ""
     problems: list[tuple[str, str, str]] = field(default_factory=list)
 
     def add(self, *ops: Op) -> None:
-        """Appends image ops; after ``Normalize`` only what commutes with it may come (the rule checks)."""
+        """Appends image ops; after ``Normalize`` only what commutes with it may come (the rule checks). On
+        floats in ``[0, 255]`` (``ToDtype(scale=False)``) only ops that move pixels, or treat every value range
+        alike (grayscale, erasing to 0), may come before ``Normalize``: torchvision's others clamp to 1."""
+        for op in ops if self.unscaled and self.normalize is None else ():
+            if op.effect != Effect.GEOMETRIC and op.name not in ("RandomGrayscale", "RandomErasing"):
+                raise Refuse(
+                    f"on floats in [0, 255] (ToDtype(scale=False) at {self.unscaled}) gpupipe keeps only what moves "
+                    "pixels, grayscale and erasing (torchvision's colour ops clamp such floats to 1): put it before "
+                    "the ToDtype, or use scale=True"
+                )
         self.ops.extend(ops)
 
     @property
