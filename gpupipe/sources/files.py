@@ -13,11 +13,24 @@ from ..errors import PathNotFound, plural
 from ..targets import TargetKind
 from .base import Indices, Source
 from .listfile import LabelArg, label_sets, merge_repeated, numbering, read_list_file, read_pairs
-from .listpaths import check_space_separated, refuse_none_found, windows_separators
+from .listpaths import check_space_separated, refuse_none_found, unicode_forms, windows_separators
 from .listtags import spaced_labels
 from .scan import ScanResult
 from .unlabelled import folder_images, is_unlabelled, unlabelled_listing
-from .walk import IMAGE_EXTENSIONS, folder_id, walk_images, warn_ignored, warn_left_out
+from .walk import (
+    IMAGE_EXTENSIONS,
+    alike_names_warning,
+    folder_id,
+    is_system_folder,
+    nested_split_message,
+    same_folders_message,
+    unreadable_hint,
+    walk_images,
+    warn_ignored,
+    warn_left_out,
+    warn_linked_twice,
+    warn_system,
+)
 
 logger = logging.getLogger("gpupipe.sources")
 
@@ -59,7 +72,8 @@ class ImageFolder(FileSource):
         extensions = tuple(e.lower() for e in extensions)
         with os.scandir(self.root) as entries:
             listed = [(e.name, _is_dir(e)) for e in entries if not e.name.startswith(".")]
-        self.classes = sorted(name for name, is_dir in listed if is_dir)
+        system = [str(self.root / name) for name, is_dir in listed if is_dir and is_system_folder(name)]
+        self.classes = sorted(name for name, is_dir in listed if is_dir and not is_system_folder(name))
         loose = sorted(name for name, is_dir in listed if not is_dir and name.lower().endswith(extensions))
         shown = ", ".join(loose[:3]) + (" ..." if len(loose) > 3 else "")
         if not self.classes:
@@ -77,9 +91,14 @@ class ImageFolder(FileSource):
             raise ValueError(
                 f"ImageFolder: {str(self.root)!r} has no class folders (expected root/<class>/<image>){hint}"
             )
-        problem = split_folders_message(root, self.classes) or segmentation_folders_message(root, self.classes)
+        problem = (
+            split_folders_message(root, self.classes)
+            or segmentation_folders_message(root, self.classes)
+            or nested_split_message(str(self.root), self.classes, SPLIT_NAMES)
+        )
         if problem:
             raise ValueError(f"ImageFolder: {problem}")
+        alike_names_warning("ImageFolder", str(self.root), self.classes)
         if len(self.classes) == 1:
             _warn_one_class(self.root, self.classes[0])
         if loose:
@@ -91,11 +110,14 @@ class ImageFolder(FileSource):
         names: list[str] = []
         labels: list[int] = []
         class_dirs = [os.path.join(str(self.root), name) for name in self.classes]
-        visited = {folder_id(str(self.root))} | {folder_id(d) for d in class_dirs}
+        ids = [folder_id(d) for d in class_dirs]
+        if same_folders_message(self.classes, ids):
+            raise ValueError(f"ImageFolder: {same_folders_message(self.classes, ids)}")
+        visited, links = {folder_id(str(self.root)), *ids}, list[str]()
         unread: list[str] | None = [] if set(IMAGE_EXTENSIONS) <= set(extensions) else None  # else: chosen
         ignored: list[str] = []
         for label, (name, class_dir) in enumerate(zip(self.classes, class_dirs)):
-            found = walk_images(class_dir, extensions, visited, unread, ignored)
+            found = walk_images(class_dir, extensions, visited, unread, ignored, system, links)
             if not found:
                 logger.warning("ImageFolder: class folder %r holds no images", str(self.root / name))
             names.extend(found)
@@ -103,29 +125,15 @@ class ImageFolder(FileSource):
         if not names:
             raise ValueError(
                 f"ImageFolder: no images under {str(self.root)!r} (extensions {', '.join(extensions)})"
-                + _unreadable_hint(sorted(unread or ()), ignored)
+                + unreadable_hint(sorted(unread or ()), ignored)
             )
         warn_ignored("ImageFolder", ignored)
+        warn_system("ImageFolder", system)
+        warn_linked_twice(str(self.root), names, labels, self.classes, links)
         self.names = names
         self.labels = np.asarray(labels, np.int64)
         self.left_out = sorted(unread or ())
         warn_left_out("ImageFolder", self.left_out)
-
-
-def _unreadable_hint(left_out: Sequence[str], ignored: Sequence[str]) -> str:
-    """The end of the "no images" error where the folders hold images only in formats the loader leaves out."""
-    if left_out:
-        shown = ", ".join(left_out[:3]) + (" ..." if len(left_out) > 3 else "")
-        return (
-            f"; it holds {plural(len(left_out), 'image')} in formats the loader does not read ({shown}): "
-            "python -m gpupipe.pack converts them (16-bit and float TIFFs included)"
-        )
-    if ignored:
-        return (
-            f"; it holds {plural(len(ignored), 'file')} in formats neither torchvision nor gpupipe reads "
-            f"(e.g. {ignored[0]}): convert them to JPEG or PNG"
-        )
-    return ""
 
 
 #: Folder names that mean a dataset split, not a class (compared in lower case).
@@ -136,9 +144,10 @@ def split_folders_message(root: PathLike, classes: Sequence[str] | None = None) 
     """Why ``root`` is a folder of splits rather than of classes, or ``""`` if it is not.
 
     ``root`` is a folder of splits when every one of its (non-hidden) folders
-    has a split's name (``train``, ``val``, ``test``, ...) and holds folders
-    of its own (the classes): ``ImageFolder`` would silently take each split
-    for one class.
+    has a split's name (``train``, ``val``, ``test``, ...) and one holds folders
+    of its own (the classes; another may hold images alone, as Kaggle's
+    ``test/`` or ImageNet's flat ``val/``): ``ImageFolder`` would silently take
+    each split for one class.
 
     Args:
         root: the folder, as the user named it (the message repeats it).
@@ -147,21 +156,24 @@ def split_folders_message(root: PathLike, classes: Sequence[str] | None = None) 
     if classes is None:
         try:
             with os.scandir(os.fspath(root)) as entries:
-                classes = sorted(e.name for e in entries if not e.name.startswith(".") and _is_dir(e))
+                classes = sorted(
+                    e.name for e in entries if e.name[0] != "." and _is_dir(e) and not is_system_folder(e.name)
+                )
         except OSError:
             return ""
     if not classes or any(name.lower() not in SPLIT_NAMES for name in classes):
         return ""
-    if not all(_has_subfolder(os.path.join(root, name)) for name in classes):
+    nested = [name for name in classes if _has_subfolder(os.path.join(root, name))]
+    if not nested:  # images without class folders in each (a class "test", CIFAR-100's "train"?)
         return ""
-    split = next((name for name in classes if name.lower() == "train"), classes[0])
+    split = next((name for name in nested if name.lower() == "train"), nested[0])
     shown = os.fspath(root)
     slash = "" if shown.endswith(os.sep) else os.sep
     folders = ", ".join(name + os.sep for name in classes)
-    return (
-        f"{shown}{slash} holds split folders {folders}, each with class folders, not classes: "
-        f"pass {shown}{slash}{split}"
-    )
+    flat = [name + os.sep for name in classes if name not in nested]  # Kaggle's test/, ImageNet's flat val/
+    what = f" ({', '.join(flat)} without class folders)" if flat else ""
+    each = "each with class folders" if not flat else "not class folders"
+    return f"{shown}{slash} holds split folders {folders}{what}, {each}, not classes: pass {shown}{slash}{split}"
 
 
 #: Folder names of a segmentation dataset's images and of its masks (compared in lower case).
@@ -336,7 +348,7 @@ class FileList(FileSource):
             names = [p if p[:1] == "/" else prefix + p for p in listing.paths]
         else:
             names = [p if os.path.isabs(p) else os.path.join(base, p) for p in listing.paths]
-        self.names = merge_repeated(listing, windows_separators(listing, names), multi_label)
+        self.names = merge_repeated(listing, unicode_forms(listing, windows_separators(listing, names)), multi_label)
         check_space_separated(listing, self.names)
         self._written = (base, listing.list_file)  # where the paths start, for refuse_none_found
         sets = label_sets(listing, multi_label)

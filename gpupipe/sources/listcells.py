@@ -34,6 +34,8 @@ FLOAT_INDEX = re.compile(r"[+-]?[0-9]+\.0*")
 #: An integer (``'3'``, as ``str(label)`` writes it).
 INTEGER = re.compile(r"[+-]?[0-9]+")
 #: A number written in decimal or exponent form (``0.73``, ``1e-3``, ``.5``).
+#: What pandas writes for a missing label (``df.astype(str)``: ``nan``; a nullable column: ``<NA>``).
+MISSING_LABELS = frozenset({"nan", "NaN", "<NA>"})
 NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
@@ -89,6 +91,11 @@ def check_label(text: str, list_file: Path, lineno: int) -> None:
     Raises:
         ValueError: naming the file and line.
     """
+    if text in MISSING_LABELS:
+        raise ValueError(
+            f"FileList: {list_file}:{lineno}: the label {text!r} is a missing value (as pandas writes NaN): "
+            "drop the rows without a label (df.dropna(subset=['label'])) before writing the list"
+        )
     if text.lower().endswith(IMAGE_ENDINGS):
         raise ValueError(
             f"FileList: {list_file}:{lineno}: the label {text!r} is an image path: a list file gives 'path label' "
@@ -131,8 +138,36 @@ def columns_message(row: list[str], lineno: int, rows: Sequence[tuple[int, list[
             "classes=classes))"
         )
     if lineno == 1 or all(column_name(c) for c in row):
-        return f"{said}: keep those two (pandas: df[['id', 'label']].to_csv(path, index=False))"
+        return said + _keep_two(rows[0][1] if rows and rows[0][0] == lineno else row)
     return f"{said}: for several labels, quote them (\"cat,dog\") or separate them with ';' (cat;dog)"
+
+
+#: Columns that say which split or fold a row belongs to (Kaggle's ``fold``, fastai's ``is_valid``...).
+SPLIT_COLUMNS = ("split", "fold", "kfold", "folds", "is_valid", "valid", "subset", "set", "partition", "phase")
+
+
+def _keep_two(header: list[str]) -> str:
+    """How to write the two columns FileList reads from a CSV whose first row ``header`` names more columns: a
+    pandas index column (an empty first name) is dropped, one split's rows are kept by its split column."""
+    names = [c.strip() for c in header]
+    if not all(column_name(n) for n in names[1:]):  # a row of data, not of names
+        return ": keep those two (pandas: df[[PATH_COLUMN, LABEL_COLUMN]].to_csv(path, index=False))"
+    if names and not names[0]:
+        return ": its first column is a pandas index column (no name): write the list with index=False"
+    kept = [n for n in names if n.lower() not in SPLIT_COLUMNS][:2] or names[:2]
+    split = next((n for n in names if n.lower() in SPLIT_COLUMNS), None)
+    rows = f"df[df[{split!r}] == VALUE]" if split else "df"
+    what = f"one {split} at a time, " if split else ""
+    return f": keep those two, {what}as pandas writes them: {rows}[{kept!r}].to_csv(path, index=False)"
+
+
+def float_label_hint(label: object) -> str:
+    """Why a pair's float label is refused: a missing value (NaN), or an index that pandas holds as a float."""
+    if isinstance(label, float) and label != label:
+        return ": a missing value (NaN): leave out the images without a label (pandas: df.dropna(subset=[...]))"
+    if isinstance(label, float) and label.is_integer():
+        return ": a class index as a float, as pandas holds an int column with a NaN: pass int(label)"
+    return ""
 
 
 def float_indices_message(labels: Sequence, where: str) -> str:

@@ -29,6 +29,7 @@ from .listcells import (
     columns_message,
     digit_names,
     float_indices_message,
+    float_label_hint,
     is_header,
     refuse_multi_hot,
     settle_brackets,
@@ -36,7 +37,7 @@ from .listcells import (
     warn_fixed_sets,
     warn_from_one,
 )
-from .sniff import check_list_file
+from .sniff import check_list_file, decode_text
 
 logger = logging.getLogger("gpupipe.sources")
 
@@ -111,7 +112,7 @@ def _one(label: Any, path: str) -> Label:
         return label
     raise ValueError(
         f"FileList: label {label!r} of {path!r} is neither a class index (int) nor a class name (str): labels "
-        "must be all ints or all class names"
+        f"must be all ints or all class names{float_label_hint(label)}"
     )
 
 
@@ -124,9 +125,9 @@ def read_list_file(list_file: Path, empty: bool = False) -> Listing:
     """
     check_list_file(list_file, "a list file (text, one 'path label' per line)")
     try:
-        text = read_file(str(list_file)).decode("utf-8-sig", "surrogateescape")  # a BOM (Excel, Notepad) is dropped
-    except UnreadableFile as err:
-        raise ValueError(f"FileList: {list_file}: {err.reason}") from None
+        text = decode_text(read_file(str(list_file)))  # a BOM (Excel, Notepad) is dropped; UTF-16 read
+    except (UnreadableFile, UnicodeDecodeError) as err:  # a UTF-16 byte-order mark before other bytes
+        raise ValueError(f"FileList: {list_file}: {err.reason if isinstance(err, UnreadableFile) else err}") from None
     listing = Listing(list_file=list_file)
     if list_file.suffix.lower() == ".csv":
         rows = [
@@ -156,9 +157,8 @@ def read_list_file(list_file: Path, empty: bool = False) -> Listing:
         if "\t" in line:  # tab-separated: the label may hold spaces (golden retriever)
             parts = [cell.strip() for cell in line.split("\t") if cell.strip()]
             if len(parts) > 2:
-                raise ValueError(
-                    f"FileList: {list_file}:{lineno}: expected 'path<TAB>label', got {len(parts)} columns {parts!r}"
-                )
+                hint = columns_message(parts, 1) if not paths else ""  # a first row of names: which to keep
+                raise ValueError(f"FileList: {list_file}:{lineno}: expected 'path<TAB>label', got {parts!r}{hint}")
         else:
             parts = _split_line(line) if "," in line or ";" in line else line.rsplit(None, 1)
         if len(parts) != 2:

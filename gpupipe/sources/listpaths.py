@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import unicodedata
 from collections.abc import Sequence
 
 from ..errors import plural
@@ -54,6 +55,42 @@ def windows_separators(listing: Listing, names: list[str]) -> list[str]:
     if turned:
         logger.info(
             "FileList: %s: %s written with '\\' (Windows) are read with '/' (first: %s)",
+            listing.list_file if listing.list_file is not None else "pairs",
+            plural(len(turned), "path"),
+            listing.where(turned[0]),
+        )
+    return read
+
+
+def unicode_forms(listing: Listing, names: list[str]) -> list[str]:
+    """Paths written in another Unicode normal form than the files' names (a macOS archive's files are named in
+    NFD, ``e`` and a combining accent; a list written elsewhere in NFC): a name that is no file is read in the
+    form that names one; one line says how many.
+
+    Args:
+        listing: the entries (for messages).
+        names: their absolute paths.
+
+    Returns:
+        The absolute paths to read.
+    """
+    if all(name.isascii() for name in names):
+        return names
+    read = list(names)
+    turned = []
+    for i, name in enumerate(names):
+        if name.isascii() or os.path.lexists(name):
+            continue
+        for form in ("NFD", "NFC"):
+            other = unicodedata.normalize(form, name)
+            if other != name and os.path.lexists(other):
+                read[i] = other
+                turned.append(i)
+                break
+    if turned:
+        logger.info(
+            "FileList: %s: %s written in another Unicode normal form than the files' names (NFC and NFD, as "
+            "macOS names files) are read as the files are named (first: %s)",
             listing.list_file if listing.list_file is not None else "pairs",
             plural(len(turned), "path"),
             listing.where(turned[0]),

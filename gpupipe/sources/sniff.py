@@ -34,6 +34,22 @@ SIGNATURES = (
 _BMP_HEADERS = (12, 40, 52, 56, 64, 108, 124)
 
 
+#: Byte-order marks of UTF-16 text (Excel's "Unicode Text", PowerShell's ``>``): text, though it holds NULs.
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
+def decode_text(data: bytes) -> str:
+    """A list file's text: UTF-8 (a byte-order mark dropped; bytes that are not UTF-8 kept as surrogates, as
+    file names are), or UTF-16 where it starts with its byte-order mark.
+
+    Raises:
+        UnicodeDecodeError: UTF-16 text that does not decode.
+    """
+    if data[:2] in UTF16_BOMS and data[:4] != b"\xff\xfe\x00\x00":  # not UTF-32
+        return data.decode("utf-16")
+    return data.decode("utf-8-sig", "surrogateescape")
+
+
 class NotAListFile(Error, ValueError):
     """A file given where a folder or a list file is expected is an image, an archive, binary data, JSON or YAML."""
 
@@ -77,6 +93,8 @@ def check_list_file(path: str | os.PathLike, expected: str = "a list file", imag
             head = fh.read(SNIFF_BYTES)
     except OSError:
         return  # the reader that follows reports it with its reason
+    if head[:2] in UTF16_BOMS and head[:4] != b"\xff\xfe\x00\x00":
+        head = head[: len(head) // 2 * 2].decode("utf-16", "replace").encode()
     what = kind_of(head) or _text_kind(head, os.fspath(path))
     if what is None:
         return

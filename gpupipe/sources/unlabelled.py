@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .listfile import Listing
-from .walk import IMAGE_EXTENSIONS, walk_images, warn_ignored, warn_left_out
+from .walk import IMAGE_EXTENSIONS, walk_images, warn_ignored, warn_left_out, warn_system
 
 
 def is_unlabelled(entries: Sequence[object]) -> bool:
@@ -25,9 +25,11 @@ def folder_images(folder: Path) -> list[str]:
     """
     unread: list[str] = []
     ignored: list[str] = []
-    found = walk_images(str(folder), IMAGE_EXTENSIONS, None, unread, ignored)
+    system: list[str] = []
+    found = walk_images(str(folder), IMAGE_EXTENSIONS, None, unread, ignored, system)
     warn_left_out("FileList", sorted(unread))
     warn_ignored("FileList", ignored)
+    warn_system("FileList", system)
     if not found:
         raise ValueError(f"FileList: no images in {str(folder)!r} (extensions {', '.join(IMAGE_EXTENSIONS)})")
     start = len(str(folder)) + len(os.sep)

@@ -7,13 +7,14 @@ import json
 import logging
 import os
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import Skipped
+from ..errors import Skipped, plural
 from ..fileio import DEFAULT_MAX_FILE_SIZE, byte_size, read_json_object, sha256_hex
 from ..progress import Progress
 from ..remote import CachedStore, LocalStore, Retry, ShardCache, default_cache_dir, expand_braces, is_url
@@ -24,13 +25,16 @@ from ..remote.urls import cache_key, redact
 from ..shards import format as shardfmt
 from ..shards.tarindex import TARGETS_ELSEWHERE, TarIndex, index_tar, is_image_member
 from .base import numbered_classes
+from .listcells import FLOAT_INDEX, NUMBER
 from .shards import ShardSource
 from .sniff import SNIFF_BYTES, kind_of
 
 logger = logging.getLogger("gpupipe.sources")
 
 #: Bump when the cached index's content changes.
-INDEX_FORMAT = 4  # 4: formats DALI does not decode refused; 3: concatenated tars read whole, EXIF as scan v4
+#: 5: a key's members lying apart named; 4: formats DALI does not decode refused; 3: concatenated tars read
+#: whole, EXIF as scan v4.
+INDEX_FORMAT = 5
 IMAGE_MEMBER = "image"
 
 
@@ -151,7 +155,13 @@ def _expand(urls) -> list[str]:
             elif Path(e).expanduser().is_dir():  # a folder of shards: its tars, in name order
                 tars = sorted(str(p.absolute()) for p in Path(e).expanduser().glob("*.tar") if p.name[0] != ".")
                 if not tars:
-                    raise ValueError(f"WebDataset: no .tar file in the folder {e}")
+                    packed = sum(1 for p in Path(e).expanduser().glob("*.t*gz") if p.name.endswith((".tar.gz", ".tgz")))
+                    hint = (
+                        f": it holds {plural(packed, '.tar.gz file')}: decompress them (gunzip; DALI reads plain tars)"
+                        if packed
+                        else ""
+                    )
+                    raise ValueError(f"WebDataset: no .tar file in the folder {e}{hint}")
                 out.extend(tars)
             else:
                 out.append(str(Path(e).expanduser().absolute()))
@@ -253,6 +263,7 @@ class _Indexer:
 def _index_tar(path: str, image_exts: list[str], label: str, max_file_size: int) -> TarIndex:
     """``index_tar``, naming what a file that is no tar at all is instead (a ``.tar.gz``, a zip, ...)."""
     index = index_tar(path, image_exts, label, max_file_size=max_file_size)
+    _apart(index)
     for k, (where, reason) in enumerate(index.problems):
         if where == path and reason.startswith("not a readable tar after 0 members"):
             try:
@@ -267,6 +278,24 @@ def _index_tar(path: str, image_exts: list[str], label: str, max_file_size: int)
                 hint = "decompress it: DALI reads uncompressed tars" if what.endswith("archive") else "not a shard"
                 index.problems[k] = (where, f"{what}, not a tar: {hint}")
     return index
+
+
+#: Why a key is found twice, part of its members each time: the tar was not written sample by sample.
+_APART = (
+    "its members are apart in the tar ({reason}, but found at another place): WebDataset reads a sample's "
+    "files next to each other; write the tar with them together (tar --sort=name, or webdataset's TarWriter)"
+)
+
+
+def _apart(index: TarIndex) -> None:
+    """Says so where a key's members lie apart (``tar cf`` of a folder, in the folder's order): each part was
+    "no image member" or "no label member", though both are in the tar."""
+    partial = [k for k, (_, reason) in enumerate(index.problems) if reason.startswith(("no image member", "no ."))]
+    counts = Counter(index.problems[k][0] for k in partial)
+    for k in partial:
+        where, reason = index.problems[k]
+        if counts[where] > 1:
+            index.problems[k] = (where, _APART.format(reason=reason.split(" (", 1)[0].split(":", 1)[0]))
 
 
 def _classes(indexes, classes: Sequence[str] | None, problems: list[Skipped]):
@@ -284,6 +313,7 @@ def _classes(indexes, classes: Sequence[str] | None, problems: list[Skipped]):
             + "); pass classes=[...] to name them"
         )
     elif names:
+        _refuse_numbers(indexes, names)
         classes = sorted(set(names))
     else:
         largest = max(values, default=-1)
@@ -307,6 +337,24 @@ def _classes(indexes, classes: Sequence[str] | None, problems: list[Skipped]):
             row.append(label)
         labels.append(row)
     return classes, labels
+
+
+def _refuse_numbers(indexes, names: list[str]) -> None:
+    """Refuses label members that are all numbers written with a decimal point (``2.0``, ``10.0``: read as class
+    names they would be numbered in sorted order, ``10.0`` before ``2.0``; ``0.73``: each value a class)."""
+    if not all(NUMBER.fullmatch(v) for v in names):
+        return
+    meta, member, value = next((m, s, v) for m, i in indexes for _, s, v in i.samples)
+    indices = all(FLOAT_INDEX.fullmatch(v) for v in names)
+    raise ValueError(
+        f"WebDataset: {redact(meta['location'])}#{member.name}: the label {value!r} is "
+        + (
+            "a class index written as a float, as every label is: write the label members as ints"
+            if indices
+            else "a number, as every label is: each value would be a class of its own (WebDataset reads class labels)"
+        )
+        + "; to read them as class names, numbered as listed, pass classes=[...]"
+    )
 
 
 def _to_json(index: TarIndex) -> dict:
