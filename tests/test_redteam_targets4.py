@@ -1,6 +1,6 @@
 """Red team (targets4): masks as users have them (Cityscapes labelIds, colour-coded masks, suffixed
 names, ids beyond the classes) end in correct targets on both CPU backends, or a bad sample naming the
-file; each test was failing before its fix, but the strict xfail, a defect left open (its reason says where)."""
+file; each test was failing before its fix."""
 
 from __future__ import annotations
 
@@ -251,18 +251,7 @@ def test_masks_beside_their_images_pair_by_a_mask_suffix(tmp_path):
 @pytest.mark.parametrize(
     "backend",
     [
-        pytest.param(
-            "dali-cpu",
-            marks=[
-                pytest.mark.xfail(
-                    strict=True,
-                    reason="open (backends/dali/lowering.py, not this helper's file): DALI's INTERP_NN resize "
-                    "rounds a pixel centre that falls exactly on a source pixel's edge down, "
-                    "floor((j + 0.5) * in / out) taken in float32; rows 10, 31, ... of 30 -> 45 read the row above",
-                ),
-                needs_dali,
-            ],
-        ),
+        pytest.param("dali-cpu", marks=needs_dali),
         "torchvision",
     ],
 )

@@ -7,6 +7,7 @@ them with masks and boxes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import KW_ONLY, dataclass
 from typing import Any, ClassVar
@@ -26,8 +27,8 @@ def _jitter(arg: str, value, center: float, low: float, high: float) -> tuple[fl
     if value is None or value == 0:
         return None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if value < 0:
-            raise ValueError(f"ColorJitter: {arg} must be >= 0, got {value!r}")
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"ColorJitter: {arg} must be >= 0 and finite, got {value!r}")
         return max(low, center - float(value)), min(high, center + float(value))
     return number_range("ColorJitter", arg, value, low, high)
 
@@ -50,8 +51,9 @@ class ColorJitter(Op):
     def __post_init__(self) -> None:
         for arg in ("brightness", "contrast", "saturation"):
             object.__setattr__(self, arg, _jitter(arg, getattr(self, arg), 1.0, 0.0, 1e6))
-        if isinstance(self.hue, (int, float)) and not isinstance(self.hue, bool) and self.hue > 0.5:
-            raise ValueError(f"ColorJitter: hue must be in [0, 0.5], got {self.hue!r}")
+        if isinstance(self.hue, (int, float)) and not isinstance(self.hue, bool) and not 0 <= self.hue <= 0.5:
+            what = "in [0, 0.5]" if math.isfinite(self.hue) else "in [0, 0.5] and finite"
+            raise ValueError(f"ColorJitter: hue must be {what}, got {self.hue!r}")
         object.__setattr__(self, "hue", _jitter("hue", self.hue, 0.0, -0.5, 0.5))
 
 

@@ -5,7 +5,8 @@ planner with ``@planner(OpType)`` (``gpupipe.ops.registry``). A function gets th
 op and a ``Step`` (the samples' keys and current sizes) and returns
 the op's parameters as arrays with a leading batch axis; geometric ops
 also return ``size`` (``(B, 2)``, the output ``(h, w)``) and ``affine``
-(``(B, 2, 3)``, how they move pixel coordinates). Every random number comes
+(``(B, 2, 3)``, how they move pixel coordinates); a resize also its input ``source``
+(``(B, 2)``: a mask's exact nearest-neighbour index map needs it). Every random number comes
 from ``gpupipe.plan.seeding.uniforms`` on the sample's key, so a sample gets
 the same parameters in a batch of one or of many, on every backend.
 """
@@ -117,7 +118,8 @@ def random_resized_crop(op: O.RandomResizedCrop, s: Step) -> Params:
 def resize(op: O.Resize, s: Step) -> Params:
     out = np.array([op.resized(int(h), int(w)) for h, w in s.sizes], np.int64).reshape(-1, 2)
     zeros = np.zeros(len(out), np.int64)
-    return _geometry(out, maps.crop_resize(zeros, zeros, s.heights, s.widths, out[:, 0], out[:, 1]))
+    affine = maps.crop_resize(zeros, zeros, s.heights, s.widths, out[:, 0], out[:, 1])
+    return _geometry(out, affine, source=np.asarray(s.sizes, np.int64).reshape(-1, 2))
 
 
 @planner(O.RandomResize)
@@ -127,7 +129,8 @@ def random_resize(op: O.RandomResize, s: Step) -> Params:
         [O.Resize(int(side)).resized(int(h), int(w)) for side, (h, w) in zip(short, s.sizes)], np.int64
     ).reshape(-1, 2)
     zeros = np.zeros(len(out), np.int64)
-    return _geometry(out, maps.crop_resize(zeros, zeros, s.heights, s.widths, out[:, 0], out[:, 1]))
+    affine = maps.crop_resize(zeros, zeros, s.heights, s.widths, out[:, 0], out[:, 1])
+    return _geometry(out, affine, source=np.asarray(s.sizes, np.int64).reshape(-1, 2))
 
 
 def _fixed_window(s: Step, size, top, left) -> Params:

@@ -22,13 +22,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from nvidia.dali import fn, types
 from nvidia.dali import math as dmath
 
 from ... import ops as O
 from ...targets.base import Kernel
 from .augment import one_fill, quiet_auto_aug  # importing it registers the auto-augment lowerings
-from .hue import shift_hue
+from .hue import blend_contrast, blend_saturation, scale_brightness, shift_hue, to_gray
 from .table import LOWERINGS, Graph, lowering
 
 #: DALI dtype that ``crop_mirror_normalize`` emits for each output dtype;
@@ -46,13 +47,38 @@ def _slicing(anchor, shape) -> Kernel:
     return kernel
 
 
-def _resizing(size) -> Kernel:
-    """A resize to ``size`` ``(h, w)``: linear with antialiasing, or nearest-neighbour."""
+#: The longest side a mask is resized to: its index maps are cut from one ramp this long.
+MAX_MASK_SIDE = 1 << 16
+
+
+def _index_map(n_in, n_out):
+    """``(n_out,)`` int32: output pixel ``j`` reads source pixel ``floor((2j + 1) * n_in / (2 n_out))``, in
+    int64 arithmetic (exact; DALI's ``INTERP_NN`` takes it in float32 and reads the pixel above where
+    ``(j + 0.5) * n_in / n_out`` is a whole number, e.g. at 30 -> 45)."""
+    ramp = types.Constant(np.arange(MAX_MASK_SIDE, dtype=np.int32), device="cpu")
+    j = fn.cast(ramp[0:n_out], dtype=types.INT64)
+    n_in, n_out = fn.cast(n_in, dtype=types.INT64), fn.cast(n_out, dtype=types.INT64)
+    return fn.cast((j * 2 + 1) * n_in // (n_out * 2), dtype=types.INT32)
+
+
+def _nearest_exact(x, source, size):
+    """``x`` ``(H, W, C)`` (``source``) resized nearest-neighbour to ``size`` ``(h, w)`` (int nodes) by
+    gathering whole rows, then columns (``sequence_rearrange``, on either device): no float positions."""
+    x = fn.sequence_rearrange(fn.reshape(x, layout="FWC"), new_order=_index_map(source[0], size[0]))
+    x = fn.sequence_rearrange(
+        fn.transpose(x, perm=[1, 0, 2], output_layout="FHC"), new_order=_index_map(source[1], size[1])
+    )
+    return fn.transpose(x, perm=[1, 0, 2], output_layout="HWC")
+
+
+def _resizing(size, source) -> Kernel:
+    """A resize from ``source`` to ``size`` ``(h, w)`` (int nodes): linear with antialiasing, or
+    nearest-neighbour by the documented rule (``_nearest_exact``)."""
 
     def kernel(x, *, fill=0, nearest: bool = False):
-        return fn.resize(
-            x, size=size, antialias=not nearest, interp_type=types.INTERP_NN if nearest else types.INTERP_LINEAR
-        )
+        if nearest:
+            return _nearest_exact(x, source, size)
+        return fn.resize(x, size=fn.cast(size, dtype=types.FLOAT), antialias=True, interp_type=types.INTERP_LINEAR)
 
     return kernel
 
@@ -68,8 +94,14 @@ def _window_kernel(g: Graph, j: int) -> Kernel:
     return _slicing(fn.stack(g.p(j, "top"), g.p(j, "left")), fn.stack(g.p(j, "height"), g.p(j, "width")))
 
 
-def _resize_kernel(g: Graph, j: int) -> Kernel:
-    return _resizing(fn.cast(g.p(j, "size"), dtype=types.FLOAT))
+def _resize_kernel(g: Graph, j: int, source=None) -> Kernel:
+    """Op ``j``'s resize, from ``source`` (``(h, w)`` nodes; by default the op's planned ``source``)."""
+    return _resizing(g.p(j, "size"), g.p(j, "source") if source is None else source)
+
+
+def _window_resize_kernel(g: Graph, j: int) -> Kernel:
+    """Op ``j``'s window resized to its size (a resized crop)."""
+    return _resize_kernel(g, j, fn.stack(g.p(j, "height"), g.p(j, "width")))
 
 
 def _window(g: Graph, j: int, op: O.Op, fill=0) -> None:
@@ -94,7 +126,7 @@ def _resize(g: Graph, j: int, op: O.Op) -> None:
 
 @lowering(O.RandomResizedCrop)
 def _resized_crop(g: Graph, j: int, op: O.RandomResizedCrop) -> None:
-    g.geometric(j, op, _then(_window_kernel(g, j), _resize_kernel(g, j)))
+    g.geometric(j, op, _then(_window_kernel(g, j), _window_resize_kernel(g, j)))
 
 
 @lowering(O.Decode)
@@ -116,10 +148,10 @@ def _decode_resized_crop(g: Graph, j: int, op: O.RandomResizedCrop) -> None:
     """Decode fused with the crop after it: only the window (always inside the image) is decoded."""
     anchor = fn.stack(g.p(j, "left"), g.p(j, "top"))
     shape = fn.stack(g.p(j, "width"), g.p(j, "height"))
-    g.images = _resize_kernel(g, j)(
+    g.images = _window_resize_kernel(g, j)(
         fn.decoders.image_slice(g.encoded, anchor, shape, axis_names="WH", **roi_decoder(g.decoder))
     )
-    g.geometric(j, op, _then(_window_kernel(g, j), _resize_kernel(g, j)), image=False)
+    g.geometric(j, op, _then(_window_kernel(g, j), _window_resize_kernel(g, j)), image=False)
 
 
 @lowering(O.RandomZoomOut)
@@ -190,29 +222,21 @@ def _rotate(g: Graph, j: int, op: O.RandomRotation) -> None:
 
 @lowering(O.ColorJitter)
 def _color_jitter(g: Graph, j: int, op: O.ColorJitter) -> None:
-    """Brightness and contrast as torchvision computes them (contrast around each image's mean
-    gray level: ``c * x + (1 - c) * mean``), saturation with ``hsv``, hue as torchvision shifts it
-    (``hue.shift_hue``); one fixed order."""
-    if op.brightness or op.contrast:
-        x = fn.cast(g.images, dtype=types.FLOAT)
-        if op.brightness:
-            x = dmath.clamp(x * g.on_device(g.p(j, "brightness")), 0.0, 255.0)
-        if op.contrast:
-            c = g.on_device(g.p(j, "contrast"))
-            gray = fn.color_space_conversion(
-                fn.cast(x, dtype=types.UINT8), image_type=types.RGB, output_type=types.GRAY
-            )
-            x = dmath.clamp(c * x + (1.0 - c) * fn.reductions.mean(fn.cast(gray, dtype=types.FLOAT)), 0.0, 255.0)
-        g.images = fn.cast(x, dtype=types.UINT8)
+    """As torchvision computes each part on uint8 (``hue``: blends truncated after each step, the hue shifted
+    in HSV), in one fixed order: brightness, contrast (around each image's mean gray level), saturation, hue."""
+    if op.brightness:
+        g.images = scale_brightness(g.images, g.on_device(g.p(j, "brightness")))
+    if op.contrast:
+        g.images = blend_contrast(g.images, g.on_device(g.p(j, "contrast")))
     if op.saturation:
-        g.images = fn.hsv(g.images, saturation=g.p(j, "saturation"))
+        g.images = blend_saturation(g.images, g.on_device(g.p(j, "saturation")))
     if op.hue:  # torchvision's HSV shift: DALI's hsv turns hue in YIQ, far from it at larger angles
         g.images = shift_hue(g.images, g.on_device(g.p(j, "hue")))
 
 
 @lowering(O.RandomGrayscale)
 def _grayscale(g: Graph, j: int, op: O.RandomGrayscale) -> None:
-    g.images = fn.hsv(g.images, saturation=1.0 - fn.cast(g.p(j, "gray"), dtype=types.FLOAT))
+    g.images = to_gray(g.images, g.on_device(fn.cast(g.p(j, "gray"), dtype=types.FLOAT)))
 
 
 @lowering(O.GaussianBlur)

@@ -80,9 +80,14 @@ def _paste(x: torch.Tensor, top: int, left: int, h: int, w: int, fill) -> torch.
     return out
 
 
-def _interpolation(nearest: bool) -> InterpolationMode:
-    """Pixel centres sampled nearest (class ids: ``NEAREST_EXACT``, as DALI and the plan sample), else bilinear."""
-    return InterpolationMode.NEAREST_EXACT if nearest else InterpolationMode.BILINEAR
+def _resized(x: torch.Tensor, size: list[int], nearest: bool) -> torch.Tensor:
+    """``x`` ``(C, H, W)`` resized to ``size``: bilinear with antialiasing, or nearest-neighbour by the
+    documented rule, output pixel ``j`` reading source pixel ``floor((2j + 1) * H / (2h))`` in integers
+    (torch's ``NEAREST_EXACT`` takes it in float32 and reads the pixel above at some sizes, e.g. 2 -> 41)."""
+    if not nearest:
+        return F.resize(x, size, interpolation=InterpolationMode.BILINEAR, antialias=True)
+    rows, cols = ((torch.arange(n, device=x.device) * 2 + 1) * m // (2 * n) for m, n in zip(x.shape[-2:], size))
+    return x[..., rows[:, None], cols]
 
 
 def _fill(op) -> tuple:
@@ -114,9 +119,7 @@ def _resized_crop(item: Item, p: Params, op: O.RandomResizedCrop, spec: Pipeline
         p,
         op,
         spec,
-        lambda x, fill=0, nearest=False: F.resized_crop(
-            x, top, left, h, w, size, interpolation=_interpolation(nearest), antialias=not nearest
-        ),
+        lambda x, fill=0, nearest=False: _resized(x[..., top : top + h, left : left + w], size, nearest),
     )
 
 
@@ -127,9 +130,7 @@ def _resize(item: Item, p: Params, op: O.Op, spec: PipelineSpec) -> None:
         p,
         op,
         spec,
-        lambda x, fill=0, nearest=False: F.resize(
-            x, size, interpolation=_interpolation(nearest), antialias=not nearest
-        ),
+        lambda x, fill=0, nearest=False: _resized(x, size, nearest),
     )
 
 
@@ -199,8 +200,23 @@ def _grayscale(item: Item, p: Params, op: O.RandomGrayscale, spec: PipelineSpec)
 
 @lowering(O.GaussianBlur)
 def _blur(item: Item, p: Params, op: O.GaussianBlur, spec: PipelineSpec) -> None:
-    sigma = float(p["sigma"])
-    item.image = F.gaussian_blur(item.image, [op.kernel, op.kernel], [sigma, sigma])
+    sigma, r = float(p["sigma"]), op.kernel // 2
+    # Reflected past the edge as DALI reflects (``reflect 101``, again and again where the image is narrower than
+    # the kernel's half: torch's reflect pad refuses that), then blurred and the added border cut off.
+    rows, cols = (_reflect_101(n, r, item.image.device) for n in item.image.shape[-2:])
+    padded = item.image[..., rows[:, None], cols]
+    item.image = F.gaussian_blur(padded, [op.kernel, op.kernel], [sigma, sigma])[
+        ..., r : r + len(rows) - 2 * r, r : r + len(cols) - 2 * r
+    ]
+
+
+def _reflect_101(n: int, r: int, device) -> torch.Tensor:
+    """``(n + 2r,)`` the source index of each position ``-r .. n + r - 1`` reflected about the edge pixels."""
+    i = torch.arange(-r, n + r, device=device)
+    if n == 1:
+        return torch.zeros_like(i)
+    i = i.remainder(2 * (n - 1))
+    return torch.where(i >= n, 2 * (n - 1) - i, i)
 
 
 @lowering(O.RandomErasing)
