@@ -25,6 +25,7 @@ from ..amp import AmpChoice, choose_amp, cpu_info, probe_seconds, torch_build
 from ..cli import user_errors
 from ..demo import photos as demo
 from ..errors import plural
+from ..progress import LOG_EVERY_S, Progress, is_terminal
 from ..remote.urls import redact
 from ..sources import as_source
 from . import report
@@ -90,8 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         message = str(err)
     except user_errors() as err:  # bad data, a full disk: the library's own one-line message
         message = str(err)
-    except KeyboardInterrupt:
-        print("\ninterrupted (Ctrl-C) before the first repeat ended: nothing measured", file=sys.stderr)
+    except KeyboardInterrupt as err:
+        note = str(err.args[0]) if err.args and str(err.args[0]).startswith("; ") else ""  # earlier_results'
+        print(f"\ninterrupted (Ctrl-C) before the first repeat ended: nothing measured{note}", file=sys.stderr)
         return INTERRUPTED
     print(f"error: {message}".splitlines()[0], file=sys.stderr)
     return 2
@@ -99,6 +101,21 @@ def main(argv: list[str] | None = None) -> int:
 
 #: The exit status after Ctrl-C (128 + SIGINT, as a shell gives).
 INTERRUPTED = 130
+
+
+def earlier_results(out: Path, since: float) -> str:
+    """``; OUT/bench.json is an earlier run's (...), not this one's`` where ``--out`` holds a ``bench.json``
+    older than ``since`` (``time.time()`` when this run began): a run that ends without figures leaves it as
+    it was, and a script reading it must not take it for this run's; ``""`` otherwise."""
+    path = Path(out) / "bench.json"
+    try:
+        written = path.stat().st_mtime
+    except OSError:
+        return ""
+    if written >= since:
+        return ""
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(written))
+    return f"; {path} is an earlier run's (written {when}), not this one's"
 
 
 def choose_precision(args: argparse.Namespace, device: torch.device, train_step: TrainStep | None, kept) -> tuple:
@@ -128,8 +145,13 @@ def _main(argv: list[str] | None) -> int:
             f"python -m gpupipe.bench needs the bench extra (missing: {', '.join(missing)}): "
             "pip install 'gpupipe[bench]'"
         )
+    began = time.time()
     try:
         return _run(args)
+    except KeyboardInterrupt:
+        raise KeyboardInterrupt(earlier_results(args.out, began)) from None  # main() prints it
+    except BenchError as err:  # every backend failed, say
+        raise BenchError(f"{err}{earlier_results(args.out, began)}") from None
     except (torch.cuda.OutOfMemoryError, MemoryError, RuntimeError) as err:
         if not isinstance(err, (torch.cuda.OutOfMemoryError, MemoryError)) and "can't allocate memory" not in str(err):
             raise
@@ -304,25 +326,27 @@ def _data_source(data):
 
 
 class _DemoProgress:
-    """The demo images' progress bar: called with ``(done, total)``; ``close()`` ends it (at once, on Ctrl-C)."""
+    """The demo images' progress (``gpupipe.progress``: a bar on a terminal, else a log line every few seconds):
+    called with ``(done, total)``; ``close()`` ends it (at once, on Ctrl-C)."""
 
     def __init__(self) -> None:
-        from tqdm import tqdm
-
-        self.bar = tqdm(unit="img", desc="demo images", file=sys.stderr)
+        self.progress = Progress("demo images", unit="image", logger=logger)
 
     def __call__(self, done: int, total: int) -> None:
-        self.bar.total = total
-        self.bar.update(done - self.bar.n)
+        self.progress.total = total
+        self.progress.update(done - self.progress.done)
         if done >= total:
-            self.bar.close()
+            self.close()
 
     def close(self) -> None:
-        self.bar.close()
+        if self.progress.mode != "closed":
+            self.progress.close()
 
 
 def _measure(config: BenchConfig, train_step: TrainStep | None, kept) -> tuple:
-    """Runs the rounds under the machine-load monitor; prints the revised estimate after the first repeat."""
+    """Runs the rounds under the machine-load monitor; prints the revised estimate after the first repeat.
+    Where stderr is not a terminal (a log file, a CI job) the rounds' bar is redrawn every ``LOG_EVERY_S``
+    seconds at most, not at every round."""
     from tqdm import tqdm
 
     load = ResourceMonitor(interval=1.0)
@@ -334,7 +358,8 @@ def _measure(config: BenchConfig, train_step: TrainStep | None, kept) -> tuple:
             left = duration(revised(config, 1, so_far))
             progress.write(f"first repeat measured in {so_far:.0f} s: revised estimate {left} left", file=sys.stderr)
 
-    with load, tqdm(total=rounds(config), unit="round", desc="bench", file=sys.stderr) as progress:
+    every = 0.1 if is_terminal(sys.stderr) else LOG_EVERY_S
+    with load, tqdm(total=rounds(config), unit="round", desc="bench", file=sys.stderr, mininterval=every) as progress:
         figures = run(config, progress, train_step, kept, on_repeat)
     loads: dict = {
         "load": [round(os.getloadavg()[0], 2)] if hasattr(os, "getloadavg") else [0.0],

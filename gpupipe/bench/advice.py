@@ -61,9 +61,20 @@ def _figure(report: dict, name: str) -> dict:
 
 
 def clearly_faster(report: dict, name: str, than: str) -> bool:
-    """``name``'s slowest repeat beat ``than``'s fastest (the ranges do not overlap)."""
+    """``name``'s slowest repeat beat ``than``'s fastest (the ranges do not overlap), over two repeats or more:
+    one repeat has no spread to tell a difference from noise (``single_repeat``)."""
     a, b = _figure(report, name), _figure(report, than)
-    return bool(a and b) and a.get("min", a["images_per_s"]) > b.get("max", b["images_per_s"])
+    if not (a and b) or single_repeat(report, a) or single_repeat(report, b):
+        return False
+    return a.get("min", a["images_per_s"]) > b.get("max", b["images_per_s"])
+
+
+def single_repeat(report: dict, figure: dict | None = None) -> bool:
+    """The figures rest on one repeat each (``figure``'s own ``runs`` where it lists them, else the repeats
+    done or planned): no spread was measured."""
+    if figure is not None and "runs" in figure:
+        return len(figure["runs"]) == 1
+    return ((report.get("interrupted") or {}).get("repeats_done") or report.get("settings", {}).get("repeats")) == 1
 
 
 def ranked(report: dict) -> list[str]:
@@ -164,6 +175,16 @@ def winner_line(report: dict) -> str:
     figure, verdict = _figure(report, best), verdict_text(report["results"][best])
     verdict = "" if verdict == "-" else f"; {verdict}"  # no verdict without training
     head = f"fastest backend {what} on this machine: {_label(best)} at {_range(figure)}"
+    level = len(order) > 1 and not clearly_faster(report, best, order[1])
+    if level:
+        second = _label(order[1]), _range(_figure(report, order[1]))
+        both = f"{_label(best)} at {_range(figure)} is level with {second[0]} at {second[1]}"
+        why = (
+            "from 1 repeat, which measures no spread: nothing tells the two apart from noise (pass --repeats 3)"
+            if single_repeat(report, figure) or single_repeat(report, _figure(report, order[1]))
+            else "within the spread of the repeats: either will do"
+        )
+        head = f"fastest backend {what} on this machine: no clear difference: {both} {why}"
     if ratios_withheld(report):
         return (
             f"{head}, on this data only: the timed windows crossed epoch boundaries, no ratio given (see the warning)"
@@ -171,12 +192,8 @@ def winner_line(report: dict) -> str:
         )
     if len(order) == 1:
         line = f"{head}, the only one measured{verdict}"
-    elif not clearly_faster(report, best, order[1]):
-        second = order[1]
-        line = (
-            f"{head}, level with {_label(second)} at {_range(_figure(report, second))} within the spread of the "
-            f"repeats: either will do{verdict}"
-        )
+    elif level:  # whose verdict it is, where two are named
+        line = f"{head}{verdict.replace('; ', f'; {_label(best)}: ', 1)}"
     else:
         runner_up = _figure(report, order[1])
         ratio = figure["images_per_s"] / runner_up["images_per_s"] if runner_up["images_per_s"] else float("inf")

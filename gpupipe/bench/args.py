@@ -11,7 +11,7 @@ import torch
 
 from .. import backends as gp_backends
 from .. import env
-from ..amp import AMP_CHOICES
+from ..amp import AMP_CHOICES, cpu_info
 from ..checks import did_you_mean
 from ..cli import with_flag_guess
 from ..errors import Error as GpupipeError
@@ -187,6 +187,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.demo_images is None:
         args.demo_images = max(1000, 50 * args.batch_size) if on_gpu else 1000
     check_image_size(args.image_size, None if args.no_train else args.model)
+    if args.amp == "fp16" and not on_gpu and not args.no_train:
+        check_cpu_fp16()
     for name in ("batch_size", "steps", "train_steps", "repeats", "threads", "demo_images"):
         if getattr(args, name) < 1:
             raise BenchError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -231,6 +233,25 @@ def check_image_size(size: int, model: str | None) -> None:
             f"--image-size {size}: model {model} cannot take {size}x{size} images ({why}); pass a size it takes "
             "(224 for most), or another --model"
         )
+
+
+def check_cpu_fp16() -> None:
+    """Refuses ``--amp fp16`` on a CPU without float16 instructions (``avx512_fp16``), where float16 autocast
+    runs emulated: the ceiling and every training figure would time the emulation, not the model.
+
+    Raises:
+        BenchError: naming ``--amp fp16`` and the choices that work here.
+    """
+    flags = cpu_info()["flags"]
+    if flags.get("avx512_fp16"):
+        return
+    bf16 = [name for name in ("avx512_bf16", "amx_bf16") if flags.get(name)]
+    has = f"this CPU has {'/'.join(bf16)}" if bf16 else "emulated without avx512_bf16, slower than float32"
+    raise BenchError(
+        "--amp fp16 is for a GPU without bf16 (float16 autocast with a GradScaler); this CPU has no float16 "
+        f"instructions (avx512_fp16), so it would time an emulation: pass --amp bf16 ({has}), --amp off "
+        "(float32) or --amp auto"
+    )
 
 
 def _meta_forward(model: str, size: int) -> str:

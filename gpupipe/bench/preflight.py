@@ -19,8 +19,14 @@ def check_out(out: Path) -> None:
     """Makes the ``--out`` folder and writes a file there (removed at once), as the bench will at the end.
 
     Raises:
-        BenchError: naming ``--out`` and why (a file there, a file on the way, no permission, a full disk).
+        BenchError: naming ``--out`` and why (a file there, a file on the way, no permission, a full disk, or
+            a name like ``results/bench.json`` that is no folder yet: the file meant, not its folder).
     """
+    if Path(out).suffix.lower() in (".json", ".png") and not Path(out).is_dir():
+        raise BenchError(
+            f"--out {out}: --out is the folder bench.json and bench.png are written into, not a file's name: "
+            f"pass --out {Path(out).parent}"
+        )
     why = unwritable(out)
     if why:
         raise BenchError(f"--out {out}: cannot write bench.json there ({why}); pass another folder")

@@ -12,8 +12,9 @@ import torch
 
 from .. import env
 from ..errors import plural
+from ..loading.stats import WAIT_SHARE_INPUT_BOUND
 from . import advice
-from .measure import SPREAD_WARNING
+from .measure import CEILING_FRACTION_COMPUTE_BOUND, SPREAD_WARNING
 
 #: Other processes using more than this share of the machine's CPU make the figures unreliable.
 BUSY_SHARE = 0.10
@@ -89,6 +90,9 @@ def reliability(report: dict) -> list[str]:
                     f"{name} {phase}: repeats spread {100 * figure['spread']:.0f}% "
                     f"({figure['min']:.0f}-{figure['max']:.0f} img/s around a median of {figure['images_per_s']:.0f})"
                 )
+        straddles = _straddles(entry.get("train") or {}, report.get("ceiling") or {})
+        if straddles:
+            notes.append(f"{name}: {straddles}")
         fraction = entry.get("train", {}).get("fraction_of_ceiling")
         if fraction is not None and fraction > 1.0:
             ceiling, train = report["ceiling"], entry["train"]
@@ -121,6 +125,25 @@ def reliability(report: dict) -> list[str]:
             f"other processes used {load['other_processes_cpu_percent']:.0f}% CPU (of {100 * cores}%) during the run"
         )
     return notes
+
+
+def _straddles(train: dict, ceiling: dict) -> str:
+    """Why a verdict read from the fraction of the ceiling (the data wait under its rule) is not backed by the
+    repeats: the loop's and the ceiling's ranges leave it on either side of the compute-bound fraction (every
+    repeat under it: input-bound; every one at or above it: compute-bound); ``""`` where they settle it."""
+    fraction = train.get("fraction_of_ceiling")
+    if fraction is None or fraction > 1.0 or (train.get("wait_share") or 0.0) >= WAIT_SHARE_INPUT_BOUND:
+        return ""
+    if not all(key in figure for figure in (train, ceiling) for key in ("min", "max")):
+        return ""
+    rule = CEILING_FRACTION_COMPUTE_BOUND
+    if train["max"] < rule * ceiling["min"] or train["min"] >= rule * ceiling["max"]:
+        return ""
+    return (
+        f"its verdict rests on {100 * fraction:.0f}% of the ceiling, but its repeats ({train['min']:.1f}-"
+        f"{train['max']:.1f} img/s) and the ceiling's ({ceiling['min']:.1f}-{ceiling['max']:.1f}) fall on both "
+        f"sides of {100 * rule:.0f}% of it: input-bound and compute-bound cannot be told apart in this noise"
+    )
 
 
 def _fmt(value: float | None, spec: str = ".0f", suffix: str = "") -> str:
@@ -181,7 +204,7 @@ def measured_line(report: dict) -> str:
     """One line saying what the figures below it are: the data, each measurement with its batches and steps,
     and the repeats (the bench prints it above the table)."""
     s, data = report["settings"], report["data"]
-    parts = [f"each loader alone ({plural(s['steps'], 'batch', 'batches')} after {s['warmup']} of warm-up)"]
+    parts = [f"each loader alone ({_timed(report)} after {s['warmup']} of warm-up{_shortened(report)})"]
     if s["measure_training"]:
         parts.append(
             f"a {s['model']} training loop in {report['amp']['dtype']} ({plural(s['train_steps'], 'step')} after "
@@ -194,10 +217,40 @@ def measured_line(report: dict) -> str:
         else f"{plural(s['repeats'], 'repeat')} of each"
     )
     return (
-        f"measured on {report['machine']['label']}, {data['images']} images in {data['classes']} classes, "
+        f"measured on {report['machine']['label']}{_versions(report['machine'])}, {data['images']} images in "
+        f"{data['classes']} classes, "
         f"batch {s['batch_size']} at {s['image_size']} px: {', '.join(parts)}; "
         f"{repeats}, interleaved; medians (min-max):"
     )
+
+
+def _timed_counts(report: dict) -> list[int]:
+    """The loader-alone batches each repeat of each backend timed (empty where the report does not list them)."""
+    entries = (report.get("results") or {}).values()
+    return [b["timed"] for e in entries for b in (e.get("loader") or {}).get("batches", []) if "timed" in b]
+
+
+def _timed(report: dict) -> str:
+    """``20 batches``, the loader-alone batches timed per repeat as measured (``18-20 batches`` where they
+    differ), falling back to ``--steps``."""
+    counts = _timed_counts(report) or [report["settings"]["steps"]]
+    low, high = min(counts), max(counts)
+    return plural(low, "batch", "batches") if low == high else f"{low}-{high} batches"
+
+
+def _shortened(report: dict) -> str:
+    """``; 20 asked, fewer to fit in one epoch`` where a window was shortened (``measure.loader_window``)."""
+    asked = report["settings"]["steps"]
+    return f"; {asked} asked, fewer to fit in one epoch" if min(_timed_counts(report), default=asked) < asked else ""
+
+
+def _versions(machine: dict) -> str:
+    """`` (torch 2.14.1, DALI 2.4.0, Python 3.11.7)``: what measured, where the report records it."""
+    versions = machine.get("versions") or {}
+    dali = versions.get("nvidia-dali-cuda130") or versions.get("nvidia-dali-cuda120")
+    named = [("torch", versions.get("torch")), ("DALI", dali), ("Python", versions.get("python"))]
+    listed = [f"{name} {version}" for name, version in named if version]
+    return f" ({', '.join(listed)})" if listed else ""
 
 
 def table(report: dict) -> str:
