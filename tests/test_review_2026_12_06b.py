@@ -51,3 +51,22 @@ def test_the_examples_offer_every_backend_the_loaders_take():
     finally:
         sys.path.pop(0)
     assert set(_common.BACKEND_CHOICES) == {"auto"} | {name for name, info in REGISTRY.items() if not info.internal}
+
+
+def test_packing_to_s3_without_its_file_system_says_so_before_packing(tmp_path):
+    # Before, every image was packed into the staging folder and only the upload said `pip install 'gpupipe[s3]'`.
+    import subprocess
+    import sys
+
+    from helpers import make_image_folder
+
+    src = make_image_folder(tmp_path / "src", {"cat": 2, "dog": 2})
+    stage = tmp_path / "stage"
+    code = (
+        "import sys; sys.modules['s3fs'] = None; from gpupipe.pack.__main__ import main; "
+        f"sys.exit(main([{str(src)!r}, 's3://bucket/packed', '--staging', {str(stage)!r}, '-q']))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "pip install 'gpupipe[s3]'" in proc.stderr
+    assert not stage.exists() or not any(stage.rglob("*.tar"))

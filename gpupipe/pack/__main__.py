@@ -25,6 +25,7 @@ from ..cli import ArgumentParser, run
 from ..errors import SampleError, plural
 from ..fileio import byte_size, sha256_hex
 from ..remote import Retry, is_url
+from ..remote.urls import filesystem
 from ..shards import format as shardfmt
 from ..sources import FileList
 from . import ConvertSettings, NothingPacked, PackError, PackSettings, pack, parse_size, verify
@@ -161,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         shard_size=args.shard_bytes,
         seed=args.seed,
     )
+    if is_url(args.dst):  # a missing file system (gpupipe[s3]) is named now, not after hours of packing
+        filesystem(args.dst)
     rank, world_size = _distributed()
     local_dst = Path(args.staging or staging_dir(args.dst)) if is_url(args.dst) else Path(args.dst)
     workers = args.workers or env.default_threads()
