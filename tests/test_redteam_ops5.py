@@ -1,6 +1,6 @@
 """Red team (ops5): the ops' parity between dali-cpu and torchvision, and their nearest-neighbour mask
-sampling against the documented rule; each test was failing before its fix, but the strict xfail (a
-defect left open, its reason says why) and the quarter turns (already right, kept as a guard)."""
+sampling against the documented rule; each test was failing before its fix, but the quarter turns (already
+right, kept as a guard). The affine scale's test was a strict xfail here, fixed in ``test_redteam_ops6.py``."""
 
 from __future__ import annotations
 
@@ -184,12 +184,6 @@ def test_masks_turned_by_quarter_turns_agree_between_the_backends(tmp_path, size
 
 
 @needs_dali
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: masks warped nearest-neighbour by RandomAffine (DALI warp_affine INTERP_NN, float32, against "
-    "torch grid_sample's round-half-even) take different sides where a source point falls exactly between two "
-    "pixels: a scale of 1.5 about an even-sized image's centre, every third row and column",
-)
 def test_masks_scaled_by_an_affine_agree_between_the_backends(tmp_path):
     source = _random_masks(tmp_path, 12, 12)
     pipeline = [ops.Decode(), ops.RandomAffine(0, scale=(1.5, 1.5)), ops.CenterCrop((12, 12)), ops.Output("uint8")]

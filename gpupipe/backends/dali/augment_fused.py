@@ -29,7 +29,7 @@ import numpy as np
 
 from ... import ops as O
 from ...ops.pixel import AUTO_AUGMENT_OPS
-from .augment_suite import suite
+from .augment_suite import equalizes, keep_border, suite
 
 #: The channel weights of the grey level Contrast blends towards (PIL's, as ``nvidia.dali.auto_aug``'s).
 _RGB_WEIGHTS = np.array([0.299, 0.587, 0.114], dtype=np.float32)
@@ -145,7 +145,7 @@ def host_params(op: Any, step: dict[str, np.ndarray], size: tuple[int, int]) -> 
                 values["matrix"][drew] = _rotation(param, size)
             elif name in PARAMETER_OF:  # the op's parameter is the chain's value
                 values[PARAMETER_OF[name]][drew] = param
-            else:  # AutoContrast, Equalize and Invert take no magnitude
+            elif name != "Equalize" or equalizes(size):  # AutoContrast, Equalize and Invert take no magnitude
                 key, value = FIXED_OF[name]
                 values[key][drew] = value
         scale = values["brightness"] * values["contrast"]
@@ -164,11 +164,11 @@ def lower_fused(g, j: int, op: Any, fill: float, interp) -> None:
     def p(key: str, level: int):
         return g.p(j, f"{key}{level}")
 
-    x = g.images
+    x, size = g.images, g.spec.size_before(j)
     for level in range(levels_of(op)):
         x = fn.warp_affine(x, matrix=p("matrix", level), fill_value=fill, interp_type=interp, inverse_map=False)
         x = fn.saturation(x, saturation=p("saturation", level))
-        x = fn.filter(x, g.on_device(p("kernel", level)))
+        x = keep_border(fn.filter(x, g.on_device(p("kernel", level))), x, size)
         x = _brightness_contrast_autocontrast(x, p("scale", level), p("contrast", level), p("autocontrast", level))
         x = x & fn.cast(p("posterize", level), dtype=types.UINT8)
         x = x ^ ((x >= p("threshold", level)) * types.Constant(255, dtype=types.UINT8))

@@ -54,6 +54,52 @@ def _threshold(table: np.ndarray):
     return lambda magnitude: np.asarray(to_torchvision(magnitude), dtype=np.float32)
 
 
+def keep_border(filtered, data, size: tuple[int, int]):
+    """``filtered`` (``(H, W, C)`` nodes, ``data`` through a 3x3 filter) with ``data``'s one-pixel border, as
+    torchvision's ``adjust_sharpness`` (and PIL) give it: blurred only where the kernel lies inside the image,
+    the border left as it is, and the whole image where a side of ``size`` is 2 pixels or fewer. DALI's
+    ``filter`` reflects past the edge and changed the border too (2/3 of a 3x9 image, 87 levels of 255)."""
+    from nvidia.dali import fn
+
+    if min(size) <= 2:
+        return data
+    middle = fn.cat(data[1:-1, 0:1], filtered[1:-1, 1:-1], data[1:-1, -1:], axis=1)
+    return fn.cat(data[0:1], middle, data[-1:], axis=0)
+
+
+#: torchvision's ``equalize`` leaves a channel as it is where fewer than 255 of its pixels lie below its
+#: brightest level (PIL's ``step == 0``): always, on images of fewer than this many pixels.
+EQUALIZE_MIN_PIXELS = 256
+
+
+def equalizes(size: tuple[int, int]) -> bool:
+    """Whether ``Equalize`` may change images of ``size`` ``(h, w)`` (DALI's, OpenCV's formula, always would)."""
+    return size[0] * size[1] >= EQUALIZE_MIN_PIXELS
+
+
+def _kept():
+    """``Equalize`` on images too small for torchvision's to change them (``equalizes``): the image as it is."""
+    from nvidia.dali.auto_aug.core import augmentation
+
+    @augmentation
+    def equalize(data, _):
+        return data
+
+    return equalize
+
+
+def _sharpness(size: tuple[int, int]):
+    """DALI's ``sharpness`` augmentation (its kernel and magnitudes) with the border kept (``keep_border``)."""
+    from nvidia.dali import fn
+    from nvidia.dali.auto_aug.core import augmentation
+
+    @augmentation(param_device="auto")
+    def sharpness(data, kernel):
+        return keep_border(fn.filter(data, kernel), data, size)
+
+    return sharpness
+
+
 def suite(op: Any, names: tuple[str, ...], size: tuple[int, int]) -> list:
     """DALI augmentations for ``names`` with the magnitudes of torchvision's policy for ``op``.
 
@@ -87,14 +133,14 @@ def suite(op: Any, names: tuple[str, ...], size: tuple[int, int]) -> list:
         "Brightness": a.brightness.augmentation((0, enhance), True, a.shift_enhance_range),
         "Color": a.color.augmentation((0, enhance), True, a.shift_enhance_range),
         "Contrast": a.contrast.augmentation((0, enhance), True, a.shift_enhance_range),
-        "Sharpness": a.sharpness.augmentation((0, enhance), True, a.sharpness_kernel),
+        "Sharpness": _sharpness(size).augmentation((0, enhance), True, a.sharpness_kernel),
         "Posterize": a.posterize.augmentation((8, bits), False, a.poster_mask_uint8),
         "Solarize": a.solarize.augmentation((255, 0), False, _threshold(tv["Solarize"])),
         "AutoContrast": a.auto_contrast,
-        "Equalize": a.equalize,
+        "Equalize": a.equalize if equalizes(size) else _kept(),
         "Invert": a.invert,
     }
     return [table[name] for name in names]
 
 
-__all__ = ["suite"]
+__all__ = ["EQUALIZE_MIN_PIXELS", "equalizes", "keep_border", "suite"]

@@ -61,14 +61,56 @@ def _index_map(n_in, n_out):
     return fn.cast((j * 2 + 1) * n_in // (n_out * 2), dtype=types.INT32)
 
 
-def _nearest_exact(x, source, size):
-    """``x`` ``(H, W, C)`` (``source``) resized nearest-neighbour to ``size`` ``(h, w)`` (int nodes) by
-    gathering whole rows, then columns (``sequence_rearrange``, on either device): no float positions."""
-    x = fn.sequence_rearrange(fn.reshape(x, layout="FWC"), new_order=_index_map(source[0], size[0]))
-    x = fn.sequence_rearrange(
-        fn.transpose(x, perm=[1, 0, 2], output_layout="FHC"), new_order=_index_map(source[1], size[1])
-    )
+def _gathered(x, rows, cols):
+    """``x`` ``(H, W, C)`` with the rows, then the columns, of the index maps ``rows`` and ``cols`` (int32
+    nodes on the CPU) gathered (``sequence_rearrange``, on either device): no float positions."""
+    x = fn.sequence_rearrange(fn.reshape(x, layout="FWC"), new_order=rows)
+    x = fn.sequence_rearrange(fn.transpose(x, perm=[1, 0, 2], output_layout="FHC"), new_order=cols)
     return fn.transpose(x, perm=[1, 0, 2], output_layout="HWC")
+
+
+def _nearest_exact(x, source, size):
+    """``x`` ``(H, W, C)`` (``source``) resized nearest-neighbour to ``size`` ``(h, w)`` (int nodes)."""
+    return _gathered(x, _index_map(source[0], size[0]), _index_map(source[1], size[1]))
+
+
+def _scaled_index_map(n, scale, shift, centre):
+    """``(n,)`` int32: pixel ``j`` of a side ``n`` (int node) scaled by ``scale`` about ``centre`` and shifted
+    by ``shift`` (float nodes) reads source pixel ``floor((2j + 1 - 2 centre - 2 shift) / (2 scale) + centre)``,
+    in float64 as ``torchvision.lowering.scaled_indices`` computes it (the same IEEE operations, so the same
+    pixels); ``n`` (a row or column of fill appended) where that falls outside ``[0, n)``."""
+    f64 = types.FLOAT64
+    ramp = types.Constant(np.arange(MAX_MASK_SIDE, dtype=np.int32), device="cpu")
+    j, nf = fn.cast(ramp[0:n], dtype=f64), fn.cast(n, dtype=f64)
+    s, t = fn.cast(scale, dtype=f64), fn.cast(shift, dtype=f64)
+    if centre is None:
+        c = nf * 0.5
+    else:  # DALI has no float64 constant: the sum of three float32 ones, exact (72 bits for 53)
+        c = fn.cast(types.Constant(np.float32(0.0), device="cpu"), dtype=f64)
+        for piece in _float32_pieces(float(centre)):
+            c = c + fn.cast(types.Constant(piece, device="cpu"), dtype=f64)
+    q = dmath.floor((j * 2.0 + 1.0 - c * 2.0 - t * 2.0) / (s * 2.0) + c)
+    inside = fn.cast((q >= 0.0) & (q < nf), dtype=f64)
+    return fn.cast(q * inside + nf * (1.0 - inside), dtype=types.INT32)
+
+
+def _float32_pieces(value: float) -> list[np.float32]:
+    """Three float32 numbers whose float64 sum is ``value`` exactly."""
+    pieces = []
+    for _ in range(3):
+        pieces.append(np.float32(value))
+        value -= float(pieces[-1])
+    return pieces
+
+
+def _scaled_exact(g: Graph, j: int, op: O.RandomAffine, x, fill):
+    """``x`` ``(H, W, C)`` through op ``j``'s affine map, a pure scale and shift (no angle, no shear), sampled
+    nearest by the documented rule: one row and one column of ``fill`` appended, then gathered."""
+    size = g.p(j, "size")
+    cx, cy = (None, None) if op.center is None else op.center
+    rows = _scaled_index_map(size[0], g.p(j, "scale"), g.p(j, "ty"), cy)
+    cols = _scaled_index_map(size[1], g.p(j, "scale"), g.p(j, "tx"), cx)
+    return _gathered(_slicing(fn.stack(0, 0), size + 1)(x, fill=fill), rows, cols)
 
 
 def _resizing(size, source) -> Kernel:
@@ -193,9 +235,11 @@ def _affine(g: Graph, j: int, op: O.RandomAffine) -> None:
         interp = types.INTERP_NN if nearest or op.interpolation == "nearest" else types.INTERP_LINEAR
         return fn.warp_affine(x, matrix=matrix, fill_value=fill, interp_type=interp, inverse_map=False)
 
+    scaled = op.degrees == (0.0, 0.0) and not any(op.shear or ())  # rows stay rows: gathered exactly
+
     def kernel(x, *, fill, nearest: bool = False):
         if nearest or op.interpolation == "nearest":
-            return warp(x, fill=fill, nearest=True)
+            return _scaled_exact(g, j, op, x, fill) if scaled else warp(x, fill=fill, nearest=True)
         return _blend_edges_as_torchvision(warp, x, fill)
 
     g.geometric(j, op, kernel, one_fill(op))

@@ -232,6 +232,16 @@ def saturation(x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     return _to_uint8(y)
 
 
+def keep_border(filtered: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``filtered`` ``(B, C, H, W)`` with ``x``'s one-pixel border (the whole ``x`` where a side is 2 pixels or
+    fewer), as torchvision's ``adjust_sharpness`` and ``augment_suite.keep_border`` give it."""
+    if min(x.shape[-2:]) <= 2:
+        return x
+    out = x.clone()
+    out[..., 1:-1, 1:-1] = filtered[..., 1:-1, 1:-1]
+    return out
+
+
 def filter3x3(x: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
     """DALI's ``filter`` with a per-sample 3x3 ``kernel`` ``(B, 9)``, borders ``reflect_101``."""
     b, c, h, w = x.shape
@@ -288,7 +298,7 @@ def policy_level(x: torch.Tensor, p: dict[str, torch.Tensor], fill: float, neare
     b = x.shape[0]
     x = warp(x, p["matrix"], fill, nearest)
     x = saturation(x, p["saturation"])
-    x = filter3x3(x, p["kernel"])
+    x = keep_border(filter3x3(x, p["kernel"]), x)
     x = brightness_contrast_autocontrast(x, p)
     x = x & p["posterize"].to(torch.uint8).view(b, 1, 1, 1)
     x = torch.where(x.float() >= p["threshold"].view(b, 1, 1, 1), 255 - x, x)

@@ -71,8 +71,8 @@ def _paste(x: torch.Tensor, top: int, left: int, h: int, w: int, fill) -> torch.
     if 0 <= top and 0 <= left and top + h <= height and left + w <= width:
         return x[..., top : top + h, left : left + w]
     fill = tuple(fill) if isinstance(fill, (tuple, list)) else (fill,)
-    out = torch.empty((*x.shape[:-2], h, w), dtype=x.dtype)
-    out[...] = torch.tensor(fill, dtype=x.dtype).view(-1, 1, 1) if len(fill) > 1 else fill[0]
+    out = torch.empty((*x.shape[:-2], h, w), dtype=x.dtype, device=x.device)
+    out[...] = torch.tensor(fill, dtype=x.dtype, device=x.device).view(-1, 1, 1) if len(fill) > 1 else fill[0]
     y0, x0 = max(top, 0), max(left, 0)
     y1, x1 = min(top + h, height), min(left + w, width)
     if y1 > y0 and x1 > x0:
@@ -153,12 +153,33 @@ def _affine(item: Item, p: Params, op: O.RandomAffine, spec: PipelineSpec) -> No
     shift, shear = [float(p["tx"]), float(p["ty"])], [float(p["shear_x"]), float(p["shear_y"])]
     center = None if op.center is None else list(op.center)
 
+    scaled = op.degrees == (0.0, 0.0) and not any(op.shear or ())  # rows stay rows: gathered exactly
+
     def kernel(x, fill, nearest=False):
-        mode = InterpolationMode.NEAREST if nearest or op.interpolation == "nearest" else InterpolationMode.BILINEAR
+        nearest = nearest or op.interpolation == "nearest"
+        if nearest and scaled:
+            cx, cy = (None, None) if op.center is None else op.center
+            rows = scaled_indices(x.shape[-2], scale, shift[1], cy)
+            cols = scaled_indices(x.shape[-1], scale, shift[0], cx)
+            padded = _paste(x, 0, 0, x.shape[-2] + 1, x.shape[-1] + 1, fill)
+            return padded[..., rows[:, None].to(x.device), cols.to(x.device)]
+        mode = InterpolationMode.NEAREST if nearest else InterpolationMode.BILINEAR
         fill = fill if isinstance(fill, (int, float)) else list(fill)
         return F.affine(x, angle, shift, scale, shear, interpolation=mode, fill=fill, center=center)
 
     item.geometry(p, op, spec, kernel, _fill(op))
+
+
+def scaled_indices(n: int, scale: float, shift: float, centre: float | None) -> torch.Tensor:
+    """``(n,)`` int64: pixel ``j`` of a side ``n`` scaled by ``scale`` about ``centre`` (``None``: ``n / 2``) and
+    shifted by ``shift`` reads source pixel ``floor((2j + 1 - 2 centre - 2 shift) / (2 scale) + centre)`` (its
+    centre mapped back, floored: on an edge, the pixel after it), in float64 with the IEEE operations DALI's
+    lowering uses (``_scaled_index_map``); ``n`` (a row or column of fill appended) outside ``[0, n)``.
+    ``grid_sample``'s nearest rounds half to even in float32 and takes either side of such an edge."""
+    c = n * 0.5 if centre is None else float(centre)
+    j = torch.arange(n, dtype=torch.float64)
+    q = torch.floor((j * 2.0 + 1.0 - c * 2.0 - float(shift) * 2.0) / (float(scale) * 2.0) + c)
+    return torch.where((q >= 0) & (q < n), q, torch.full_like(q, n)).long()
 
 
 @lowering(O.RandomRotation)
