@@ -70,3 +70,43 @@ def test_packing_to_s3_without_its_file_system_says_so_before_packing(tmp_path):
     assert proc.returncode != 0
     assert "pip install 'gpupipe[s3]'" in proc.stderr
     assert not stage.exists() or not any(stage.rglob("*.tar"))
+
+
+def test_single_device_lightning_keeps_an_unshuffled_training_loader_in_order(tmp_path):
+    # Lightning shuffles a torch DataLoader's share only where it shards it (a DistributedSampler); on one device
+    # a training loader with shuffle=False reads in order every epoch, gpupipe's as torch's.
+    import lightning as L
+    import torch
+    import torchvision
+    import torchvision.transforms as T
+
+    from helpers import flat_folder, sample_ids
+
+    data = torchvision.datasets.ImageFolder(
+        str(flat_folder(tmp_path / "folder", 9)), T.Compose([T.Resize((8, 8)), T.PILToTensor()])
+    )
+    loaders = {
+        "torch": torch.utils.data.DataLoader(data, batch_size=3),
+        "ours": gpupipe.DataLoader(data, batch_size=3, backend="torchvision", device="cpu"),
+    }
+    seen: dict = {}
+
+    class Recorder(L.LightningModule):
+        def __init__(self, name):
+            super().__init__()
+            self.layer, self.name = torch.nn.Linear(1, 1), name
+
+        def training_step(self, batch, index):
+            seen.setdefault((self.name, self.current_epoch), []).extend(sample_ids(batch[0]))
+            return self.layer(torch.ones(1, 1)).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.0)
+
+    for name, loader in loaders.items():
+        trainer = L.Trainer(accelerator="cpu", devices=1, max_epochs=2, logger=False, enable_checkpointing=False,
+                            enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+        trainer.fit(Recorder(name), loader)
+    in_order = [i for c in range(3) for i in range(c, 9, 3)]  # ImageFolder's order: class by class
+    assert seen[("torch", 0)] == seen[("torch", 1)] == in_order
+    assert seen[("ours", 0)] == seen[("ours", 1)] == in_order

@@ -103,7 +103,8 @@ def framework_config(loader: Any, world: Any) -> Any:
     ``torch.initial_seed()`` differs from process to process: under Accelerate by the loader's ``generator``
     or its sampler's own (seed it alike on every rank), else by the seed of the framework's own ``DistributedSampler``
     (Lightning's ``PL_GLOBAL_SEED``, from ``seed_everything``, else 0), as Lightning orders a torch
-    ``DataLoader``, whose ``generator`` it ignores there. Lightning's ``predict`` reads each sample once,
+    ``DataLoader``, whose ``generator`` it ignores there; a training loader's share is shuffled there (``_trains``),
+    as Lightning shuffles a torch one's. Lightning's ``predict`` reads each sample once,
     the shares unpadded (its ``UnrepeatedDistributedSampler``): ``even_batches=False`` then."""
     own = loader.__dict__.setdefault("_own_config", loader.config)  # as built
     seeded = getattr(loader, "generator", None) is not None or getattr(loader, "_seeded_by_sampler", False)
@@ -112,8 +113,18 @@ def framework_config(loader: Any, world: Any) -> Any:
     seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
     if _gradient_state() is not None:  # Accelerate
         return own if seeded else dataclasses.replace(own, seed=seed)
-    predicting = bool(getattr(_lightning_trainer(), "predicting", False))
-    return dataclasses.replace(own, seed=seed, even_batches=own.even_batches and not predicting)
+    trainer = _lightning_trainer()
+    predicting = bool(getattr(trainer, "predicting", False))
+    shuffle = own.shuffle or (world.origin == "framework" and _trains(trainer, loader))  # sharded: shuffled
+    return dataclasses.replace(own, seed=seed, shuffle=shuffle, even_batches=own.even_batches and not predicting)
+
+
+def _trains(trainer: Any, loader: Any) -> bool:
+    """Whether ``loader`` is one of ``trainer``'s training loaders, which Lightning shuffles (not drawn ones)."""
+    combined = getattr(getattr(trainer, "fit_loop", None), "_combined_loader", None)
+    if getattr(loader.source, "draws", None) is not None:  # drawn by weight: a random order already
+        return False
+    return any(part is loader for part in getattr(combined, "flattened", ()))
 
 
 class EmptyRank(Error, ValueError):
