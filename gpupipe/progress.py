@@ -4,7 +4,8 @@ One rule for all of them: nothing for work that ends within ``DELAY_S``
 seconds; past that, a tqdm bar on stderr where stderr is a terminal, else
 (a log file, a CI job) a ``logging`` INFO line every ``LOG_EVERY_S``
 seconds with the count, the rate and the time left, and one when the work
-ends.
+ends: ``(done in N s)``, or ``(interrupted after N s)`` where it stopped short
+(an exception left the ``with`` block, or fewer units than ``total`` were done).
 
     with Progress("scan", total=len(names), unit="file", logger=logger) as progress:
         for name in names:
@@ -70,8 +71,8 @@ class Progress:
     def __enter__(self) -> Progress:
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        self.close(interrupted=exc_type is not None)
 
     def update(self, n: float = 1) -> None:
         """Adds ``n`` units done."""
@@ -109,13 +110,16 @@ class Progress:
             text += f", about {max(0.0, (self.total - self.done) / rate):.0f} s left"
         return text
 
-    def close(self) -> None:
-        """Ends the bar, or logs the last line where log lines were given."""
+    def close(self, interrupted: bool = False) -> None:
+        """Ends the bar, or logs the last line where log lines were given: ``(done in N s)``, or
+        ``(interrupted after N s)`` where ``interrupted`` or fewer than ``total`` units were done."""
         if self.bar is not None:
             self.bar.close()
             self.bar = None
         elif self.mode == "log":
-            self.logger.info("%s (done in %.0f s)", self.line(), self.clock() - self.started)
+            short = interrupted or (self.total is not None and self.done < self.total)
+            end = "interrupted after" if short else "done in"
+            self.logger.info("%s (%s %.0f s)", self.line(), end, self.clock() - self.started)
         self.mode = "closed"
 
 

@@ -10,6 +10,8 @@ so the same conclusions come from a fresh run and from recorded figures:
 - ``ratios_withheld``: why no ratio to the baseline is given when the
   timed windows crossed epoch boundaries (a tiny dataset times each epoch's
   start-up, not the loader's throughput).
+- ``versus_baseline``: why a ratio to the baseline is no measured difference
+  (``within spread``: the ranges overlap; ``1 repeat``: no spread measured).
 - ``winner_line``: the one line naming the fastest backend for training
   on this machine, with the figures that make it so.
 """
@@ -77,6 +79,32 @@ def single_repeat(report: dict, figure: dict | None = None) -> bool:
     return ((report.get("interrupted") or {}).get("repeats_done") or report.get("settings", {}).get("repeats")) == 1
 
 
+def versus_baseline(report: dict, name: str, phase: str) -> str:
+    """``""`` where ``name``'s repeats in ``phase`` (``loader`` or ``train``) are apart from the baseline's (the
+    ratio is a measured difference, as ``clearly_faster``); else why not: ``within spread`` (the ranges overlap)
+    or ``1 repeat`` (no spread measured). ``""`` for the baseline itself or where either was not measured."""
+    a = report["results"][name].get(phase) or {}
+    b = (report["results"].get(BASELINE) or {}).get(phase) or {}
+    if name == BASELINE or not (a and b):
+        return ""
+    if single_repeat(report, a) or single_repeat(report, b):
+        return "1 repeat"
+    apart = a.get("min", a["images_per_s"]) > b.get("max", b["images_per_s"]) or b.get(
+        "min", b["images_per_s"]
+    ) > a.get("max", a["images_per_s"])
+    return "" if apart else "within spread"
+
+
+def ratio_range(report: dict, name: str, phase: str) -> list[float] | None:
+    """``[lowest, highest]`` ratio of ``name``'s repeats to the baseline's in ``phase`` (its slowest over the
+    baseline's fastest, its fastest over the baseline's slowest); ``None`` where either lacks a range."""
+    a = report["results"][name].get(phase) or {}
+    b = (report["results"].get(BASELINE) or {}).get(phase) or {}
+    if not all(key in figure for figure in (a, b) for key in ("min", "max")) or not (b["min"] and b["max"]):
+        return None
+    return [round(a["min"] / b["max"], 2), round(a["max"] / b["min"], 2)]
+
+
 def ranked(report: dict) -> list[str]:
     """Backends by median images/s, fastest first (training where measured, else the loader alone)."""
     names = [n for n in report["results"] if _figure(report, n)]
@@ -106,14 +134,23 @@ def suggestions(report: dict) -> dict[str, str]:
                 f"{_figure(report, name)['images_per_s']:.1f}"
             )
             continue
-        text = advice(name, on_gpu, threads, *sizes)
+        share = None if on_gpu else _cpu_share(entry, threads)
+        text = advice(name, on_gpu, threads, *sizes, cpu_share=share)
         if any(f"'{n}'" in text or f" {n} " in text for n in report["results"] if n != name):
-            text = advice("", on_gpu, threads, *sizes)  # it named a backend the table shows no faster
+            text = advice("", on_gpu, threads, *sizes, cpu_share=share)  # it named a backend the table shows no faster
         lacking = [why for n, why in (report.get("unavailable") or {}).items() if f"'{n}'" in text]
         if on_gpu and lacking:  # (on a CPU the advice names dali for a GPU, which it needs)
             text += f" (not available here: {lacking[0]})"
         out[name] = text
     return out
+
+
+def _cpu_share(entry: dict, cores: int) -> float | None:
+    """The share of ``cores`` the training loop's process tree kept busy, as the monitor measured it (its mean
+    CPU %, of one core, over ``100 * cores``; at most 1, as sampling can overshoot); ``None`` where the report
+    does not give it."""
+    percent = (entry.get("train_resources") or {}).get("cpu_percent")
+    return None if percent is None else min(1.0, percent / (100 * max(cores, 1)))
 
 
 def resize_to(report: dict) -> tuple[int, int | None]:
@@ -217,13 +254,20 @@ def _failed_note(report: dict) -> str:
 
 def conclude(report: dict) -> None:
     """Writes the conclusions into ``report`` (for ``bench.json``): each verdict's reason and
-    suggestion, the ratios withheld and why, and the winner's line."""
+    suggestion, the ratios withheld and why, the range of each ratio to the baseline over the repeats
+    (``x_baseline_range``) and whether it is a measured difference (``x_baseline_clear``), and the winner's
+    line."""
     withheld = ratios_withheld(report)
     tips = suggestions(report)
     for name, entry in report["results"].items():
-        if withheld:
-            for phase in ("loader", "train"):
-                (entry.get(phase) or {}).pop("x_baseline", None)
+        for phase in ("loader", "train"):
+            figure = entry.get(phase) or {}
+            if withheld:
+                for key in ("x_baseline", "x_baseline_range", "x_baseline_clear"):
+                    figure.pop(key, None)
+            elif "x_baseline" in figure and name != BASELINE:
+                figure["x_baseline_range"] = ratio_range(report, name, phase)
+                figure["x_baseline_clear"] = not versus_baseline(report, name, phase)
         if "verdict" in entry:
             entry["verdict"]["reason"] = verdict_text(entry)
             entry["verdict"]["suggestion"] = tips.get(name, "")

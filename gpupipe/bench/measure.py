@@ -225,13 +225,27 @@ def verdict(train: Result, ceiling_result: Result, *, backend: str, on_gpu: bool
     return Verdict("input-bound", fraction, advice(backend, on_gpu, threads))
 
 
-def advice(backend: str, on_gpu: bool, threads: int, resize: int = 256, small: int | None = None) -> str:
+#: On a CPU, loading is short of cores where the training loop kept at least this share of them busy.
+CPU_SHARE_BUSY = 0.75
+
+
+def advice(
+    backend: str,
+    on_gpu: bool,
+    threads: int,
+    resize: int = 256,
+    small: int | None = None,
+    cpu_share: float | None = None,
+) -> str:
     """What to try for an input-bound ``backend`` (``""``: advice that names no backend).
 
     Args:
         resize: the shorter side to pre-resize the images to (~256 px for ImageNet's 224 px crop).
         small: the data's largest shorter side, where it is ``resize`` or less: pre-resizing would shrink no
             image, so it is not advised (``None``: not known, or larger).
+        cpu_share: on a CPU, the share of the ``threads`` cores the training loop's process tree kept busy
+            (its measured CPU time over the wall time; ``None``: not measured, e.g. an older ``bench.json``).
+            Under ``CPU_SHARE_BUSY`` the cores are not what holds loading back, and the advice says so.
     """
     if backend in ("baseline", "torchvision") and on_gpu:
         return "decode and augment on the GPU: backend='dali'"
@@ -240,16 +254,22 @@ def advice(backend: str, on_gpu: bool, threads: int, resize: int = 256, small: i
     if backend == "dali-cpu" and on_gpu:
         return "move decoding to the GPU: backend='dali'"
     dali = " with backend='dali'" if backend else ""
+    shared = f"loading and the model share the same {plural(threads, 'CPU core')}"
+    if not on_gpu and cpu_share is not None:
+        only = "" if cpu_share >= CPU_SHARE_BUSY else "only "
+        shared += f", which the training loop kept {only}{100 * cpu_share:.0f}% busy (measured CPU time)"
+        if only:
+            return (
+                f"{shared}: the cores are not what holds it back; look at the data's storage (a slow or network "
+                f"disk) and the loader's workers, or train on a GPU{dali}"
+            )
     if not on_gpu and small is not None:
         return (
-            f"loading and the model share the same {plural(threads, 'CPU core')}, and the images are already "
-            f"small (shorter sides up to {small} px, pre-resizing would not shrink them): train on a GPU{dali}"
+            f"{shared}, and the images are already small (shorter sides up to {small} px, pre-resizing would not "
+            f"shrink them): train on a GPU{dali}"
         )
     if not on_gpu:
-        return (
-            f"loading and the model share the same {plural(threads, 'CPU core')}: pre-resize the images "
-            f"(shorter side ~{resize} px) or train on a GPU{dali}"
-        )
+        return f"{shared}: pre-resize the images (shorter side ~{resize} px) or train on a GPU{dali}"
     if small is not None:
         return (
             f"more CPU threads than {threads} (--threads); the images"

@@ -156,6 +156,14 @@ def _with_range(figure: dict, spec: str) -> str:
     return f"{figure['images_per_s']:{spec}} ({figure['min']:{spec}}-{figure['max']:{spec}})"
 
 
+def _ratio(report: dict, name: str, phase: str) -> str:
+    """``1.20x``; ``~1.03x (within spread)`` or ``~1.10x (1 repeat)`` where the repeats do not tell it from 1.0
+    (as the last line's "no clear difference")."""
+    ratio = (report["results"][name].get(phase) or {}).get("x_baseline")
+    why = "" if ratio is None else advice.versus_baseline(report, name, phase)
+    return f"~{ratio:.2f}x ({why})" if why else _fmt(ratio, ".2f", "x")
+
+
 def table_rows(report: dict) -> list[list[str]]:
     """The header and one row per backend of ``table`` (the documentation site renders them too)."""
     rows: list[list[str]] = [
@@ -183,9 +191,9 @@ def table_rows(report: dict) -> list[list[str]]:
             [
                 name,
                 _with_range(entry["loader"], ".0f"),
-                withheld or _fmt(entry["loader"].get("x_baseline"), ".2f", "x"),
+                withheld or _ratio(report, name, "loader"),
                 _with_range(train, ".1f"),
-                withheld or _fmt(train.get("x_baseline"), ".2f", "x"),
+                withheld or _ratio(report, name, "train"),
                 _fmt(None if train.get("wait_share") is None else 100 * train["wait_share"], ".0f", "%"),
                 _fmt(
                     None if train.get("fraction_of_ceiling") is None else 100 * train["fraction_of_ceiling"], ".0f", "%"
