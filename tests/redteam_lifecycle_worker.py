@@ -92,6 +92,32 @@ def forked(folder: str, backend: str) -> dict:
     return {"expected": expected, "child": child, "child_status": status, "parent": [rest, labels(loader)]}
 
 
+def collected_in_a_cycle(folder: str, backend: str) -> dict:
+    """A loader and its pass, left mid-pass inside a reference cycle, freed by the cyclic garbage collector (as a
+    trainer object holding itself is): the workers must stop at once. torch's wait for them is made 10 minutes
+    long here (``MP_STATUS_CHECK_INTERVAL``), so a shutdown that waits on the workers hangs (the test's timeout)
+    instead of costing 5 s per worker; the collection ran the index queues' finalizers first, so the workers
+    never got torch's stop message."""
+    import gc
+
+    import psutil
+    import torch.utils.data._utils
+
+    torch.utils.data._utils.MP_STATUS_CHECK_INTERVAL = 600.0
+    loader = build(folder, backend, num_threads=2, shuffle=False)
+    expected = labels(loader)
+    batches = iter(loader)
+    next(batches)
+    trainer: dict = {"loader": loader, "batches": batches}
+    trainer["self"] = trainer
+    started = len(psutil.Process().children())
+    del loader, batches, trainer
+    gc.collect()
+    after = len(psutil.Process().children())
+    return {"started": started, "after": after, "next": labels(build(folder, backend, shuffle=False)), "expected": expected}
+
+
 if __name__ == "__main__":
     case, folder, backend = sys.argv[1:4]
-    print(json.dumps({"worker_killed": worker_killed, "forked": forked}[case](folder, backend)), flush=True)
+    cases = {"worker_killed": worker_killed, "forked": forked, "collected_in_a_cycle": collected_in_a_cycle}
+    print(json.dumps(cases[case](folder, backend)), flush=True)

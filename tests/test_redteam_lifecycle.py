@@ -33,13 +33,13 @@ def folder(tmp_path_factory) -> str:
     return str(root)
 
 
-def run_worker(case: str, folder: str, backend: str) -> dict:
+def run_worker(case: str, folder: str, backend: str, timeout: float = 240) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run(
         [sys.executable, "-W", "ignore", str(HERE / "redteam_lifecycle_worker.py"), case, folder, backend],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=timeout,
         env=env,
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -121,3 +121,15 @@ def test_a_torchvision_loader_in_a_forked_child_starts_its_own_workers_and_leave
     assert seen["child"]["new pass"] == seen["expected"]
     assert seen["child_status"] == 0
     assert seen["parent"] == [seen["expected"], seen["expected"]]
+
+
+@pytest.mark.parametrize("backend", ["torchvision", "torchvision-transform"])
+def test_a_loader_freed_by_the_cyclic_collector_mid_pass_stops_its_workers_at_once(folder, backend):
+    """A loader and its pass left mid-pass in a reference cycle (a trainer holding itself), freed by ``gc``: the
+    collector runs the DataLoader's index queues' finalizers before the loader's ``__del__``, so torch's stop
+    message never reached the workers and the shutdown waited 5 s for each before killing it (a stall at a
+    random step of training; 80 s in one test file). The workers now stop at once (the worker makes torch's
+    wait 10 minutes: waiting on them would hang past the timeout)."""
+    seen = run_worker("collected_in_a_cycle", folder, backend, timeout=120)
+    assert seen["started"] == 2 and seen["after"] == 0
+    assert seen["next"] == seen["expected"]

@@ -69,6 +69,31 @@ def owned(batches: Iterator[T], fix: str = WORKERS_FIX) -> Iterator[T]:
         yield item
 
 
+def shut_down(iterator: Any) -> None:
+    """Stops a DataLoader iterator's worker processes (torch's ``_shutdown_workers``), at once.
+
+    torch stops a worker by a message through its index queue, then waits 5 s for it before killing it. When
+    the iterator was held in a reference cycle and is being freed by the cyclic garbage collector, the
+    collector has already run the queues' finalizers (weakref callbacks come before ``__del__``): their feeder
+    threads have ended, the message is never sent, and each worker cost 5 s. Such workers are stopped here with
+    SIGTERM from their parent, which torch's workers take as a clean exit. An iterator already shut down, or
+    inherited by a forked child (marked shut down there), is left as it is.
+    """
+    if getattr(iterator, "_shutdown", True):
+        return
+    if any(_finalized(queue) for queue in getattr(iterator, "_index_queues", ())):
+        for worker in getattr(iterator, "_workers", ()):
+            if worker.is_alive():
+                worker.terminate()
+    iterator._shutdown_workers()
+
+
+def _finalized(queue: Any) -> bool:
+    """Whether a ``multiprocessing`` queue's garbage finalizer has run (its feeder thread sends nothing more)."""
+    finalizer = getattr(queue, "_close", None)  # set when its feeder thread started; None again after close()
+    return finalizer is not None and not finalizer.still_active()
+
+
 def _forget_in_child() -> None:
     for iterator in list(_ITERATORS):
         iterator._shutdown = True  # torch's _shutdown_workers (its __del__) then does nothing

@@ -186,8 +186,13 @@ class TransformBackend:
             # draws are seeded by its own key (_SeededBatches)
             generator=torch.Generator().manual_seed(mix_int(SAMPLE, self.config.seed, read.epoch)),
         )
-        for collated in forks.owned(forks.track(iter(loader))):  # a forked child starts a pass of its own
-            yield to_device(self.batch(collated), self.device)
+        workers = forks.track(iter(loader))
+        try:
+            for collated in forks.owned(workers):  # a forked child starts a pass of its own
+                yield to_device(self.batch(collated), self.device)
+        finally:  # a pass left or freed: its workers stop at once, even when a reference cycle held it
+            if hasattr(workers, "_shutdown_workers"):
+                forks.shut_down(workers)
 
     def close(self) -> None:
         """Nothing held between passes (each pass's workers end with it)."""

@@ -175,7 +175,7 @@ class TorchvisionBackend:
             return
         iterator = getattr(self.dataloader, "_iterator", None)
         if iterator is not None and hasattr(iterator, "_shutdown_workers"):
-            iterator._shutdown_workers()
+            forks.shut_down(iterator)
         self.dataloader._iterator = None
 
 
