@@ -114,7 +114,12 @@ def collected_in_a_cycle(folder: str, backend: str) -> dict:
     del loader, batches, trainer
     gc.collect()
     after = len(psutil.Process().children())
-    return {"started": started, "after": after, "next": labels(build(folder, backend, shuffle=False)), "expected": expected}
+    return {
+        "started": started,
+        "after": after,
+        "next": labels(build(folder, backend, shuffle=False)),
+        "expected": expected,
+    }
 
 
 if __name__ == "__main__":
