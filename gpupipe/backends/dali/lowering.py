@@ -51,12 +51,16 @@ def _slicing(anchor, shape) -> Kernel:
 MAX_MASK_SIDE = 1 << 16
 
 
+def _ramp(n):
+    """``(n,)`` int32 ``0 .. n - 1`` (``n`` an int node, at most ``MAX_MASK_SIDE``), cut from one constant ramp."""
+    return types.Constant(np.arange(MAX_MASK_SIDE, dtype=np.int32), device="cpu")[0:n]
+
+
 def _index_map(n_in, n_out):
     """``(n_out,)`` int32: output pixel ``j`` reads source pixel ``floor((2j + 1) * n_in / (2 n_out))``, in
     int64 arithmetic (exact; DALI's ``INTERP_NN`` takes it in float32 and reads the pixel above where
     ``(j + 0.5) * n_in / n_out`` is a whole number, e.g. at 30 -> 45)."""
-    ramp = types.Constant(np.arange(MAX_MASK_SIDE, dtype=np.int32), device="cpu")
-    j = fn.cast(ramp[0:n_out], dtype=types.INT64)
+    j = fn.cast(_ramp(n_out), dtype=types.INT64)
     n_in, n_out = fn.cast(n_in, dtype=types.INT64), fn.cast(n_out, dtype=types.INT64)
     return fn.cast((j * 2 + 1) * n_in // (n_out * 2), dtype=types.INT32)
 
@@ -80,8 +84,7 @@ def _scaled_index_map(n, scale, shift, centre):
     in float64 as ``torchvision.lowering.scaled_indices`` computes it (the same IEEE operations, so the same
     pixels); ``n`` (a row or column of fill appended) where that falls outside ``[0, n)``."""
     f64 = types.FLOAT64
-    ramp = types.Constant(np.arange(MAX_MASK_SIDE, dtype=np.int32), device="cpu")
-    j, nf = fn.cast(ramp[0:n], dtype=f64), fn.cast(n, dtype=f64)
+    j, nf = fn.cast(_ramp(n), dtype=f64), fn.cast(n, dtype=f64)
     s, t = fn.cast(scale, dtype=f64), fn.cast(shift, dtype=f64)
     if centre is None:
         c = nf * 0.5
