@@ -71,7 +71,9 @@ def from_torchvision(transform: Any) -> list[Op]:
     Args:
         transform: a ``Compose`` (nested ``Compose`` and ``RandomApply`` included), a
             ``torch.nn.Sequential`` of transforms, or one transform, applied as a
-            ``torchvision.datasets.ImageFolder`` applies it: to the PIL image of each file.
+            ``torchvision.datasets.ImageFolder`` applies it: to the PIL image of each file; an object whose
+            ``__call__`` is exactly ``return self.transforms(img)`` (torchvision's reference presets) compiles as
+            the transform it holds (``transforms.delegate``).
 
     Returns:
         ``[Decode(), ...]``: the pipeline, ending with ``Output("uint8")`` when the transform

@@ -348,19 +348,32 @@ _COIN_OPS = ("HorizontalFlip", "VerticalFlip", "RandomGrayscale", "RandomErasing
 @rule("torchvision.RandomApply")
 def _random_apply(t: Any, state: State) -> None:
     p = float(t.p)
-    inner = list(t.transforms)
+    inner = _applied(t.transforms)
     if p == 0.0:
         return
-    before = len(state.ops)
+    before, form = len(state.ops), (state.form, state.normalize, state.dtype, state.unscaled)
     problems = len(state.problems)
     for i, transform in enumerate(inner):
         walk(transform, state, f"{state.where}[{i}]")
     if p == 1.0 or len(state.problems) > problems:
         return
     added = state.ops[before:]
+    if not added and form == (state.form, state.normalize, state.dtype, state.unscaled):
+        return  # nothing that changes the image (an empty list, RGB()): the coin changes nothing
     if len(added) != 1 or added[0].name not in _COIN_OPS:
         names = ", ".join(type(x).__name__ for x in inner)
         del state.ops[before:]
         raise Refuse(f"p={p} around {names}: gpupipe can apply only one flip, grayscale or erasing with a probability")
     coin: Any = added[0]
     state.ops[-1] = dataclasses.replace(coin, p=coin.p * p)
+
+
+def _applied(transforms: Any) -> list[Any]:
+    """A ``RandomApply``'s ``transforms`` as a list; one transform alone (or a ``Compose``), which torchvision's
+    v1 ``RandomApply`` takes and then fails to iterate (``TypeError`` at the first image), is refused naming it."""
+    if isinstance(transforms, (list, tuple)) or hasattr(transforms, "__iter__"):
+        return list(transforms)
+    raise Refuse(
+        f"transforms={type(transforms).__name__}(...) is one transform, not a list: torchvision's RandomApply "
+        f"iterates over it and raises TypeError at the first image; give [{type(transforms).__name__}(...)]"
+    )

@@ -126,6 +126,55 @@ def _containers(transform: Any) -> list[Any] | None:
     return None
 
 
+#: Instructions that do nothing a delegating ``__call__`` could differ by (they vary between Python versions).
+_NOISE = {"RESUME", "PRECALL", "CACHE", "NOP", "PUSH_NULL", "EXTENDED_ARG", "KW_NAMES"}
+_CALLS = {"CALL", "CALL_METHOD", "CALL_FUNCTION"}
+_SAME = {"LOAD_FAST_BORROW": "LOAD_FAST", "LOAD_FAST_CHECK": "LOAD_FAST"}  # newer Pythons' names for a local read
+
+
+def _one_call(fn: Any, argcount: int) -> tuple[str, Any, Any, list[str]] | None:
+    """``(receiver, attribute, argument, names)`` where ``fn``'s whole body is ``return receiver.attribute(argument)``
+    (``receiver`` and ``argument`` each a parameter or a constant; ``names`` its parameters), else ``None``."""
+    import dis
+
+    code = getattr(fn, "__code__", None)
+    if code is None or code.co_argcount != argcount or code.co_kwonlyargcount or code.co_flags & 0x0C:  # *a, **kw
+        return None
+    steps = [(_SAME.get(i.opname, i.opname), i.argval) for i in dis.get_instructions(code) if i.opname not in _NOISE]
+    if len(steps) != 5 or steps[0][0] != "LOAD_FAST" or steps[2][0] not in ("LOAD_FAST", "LOAD_CONST"):
+        return None
+    if steps[1][0] not in ("LOAD_ATTR", "LOAD_METHOD") or steps[3][0] not in _CALLS or steps[4][0] != "RETURN_VALUE":
+        return None
+    return steps[0][1], steps[1][1], steps[2], list(code.co_varnames[:argcount])
+
+
+def delegate(obj: Any) -> str | None:
+    """The attribute ``obj`` hands each image to, where ``obj`` is a wrapper of the user's own whose ``__call__``
+    (or, for a ``torch.nn.Module`` without hooks, ``forward``) is exactly ``return self.<name>(img)``, as
+    torchvision's reference ``ClassificationPresetTrain`` / ``ClassificationPresetEval`` are; else ``None``.
+    The bytecode is read, so a wrapper that does anything more (a second call, a branch) is not one."""
+    import torch
+
+    method = next((vars(k)["__call__"] for k in type(obj).__mro__ if "__call__" in vars(k)), None)
+    if isinstance(obj, torch.nn.Module) and method is torch.nn.Module.__call__:
+        hooked = obj._forward_hooks or obj._forward_pre_hooks or obj._backward_hooks
+        method = None if hooked else getattr(type(obj), "forward", None)
+    call = _one_call(method, 2)
+    if call is None or call[0] != call[3][0] or call[2] != ("LOAD_FAST", call[3][1]):
+        return None
+    own = getattr(obj, "__dict__", {})
+    held = {**own, **own.get("_modules", {})}  # an nn.Module keeps a v2 Compose in ``_modules``
+    return call[1] if call[1] in held and held[call[1]] is not obj else None
+
+
+def converts_to_rgb(transform: Any) -> bool:
+    """Whether ``transform`` is a function (or a ``Lambda`` of one) whose whole body is ``return
+    image.convert("RGB")`` (CLIP's ``_convert_image_to_rgb``, ``Lambda(lambda x: x.convert("RGB"))``)."""
+    fn = getattr(transform, "lambd", None) if type(transform).__name__ == "Lambda" else transform
+    call = _one_call(fn, 1) if type(fn).__name__ == "function" else None
+    return call is not None and call[0] == call[3][0] and call[1:3] == ("convert", ("LOAD_CONST", "RGB"))
+
+
 def walk(transform: Any, state: State, where: str) -> None:
     """Compiles ``transform`` (at position ``where``) into ``state``, recording refusals there."""
     inner = _containers(transform)
@@ -136,6 +185,12 @@ def walk(transform: Any, state: State, where: str) -> None:
     name = type(transform).__name__
     where = where or name
     fam = family(transform)
+    attribute = None if fam else delegate(transform)
+    if attribute is not None:  # the reference recipe's preset: compiles as the transform it calls
+        walk(getattr(transform, attribute), state, f"{where}.{attribute}")
+        return
+    if state.form == "pil" and converts_to_rgb(transform):  # the PIL loader's images are RGB already: nothing
+        return
     fn = RULES.get(f"{fam}.{name}") if fam else None
     state.where = where
     if fn is None:

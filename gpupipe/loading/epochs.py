@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import operator
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,6 +120,7 @@ class EpochCursor:
         self._resume: tuple[int, int, int, int] | None = None
         self._pass: Pass | None = None
         self._chosen = False  # set_epoch, load or skip since the last pass began
+        self.aside: Callable[[], bool] | None = None  # a pass begun when it says so is read aside: no change here
 
     def set_epoch(self, epoch: int, *, loop_continues: bool = False) -> None:
         """The next pass reads ``epoch`` (a loaded state for another epoch is dropped).
@@ -144,6 +145,8 @@ class EpochCursor:
 
         ``ranks_shuffled``: several ranks share a shuffled order (rule 4 of the module docstring).
         """
+        if self.aside is not None and self.aside():  # Lightning validates on its training loader: kept as it is
+            return Pass(epoch=self.epoch, start=0, done=0, total=total)
         left = self._pass
         if left is not None:
             left.live = False

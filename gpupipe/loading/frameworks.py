@@ -26,6 +26,10 @@ batches is refused on every rank (``refuse_empty_rank``): Lightning skips its
 loop on that rank and the others hang in its epoch-end reductions. A loader is
 not pickled (Lightning's ``ddp_spawn``): ``NO_PICKLE`` says where to build it.
 
+One loader object that Lightning both trains and validates (or predicts) on is read in the evaluation loop as
+torch's per-use sampler reads it, unshuffled (``framework_config``), and aside (``evaluates_trained``): the
+training epoch and state stay as they were; Lightning's ``iter()`` that only checks a loader (``PROBES``) ends no pass.
+
 A ``DistributedSampler`` given to ``gpupipe.DataLoader`` is the loader's
 ``sampler``: its ``set_epoch`` decides the epoch each pass reads
 (``follow_sampler``), as it does for a torch ``DataLoader``.
@@ -34,20 +38,20 @@ A ``DistributedSampler`` given to ``gpupipe.DataLoader`` is the loader's
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
-import warnings
 import weakref
 from collections.abc import Iterator
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from ..env import lightning_trainer as _lightning_trainer
 from ..errors import Error
+from .accelerating import AccelerateEnd, begin_pass, end_pass, gradient_state
+from .draws import epoch_samples
+from .lightning_loops import aside_pass, asking_loop, evaluates_trained, in_fit, probing, reads_in_order
 from .sampling import batches_per_epoch, per_rank
-
-if TYPE_CHECKING:
-    from ..backends import EpochRead
 
 NO_DATASET = (
     "a gpupipe Loader is not a torch DataLoader: Accelerate's skip_first_batches would rebuild a torch "
@@ -89,7 +93,7 @@ def shards_torch_loaders() -> bool:
     """Whether this process runs under a framework that shards a torch ``DataLoader`` given without a sampler:
     an ``Accelerator`` exists (its ``prepare`` shards one), or Lightning's loops, with
     ``use_distributed_sampler``, are asking (they are on the call stack)."""
-    if _gradient_state() is not None:
+    if gradient_state() is not None:
         return True
     trainer = _lightning_trainer()
     return trainer is not None and bool(getattr(trainer._accelerator_connector, "use_distributed_sampler", True))
@@ -105,26 +109,35 @@ def framework_config(loader: Any, world: Any) -> Any:
     (Lightning's ``PL_GLOBAL_SEED``, from ``seed_everything``, else 0), as Lightning orders a torch
     ``DataLoader``, whose ``generator`` it ignores there; a training loader's share is shuffled there (``_trains``),
     as Lightning shuffles a torch one's. Lightning's ``predict`` reads each sample once,
-    the shares unpadded (its ``UnrepeatedDistributedSampler``): ``even_batches=False`` then."""
+    the shares unpadded (its ``UnrepeatedDistributedSampler``): ``even_batches=False`` then. With ``drop_last``,
+    Lightning pads each rank's share and drops a partial batch only: where the padded share is whole batches
+    (and a cut one is not), ``drop_last=False``, which reads that padded share, as many batches as torch's."""
     own = loader.__dict__.setdefault("_own_config", loader.config)  # as built
     seeded = getattr(loader, "generator", None) is not None or getattr(loader, "_seeded_by_sampler", False)
     if world.origin != "framework":
         return own
     seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
-    if _gradient_state() is not None:  # Accelerate
+    if gradient_state() is not None:  # Accelerate
         return own if seeded else dataclasses.replace(own, seed=seed)
     trainer = _lightning_trainer()
     predicting = bool(getattr(trainer, "predicting", False))
-    shuffle = own.shuffle or (world.origin == "framework" and _trains(trainer, loader))  # sharded: shuffled
-    return dataclasses.replace(own, seed=seed, shuffle=shuffle, even_batches=own.even_batches and not predicting)
+    # sharded for training: shuffled; read by validation or predict (the same object as val_dataloader()): not
+    trains = _trains(trainer, loader) and not reads_in_order(asking_loop())
+    shuffle = own.shuffle or trains
+    # Lightning's DistributedSampler pads each rank to ceil(n / w) samples (its drop_last=False) and the DataLoader's
+    # drop_last drops a partial batch only: where that share is whole batches, it is drop_last=False's, exactly
+    n, ranks = epoch_samples(loader.source), world.world_size
+    whole = own.drop_last and not predicting and n % ranks and -(-n // ranks) % own.batch_size == 0
+    drop_last = own.drop_last and not whole
+    even = own.even_batches and not predicting
+    return dataclasses.replace(own, seed=seed, shuffle=shuffle, drop_last=drop_last, even_batches=even)
 
 
 def _trains(trainer: Any, loader: Any) -> bool:
     """Whether ``loader`` is one of ``trainer``'s training loaders, which Lightning shuffles (not drawn ones)."""
-    combined = getattr(getattr(trainer, "fit_loop", None), "_combined_loader", None)
     if getattr(loader.source, "draws", None) is not None:  # drawn by weight: a random order already
         return False
-    return any(part is loader for part in getattr(combined, "flattened", ()))
+    return in_fit(trainer, loader)
 
 
 class EmptyRank(Error, ValueError):
@@ -195,11 +208,19 @@ class Pass:
         self._batches = batches
         self._ended = False
         self._finished = False
+        self._by_validation = False  # ended by Lightning's validation loop (the same loader in both)
 
     def __iter__(self) -> Pass:
         return self
 
     def __next__(self) -> Any:
+        if self._ended and self._by_validation:
+            raise PassEnded(
+                "Lightning's validation loop began a pass over this loader while its training pass was under way "
+                "(train_dataloader() and val_dataloader() return the same loader, and validation runs mid-epoch: "
+                "val_check_interval): gpupipe runs one pass per loader at a time, where torch's DataLoader runs "
+                "both; return a second loader from val_dataloader() (built alike), or validate at epochs' ends"
+            )
         if self._ended:
             raise PassEnded(
                 "a new pass over this loader began (iter(loader) again, e.g. next(iter(loader)) inside "
@@ -213,8 +234,12 @@ class Pass:
             raise
 
     def end(self) -> None:
-        """Ends the pass for a new one; asking it for more batches then raises ``PassEnded``."""
+        """Ends the pass for a new one; asking it for more batches then raises ``PassEnded``. Lightning's check that
+        a loader is iterable (``PROBES``: an ``iter()`` it never reads) ends nothing."""
+        if probing():
+            return
         self._ended = not self._finished
+        self._by_validation = reads_in_order(asking_loop())
         self.close()
 
     def close(self) -> None:
@@ -247,8 +272,10 @@ def follow_sampler(loader: Loader) -> None:
     guard = getattr(loader.source, "dataset_guard", None)
     if guard is not None:
         guard.check()
+    if loader._cursor.aside is None:  # asked as each pass begins: Lightning validates on its training loader
+        loader._cursor.aside = functools.partial(aside_pass, weakref.ref(loader))
     sampler = loader.sampler
-    if isinstance(sampler, EpochSampler) or not hasattr(sampler, "epoch"):
+    if evaluates_trained(loader) or isinstance(sampler, EpochSampler) or not hasattr(sampler, "epoch"):
         return
     loader.set_epoch(int(sampler.epoch))  # a loaded state of that epoch is kept (EpochCursor.set_epoch)
 
@@ -285,6 +312,8 @@ class EpochSampler:
         (``LIGHTNING_EPOCH``), the next epoch after a loaded state of a stopped epoch keeps that state."""
         frame = sys._getframe(1)
         if (frame.f_globals.get("__name__"), frame.f_code.co_name) in LIGHTNING_EPOCH:
+            if evaluates_trained(self.loader):  # its training epoch is the fit loop's to set
+                return
             self.loader._cursor.set_epoch(epoch, loop_continues=True)
         else:
             self.loader.set_epoch(epoch)
@@ -316,60 +345,6 @@ class EpochBatchSampler:
 
     def __len__(self) -> int:
         return len(self.sampler.loader)
-
-
-class AccelerateEnd:
-    """The attributes Accelerate's ``GradientState`` reads from its active data loader.
-
-    Attributes:
-        end_of_dataloader: the batch handed out last is the epoch's last.
-        remainder: real samples in the epoch's last batch gathered over all
-            ranks when some are padding (``gather_for_metrics`` keeps that
-            many), else 0.
-    """
-
-    def __init__(self, remainder: int) -> None:
-        self.end_of_dataloader = False
-        self.remainder = remainder
-
-
-def _gradient_state():
-    """Accelerate's ``GradientState`` when an ``Accelerator`` exists in this process, else ``None``."""
-    module = sys.modules.get("accelerate.state")
-    cls = getattr(module, "GradientState", None)
-    if cls is None or not getattr(cls, "_shared_state", None):  # accelerate not imported, or no Accelerator yet
-        return None
-    state = cls()
-    return state if hasattr(state, "_add_dataloader") and hasattr(state, "_remove_dataloader") else None
-
-
-def begin_pass(read: EpochRead, *, samples: int, batch_size: int, world_size: int) -> AccelerateEnd | None:
-    """Makes a pass over ``read`` (an epoch of ``samples`` samples in all) Accelerate's active data
-    loader (as its own loaders do on ``__iter__``); ``None`` without an ``Accelerator``. Pair with
-    ``end_pass``."""
-    state = _gradient_state()
-    if state is None:
-        return None
-    padded = read.share.padded
-    # the real samples of the last batch gathered over all ranks (some of it is padding), else 0
-    remainder = samples - (read.batches - 1) * batch_size * world_size if padded and read.batches else 0
-    if padded > 1:
-        warnings.warn(
-            f"{padded} samples pad the ranks' shares: gather_for_metrics keeps the right number of samples "
-            "of the last batch, but with more than one padded sample some kept may be repeats; use a "
-            "dataset whose size is a multiple of the world size for exact metrics",
-            stacklevel=3,
-        )
-    tracker = AccelerateEnd(remainder)
-    state._add_dataloader(tracker)  # the hook Accelerate's own DataLoaderShard uses (DataLoaderStateMixin.begin)
-    return tracker
-
-
-def end_pass(tracker: AccelerateEnd | None) -> None:
-    """Removes a pass from Accelerate's gradient state (after ``begin_pass``)."""
-    state = _gradient_state() if tracker is not None else None
-    if state is not None:
-        state._remove_dataloader(tracker)
 
 
 __all__ = [

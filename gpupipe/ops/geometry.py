@@ -75,7 +75,7 @@ class Resize(Op):
 
     Args:
         size: an int resizes the shorter side to ``size`` keeping the aspect
-            ratio (the longer side rounded to the nearest pixel); ``(h, w)``
+            ratio (the longer side truncated to a whole pixel, as torchvision); ``(h, w)``
             resizes to exactly that; ``None`` (with ``max_size``) resizes the
             longer side to ``max_size``.
         max_size: the longer side is at most this (as in torchvision): an int

@@ -22,7 +22,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 from nvidia.dali import fn, types
 from nvidia.dali import math as dmath
 
@@ -30,6 +29,7 @@ from ... import ops as O
 from ...targets.base import Kernel
 from .augment import one_fill, quiet_auto_aug  # importing it registers the auto-augment lowerings
 from .hue import blend_contrast, blend_saturation, scale_brightness, shift_hue, to_gray
+from .lowering_warp import constant64, inverse_coefficients, ramp, warp_nearest
 from .table import LOWERINGS, Graph, lowering
 
 #: DALI dtype that ``crop_mirror_normalize`` emits for each output dtype;
@@ -47,20 +47,11 @@ def _slicing(anchor, shape) -> Kernel:
     return kernel
 
 
-#: The longest side a mask is resized to: its index maps are cut from one ramp this long.
-MAX_MASK_SIDE = 1 << 16
-
-
-def _ramp(n):
-    """``(n,)`` int32 ``0 .. n - 1`` (``n`` an int node, at most ``MAX_MASK_SIDE``), cut from one constant ramp."""
-    return types.Constant(np.arange(MAX_MASK_SIDE, dtype=np.int32), device="cpu")[0:n]
-
-
 def _index_map(n_in, n_out):
     """``(n_out,)`` int32: output pixel ``j`` reads source pixel ``floor((2j + 1) * n_in / (2 n_out))``, in
     int64 arithmetic (exact; DALI's ``INTERP_NN`` takes it in float32 and reads the pixel above where
     ``(j + 0.5) * n_in / n_out`` is a whole number, e.g. at 30 -> 45)."""
-    j = fn.cast(_ramp(n_out), dtype=types.INT64)
+    j = fn.cast(ramp(n_out), dtype=types.INT64)
     n_in, n_out = fn.cast(n_in, dtype=types.INT64), fn.cast(n_out, dtype=types.INT64)
     return fn.cast((j * 2 + 1) * n_in // (n_out * 2), dtype=types.INT32)
 
@@ -84,26 +75,15 @@ def _scaled_index_map(n, scale, shift, centre):
     in float64 as ``torchvision.lowering.scaled_indices`` computes it (the same IEEE operations, so the same
     pixels); ``n`` (a row or column of fill appended) where that falls outside ``[0, n)``."""
     f64 = types.FLOAT64
-    j, nf = fn.cast(_ramp(n), dtype=f64), fn.cast(n, dtype=f64)
+    j, nf = fn.cast(ramp(n), dtype=f64), fn.cast(n, dtype=f64)
     s, t = fn.cast(scale, dtype=f64), fn.cast(shift, dtype=f64)
     if centre is None:
         c = nf * 0.5
     else:  # DALI has no float64 constant: the sum of three float32 ones, exact (72 bits for 53)
-        c = fn.cast(types.Constant(np.float32(0.0), device="cpu"), dtype=f64)
-        for piece in _float32_pieces(float(centre)):
-            c = c + fn.cast(types.Constant(piece, device="cpu"), dtype=f64)
+        c = constant64(float(centre))
     q = dmath.floor((j * 2.0 + 1.0 - c * 2.0 - t * 2.0) / (s * 2.0) + c)
     inside = fn.cast((q >= 0.0) & (q < nf), dtype=f64)
     return fn.cast(q * inside + nf * (1.0 - inside), dtype=types.INT32)
-
-
-def _float32_pieces(value: float) -> list[np.float32]:
-    """Three float32 numbers whose float64 sum is ``value`` exactly."""
-    pieces = []
-    for _ in range(3):
-        pieces.append(np.float32(value))
-        value -= float(pieces[-1])
-    return pieces
 
 
 def _scaled_exact(g: Graph, j: int, op: O.RandomAffine, x, fill):
@@ -242,7 +222,13 @@ def _affine(g: Graph, j: int, op: O.RandomAffine) -> None:
 
     def kernel(x, *, fill, nearest: bool = False):
         if nearest or op.interpolation == "nearest":
-            return _scaled_exact(g, j, op, x, fill) if scaled else warp(x, fill=fill, nearest=True)
+            if scaled:
+                return _scaled_exact(g, j, op, x, fill)
+            turn = inverse_coefficients(g.p(j, "angle"), g.p(j, "shear_x"), g.p(j, "shear_y"))
+            shift = (g.p(j, "tx"), g.p(j, "ty"))
+            return warp_nearest(
+                x, g.p(j, "size"), turn, fill=fill, shift=shift, scale=g.p(j, "scale"), centre=op.center
+            )
         return _blend_edges_as_torchvision(warp, x, fill)
 
     g.geometric(j, op, kernel, one_fill(op))
@@ -253,16 +239,12 @@ def _rotate(g: Graph, j: int, op: O.RandomRotation) -> None:
     angle = g.p(j, "angle")
 
     def warp(x, *, fill, nearest: bool = False):
-        return fn.rotate(
-            x,
-            angle=angle,
-            keep_size=True,
-            fill_value=fill,
-            interp_type=types.INTERP_NN if nearest else types.INTERP_LINEAR,
-        )
+        return fn.rotate(x, angle=angle, keep_size=True, fill_value=fill, interp_type=types.INTERP_LINEAR)
 
     def kernel(x, *, fill, nearest: bool = False):
-        return warp(x, fill=fill, nearest=True) if nearest else _blend_edges_as_torchvision(warp, x, fill)
+        if nearest:  # by the documented rule; torchvision's rotate turns by -angle, clockwise
+            return warp_nearest(x, g.p(j, "size"), inverse_coefficients(-angle), fill=fill)
+        return _blend_edges_as_torchvision(warp, x, fill)
 
     g.geometric(j, op, kernel)
 
