@@ -44,7 +44,7 @@ def write_case(root: Path):
     records = [{"id": k, "file_name": f"{name}.png", "width": 40, "height": 30}
                for k, name in enumerate(("good", "neg", "cat", "out", "nan", "size", "crowd", "empty", "gone"))]
     records[5]["width"] = 41                                                      # annotated size differs
-    records.append({"id": 0, "file_name": "dup.png", "width": 40, "height": 30})  # a repeated image id
+    records.append({"id": 0, "file_name": "good.png", "width": 40, "height": 30})  # a repeated image record
     records.append({"id": 20, "file_name": "../escape.png", "width": 40, "height": 30})
     boxes = {0: [1, 1, 10, 10], 1: [5, 5, -3, 10], 2: [1, 1, 5, 5], 3: [30, 5, 20, 5], 4: [1, 1, "x", 5],
              5: [1, 1, 5, 5], 6: [2, 2, 8, 8], 8: [1, 1, 5, 5]}
@@ -70,7 +70,7 @@ def test_malformed_annotations_are_reported_by_on_error(tmp_path):
     images, path = write_case(tmp_path)
     source = gpupipe.CocoDetection(images, path)
     assert [(p.path.split("#")[1], p.reason) for p in source.problems] == [
-        ("image 0", "the image id repeats (the first record is used)"),
+        ("image 0", "the image record repeats (the first is used)"),
         ("image 20", f"file_name '../escape.png' is not a path inside {str(images)!r}"),
         ("annotation 30", "unknown image id 77"),
     ]

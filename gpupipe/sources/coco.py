@@ -43,7 +43,10 @@ class CocoDetection(FileSource):
     ``file_name`` leads outside ``images`` or whose id repeats, are listed in
     ``problems`` (an id of the other type, ``"1"`` for ``1``, is named so).
     Image records naming one file make it a bad sample (its
-    boxes split between them) and the later ones are listed in ``problems``.
+    boxes split between them) and the later ones are listed in ``problems``;
+    so does one image id given to several files (the first file is the bad
+    sample: whose boxes are whose cannot be told). Ids and sizes written as
+    whole floats (``1.0``, as pandas writes int columns) are read as ints.
     Empty boxes (0 wide or tall, or empty once clipped to the image: COCO 2017
     holds a few) are dropped, as torchvision's detection reference drops
     them, logged and listed in ``dropped``; their image is kept. A box
@@ -67,10 +70,12 @@ class CocoDetection(FileSource):
 
     #: ``category_ids[label]``: the COCO category id of each label (torchvision's COCO models' label).
     category_ids: list
+    #: ``image_ids[i]``: the COCO image id of sample ``i`` (what COCO's evaluation takes with each prediction).
+    image_ids: list
     #: The empty boxes left out (``file#annotation id``, why).
     dropped: list[Skipped]
 
-    columns = ("names", "labels", "boxes", "box_labels", "annotated_sizes", "annotation_errors")
+    columns = ("names", "labels", "boxes", "box_labels", "annotated_sizes", "annotation_errors", "image_ids")
 
     def __init__(
         self, images: PathLike, annotations: PathLike, *, include_crowd: bool = False, keep_empty: bool = True
@@ -84,13 +89,14 @@ class CocoDetection(FileSource):
             raise ValueError(f"CocoDetection: images folder {str(self.root)!r} is not a folder")
         data = _load(self.annotations)
         categories = sorted(_records(data, "categories", self.annotations), key=_sort_key)
-        label_of = {c["id"]: k for k, c in enumerate(categories)}
+        label_of = {_hashable(c["id"]): k for k, c in enumerate(categories)}
         if len(label_of) != len(categories):
             raise ValueError(f"CocoDetection: {self.annotations}: category ids repeat")
         self.classes = [str(c.get("name", c["id"])) for c in categories]
-        self.category_ids = [c["id"] for c in categories]
+        self.category_ids = [_hashable(c["id"]) for c in categories]
         self.problems: list[Skipped] = []
         self.dropped = []
+        self._shared_ids: dict = {}  # image id -> the files several records give it
         image_of = self._images(_records(data, "images", self.annotations))
         boxes: dict = {i: [] for i in image_of}
         labels: dict = {i: [] for i in image_of}
@@ -99,7 +105,7 @@ class CocoDetection(FileSource):
             where = f"{self.annotations}#annotation {ann.get('id', '?')}"
             image = image_of.get(_hashable(ann.get("image_id")))
             if image is None:
-                self.problems.append(Skipped(where, _unknown_image(ann.get("image_id"), image_of)))
+                self.problems.append(Skipped(where, _unknown("image id", ann.get("image_id"), image_of, "images")))
                 continue
             what, box = _box(ann, image, label_of, include_crowd)
             if what == "bad":
@@ -108,13 +114,19 @@ class CocoDetection(FileSource):
                 self.dropped.append(Skipped(where, str(box)))
             elif what == "box":
                 boxes[image["id"]].append(box)
-                labels[image["id"]].append(label_of[ann["category_id"]])
+                labels[image["id"]].append(label_of[_hashable(ann["category_id"])])
         for ids in _repeated_files(image_of):
             errors[ids[0]] = f"image ids {', '.join(map(str, ids))} all name this file (its boxes would be split)"
             for i in ids[1:]:
                 where = f"{self.annotations}#image {i!r}"
                 self.problems.append(Skipped(where, f"names the file of image id {ids[0]!r}"))
                 del image_of[i]
+        for key, files in self._shared_ids.items():
+            if key in image_of:
+                errors[key] = (
+                    f"image id {key!r} is given to {len(files)} image records ({', '.join(files)}): its annotations "
+                    "may be drawn on any of them (give each file its own id)"
+                )
         if self.dropped:
             _log.warning(
                 "CocoDetection: %s: %d empty boxes left out (as torchvision's reference drops them; the source's "
@@ -134,6 +146,7 @@ class CocoDetection(FileSource):
         ).reshape(-1, 2)
         self.annotation_errors = {k: errors[i] for k, i in enumerate(kept) if i in errors}
         self.labels = np.full(len(kept), -1, np.int64)
+        self.image_ids = [image_of[i]["id"] for i in kept]
 
     def _images(self, records: list[dict]) -> dict:
         """``{image id: record with its confined "path"}``; unusable records go to ``problems``."""
@@ -146,14 +159,22 @@ class CocoDetection(FileSource):
             path = os.path.normpath(os.path.join(root, name)) if isinstance(name, str) and name else ""
             if key is None:
                 self.problems.append(
-                    Skipped(f"{self.annotations}#images[{k}]", f"id {record['id']!r} is not a number or string")
+                    Skipped(f"{self.annotations}#images[{k}]", f"id {record['id']!r} is not an int or a string")
                 )
+            elif key in image_of and image_of[key]["file_name"] == name:
+                self.problems.append(Skipped(where, "the image record repeats (the first is used)"))
             elif key in image_of:
-                self.problems.append(Skipped(where, "the image id repeats (the first record is used)"))
+                first = image_of[key]["file_name"]
+                self._shared_ids.setdefault(key, [first]).append(name)
+                self.problems.append(
+                    Skipped(where, f"the image id repeats: {first} and {name} (the first is a bad sample)")
+                )
             elif not path.startswith(root) or os.path.isabs(name):
                 self.problems.append(Skipped(where, f"file_name {name!r} is not a path inside {str(self.root)!r}"))
             else:
-                image_of[key] = dict(record, id=key, path=path)
+                image_of[key] = dict(
+                    record, id=key, path=path, width=_whole(record["width"]), height=_whole(record["height"])
+                )
         return image_of
 
     def problem_summary(self) -> str:
@@ -208,7 +229,7 @@ def _records(data: dict, key: str, path: Path) -> list[dict]:
         if key == "images" and not all(_positive_int(record[f]) for f in ("width", "height")):
             raise ValueError(f"CocoDetection: {path}: {key}[{k}] width and height must be positive ints")
         if key == "categories" and _hashable(record["id"]) is None:
-            raise ValueError(f"CocoDetection: {path}: {key}[{k}] id must be a number or string")
+            raise ValueError(f"CocoDetection: {path}: {key}[{k}] id must be an int or a string")
     return records
 
 
@@ -221,27 +242,38 @@ def _repeated_files(image_of: dict) -> list[list]:
 
 
 def _hashable(value) -> object | None:
-    """An id usable as a key (an int or a string), or ``None``."""
+    """An id usable as a key: an int or a string, a whole float as its int (``1.0`` is ``1``, as a
+    Python dict, pycocotools', finds it), else ``None``."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
     return value if isinstance(value, (int, str)) and not isinstance(value, bool) else None
+
+
+def _whole(value):
+    """A whole float as its int (``640.0``: ``640``); anything else as it is."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def _sort_key(category: dict) -> tuple:
     """Category ids in numeric order (ints first), then strings."""
-    cid = category["id"]
+    cid = _hashable(category["id"])
     return (0, cid, "") if isinstance(cid, int) else (1, 0, cid)
 
 
 def _positive_int(value) -> bool:
+    value = _whole(value)
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
-def _unknown_image(value, image_of: dict) -> str:
-    """Why an annotation's ``image_id`` names no image, naming an id of the other type that would."""
-    reason = f"unknown image id {value!r}"
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit() and int(value) in image_of:
-        return reason + f" (a string; the images' ids are numbers: {int(value)} is one)"
-    if _hashable(value) is not None and not isinstance(value, str) and str(value) in image_of:
-        return reason + f" (a number; the images' ids are strings: {str(value)!r} is one)"
+def _unknown(what: str, value, known: dict, whose: str) -> str:
+    """Why an id (``what``: "image id", "category") names nothing in ``known``, naming an id of the other
+    type that would (``"1"`` for ``1``, ``1`` for ``"1"``); ``whose`` names the records ("images")."""
+    reason = f"unknown {what} {value!r}"
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit() and int(value) in known:
+        return reason + f" (a string; the {whose}' ids are numbers: {int(value)} is one)"
+    key = _hashable(value)
+    if key is not None and not isinstance(key, str) and str(key) in known:
+        return reason + f" (a number; the {whose}' ids are strings: {str(key)!r} is one)"
     return reason
 
 
@@ -249,7 +281,7 @@ def _box(ann: dict, image: dict, label_of: dict, include_crowd: bool) -> tuple[s
     """What an annotation gives: ``("box", xyxy)``, ``("empty", why)`` (dropped, as torchvision's
     reference drops empty boxes), ``("crowd", None)`` (left out) or ``("bad", why it is malformed)``."""
     if _hashable(ann.get("category_id")) not in label_of:
-        return "bad", f"unknown category {ann.get('category_id')!r}"
+        return "bad", _unknown("category", ann.get("category_id"), label_of, "categories")
     if ann.get("iscrowd", 0) not in (0, 1):  # a string "0" would be taken for a crowd
         return "bad", f"iscrowd must be 0 or 1, got {ann.get('iscrowd')!r}"
     if ann.get("iscrowd", 0) and not include_crowd:

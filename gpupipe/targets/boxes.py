@@ -116,13 +116,19 @@ class Boxes(Target):
         """Each sample's ``{"boxes": (n, 4) float32 xyxy, "labels": (n,) int64}`` (``loader.dataset.targets``)."""
         return [self.item(source, int(i)) for i in indices]
 
-    def item(self, source: SampleSource, index: int) -> dict[str, torch.Tensor]:
+    def item(self, source: SampleSource, index: int) -> dict[str, Any]:
         """The sample's target as ``loader.dataset[index]`` gives it: ``{"boxes": (n, 4) float32 xyxy in the
-        image's pixels, "labels": (n,) int64}``, as torchvision's detection models take a target."""
+        image's pixels, "labels": (n,) int64}``, as torchvision's detection models take a target, and
+        ``"image_id"`` (the COCO image id) where the source has ``image_ids`` (``CocoDetection``), as
+        torchvision's ``wrap_dataset_for_transforms_v2(CocoDetection(...))`` gives it."""
         import torch
 
         boxes, labels = self.read(source, index)
-        return {"boxes": torch.from_numpy(boxes.copy()), "labels": torch.from_numpy(labels.copy())}
+        out: dict[str, Any] = {"boxes": torch.from_numpy(boxes.copy()), "labels": torch.from_numpy(labels.copy())}
+        image_ids = getattr(source, "image_ids", None)
+        if image_ids is not None:
+            out["image_id"] = image_ids[index]
+        return out
 
     # -- packing ------------------------------------------------------------------------------
 
