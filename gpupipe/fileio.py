@@ -11,6 +11,7 @@ import fcntl
 import hashlib
 import json
 import os
+import shlex
 import stat
 
 from .errors import Error
@@ -200,3 +201,10 @@ def is_held(path) -> bool:
         return not try_lock(fd, shared=False)
     finally:
         os.close(fd)
+
+
+def shell_word(path: str | os.PathLike) -> str:
+    """``path`` as one word of a shell command a user can paste (the next command a tool prints): quoted where it
+    holds spaces or other shell characters, ``./`` before a relative path that starts with a dash (a flag, else)."""
+    path = os.fspath(path)
+    return shlex.quote(f"./{path}" if path.startswith("-") else path)

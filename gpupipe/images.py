@@ -85,15 +85,8 @@ def decode_rgb(data: bytes) -> np.ndarray:
 
 
 #: EXIF orientation -> the transpose that shows the stored pixels as displayed (as ``ImageOps.exif_transpose``).
-_TRANSPOSE = {
-    2: Image.Transpose.FLIP_LEFT_RIGHT,
-    3: Image.Transpose.ROTATE_180,
-    4: Image.Transpose.FLIP_TOP_BOTTOM,
-    5: Image.Transpose.TRANSPOSE,
-    6: Image.Transpose.ROTATE_270,
-    7: Image.Transpose.TRANSVERSE,
-    8: Image.Transpose.ROTATE_90,
-}
+_TURNS = "FLIP_LEFT_RIGHT ROTATE_180 FLIP_TOP_BOTTOM TRANSPOSE ROTATE_270 TRANSVERSE ROTATE_90".split()
+_TRANSPOSE = {o: Image.Transpose[name] for o, name in zip(range(2, 9), _TURNS)}
 
 
 def upright(img: Image.Image, orientation: int | None = None) -> Image.Image:
@@ -130,6 +123,7 @@ class Header:
             ``"CMYK"`` (YCCK too) by its components (``""``: not read).
         frames: a TIFF's pages (1 for other formats).
         adobe: a JPEG holds an Adobe ``APP14`` segment (which says how its CMYK is stored).
+        lossless: a JPEG coded losslessly (frame markers ``SOF3``, ``SOF7``, ``SOF11``, ``SOF15``).
     """
 
     kind: str
@@ -140,6 +134,7 @@ class Header:
     mode: str = ""
     frames: int = 1
     adobe: bool = False
+    lossless: bool = False
 
     @property
     def oriented(self) -> tuple[int, int]:
@@ -187,10 +182,14 @@ def loader_refusal(header: Header, suffix: str = "") -> str | None:
             "a CMYK JPEG without an Adobe marker: decoders disagree on its colours (DALI inverts its inks, "
             "libjpeg-turbo and PIL do not); python -m gpupipe.pack converts it as PIL reads it"
         )
+    if header.lossless:  # PIL reads it; DALI and torchvision.io refuse it
+        return "a lossless JPEG: the loaders' decoders do not read it; python -m gpupipe.pack converts it"
     return no_one_reading(header.kind, header.mode, header.frames)
 
 
 _SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
+_HIERARCHICAL = frozenset({0xC5, 0xC6, 0xC7, 0xCD, 0xCE, 0xCF})  # frame markers of hierarchical JPEGs
+NO_DECODER = "no decoder gpupipe or PIL uses reads it; convert it to an 8-bit JPEG or a PNG"  # 12-bit, hierarchical
 #: Bytes read at the start of a file; a JPEG whose frame header lies further is read on from there.
 HEAD_BYTES = 4096
 
@@ -242,7 +241,7 @@ def _jpeg_header(read_at: ReadAt, head: bytes) -> Header:
     """Walks the JPEG marker segments up to the scan, noting the frame header and every EXIF orientation
     (an ``APP1`` may follow the frame header: every decoder reads it there too)."""
     at = _reader(read_at, head)
-    pos, frame, orientations, scan_at, adobe = 2, b"", list[int](), -1, False
+    pos, frame, orientations, scan_at, adobe, process = 2, b"", list[int](), -1, False, 0
     for _ in range(10_000):
         marker = at(pos, 4)
         if len(marker) < 2 or marker[0] != 0xFF:
@@ -263,7 +262,7 @@ def _jpeg_header(read_at: ReadAt, head: bytes) -> Header:
         if length < 2:
             break
         if kind in _SOF and not frame:
-            frame = at(pos + 4, 6)
+            frame, process = at(pos + 4, 6), kind
             if len(frame) < 5:
                 break
         if kind == 0xEE:
@@ -275,10 +274,13 @@ def _jpeg_header(read_at: ReadAt, head: bytes) -> Header:
         pos += 2 + length
     if len(frame) < 5:
         raise ImageRefused("unreadable image header: no JPEG frame header")
+    if process in _HIERARCHICAL or frame[0] != 8:  # libjpeg's 8-bit decoders (PIL's, DALI's) refuse these
+        what = f"a hierarchical JPEG (frame marker 0x{process:X})" if frame[0] == 8 else f"a {frame[0]}-bit JPEG"
+        raise ImageRefused(f"{what}: {NO_DECODER}")
     width, height = int.from_bytes(frame[3:5], "big"), int.from_bytes(frame[1:3], "big")
     mode = {1: "L", 3: "RGB", 4: "CMYK"}.get(frame[5] if len(frame) > 5 else 0, "")
     orientation = _one_orientation(orientations, "EXIF segments")
-    return Header("JPEG", width, height, orientation, scan_at, mode=mode, adobe=adobe)
+    return Header("JPEG", width, height, orientation, scan_at, mode=mode, adobe=adobe, lossless=process & 3 == 3)
 
 
 def _reader(read_at: ReadAt, head: bytes) -> ReadAt:

@@ -22,6 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..cli import ArgumentParser
+from ..fileio import shell_word
 from . import photos as demo
 from . import tasks as demo_tasks
 
@@ -164,9 +165,9 @@ def next_step(task: str, out: Path, examples: Path | None, extra: str = "") -> s
     """The line saying what to run on the data written to ``out``: the example script of a clone, else (a pip
     install, without ``examples/``) the bench or the line of a script that reads it."""
     name, parts, script = _NEXT[task]
-    bench = f"python -m gpupipe.bench --data {out}" if task == "classification" else ""
+    bench = f"python -m gpupipe.bench --data {shell_word(out)}" if task == "classification" else ""
     if examples is not None:
-        paths = " ".join(str(out / part) if part else str(out) for part in parts)
+        paths = " ".join(shell_word(out / part if part else out) for part in parts)
         return f"next: python examples/train_{name}.py {paths}{extra}" + (f"  (or: {bench})" if bench else "")
     code = script.format(out=out.as_posix())
     return (

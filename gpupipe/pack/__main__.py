@@ -23,7 +23,7 @@ from pathlib import Path
 from .. import env
 from ..cli import ArgumentParser, run
 from ..errors import SampleError, plural
-from ..fileio import byte_size, sha256_hex
+from ..fileio import byte_size, sha256_hex, shell_word
 from ..remote import Retry, is_url
 from ..remote.urls import filesystem
 from ..shards import format as shardfmt
@@ -238,7 +238,7 @@ def next_step(dst: str, packed: int) -> str:
     the ``packed`` images (the bench's default on a GPU is 256: a smaller pack gets a ``--batch-size``)."""
     flag = f" --batch-size {max(1, min(32, packed))}" if packed < 256 else ""
     return (
-        f"next: python -m gpupipe.bench --data {dst}{flag}; in a script: "
+        f"next: python -m gpupipe.bench --data {shell_word(dst)}{flag}; in a script: "
         f'gpupipe.loader({dst!r}, "train", batch_size={max(1, min(256, packed))})'
     )
 

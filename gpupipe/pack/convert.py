@@ -26,7 +26,16 @@ from PIL import Image
 from .. import targets
 from ..checks import positive_int
 from ..fileio import DEFAULT_MAX_FILE_SIZE, UnreadableFile, read_file
-from ..images import ImageRefused, exif_orientation, no_one_reading, open_checked, read_header, to_rgb8, upright
+from ..images import (
+    NO_DECODER,
+    ImageRefused,
+    exif_orientation,
+    no_one_reading,
+    open_checked,
+    read_header,
+    to_rgb8,
+    upright,
+)
 from ..shards import format as shardfmt
 from ..sources.scan import truncation
 from ..targets import TargetKind
@@ -115,12 +124,14 @@ def convert_image(data: bytes, settings: ConvertSettings) -> tuple[bytes, tuple[
     """
     if not data:
         raise ImageRefused("empty file (0 bytes)")
+    if data[:3] == b"\xff\xd8\xff":
+        undecodable_jpeg(data, settings.max_pixels)
     img = open_checked(io.BytesIO(data), settings.max_pixels)
     width, height = img.size
-    scan_at = -1
+    scan_at, lossless = -1, False
     if img.format in ("JPEG", "PNG"):  # the scan's rule (every EXIF block, wherever it lies; refused if they differ)
         header = read_header(io.BytesIO(data), settings.max_pixels)
-        orientation, scan_at = header.orientation, header.scan_at
+        orientation, scan_at, lossless = header.orientation, header.scan_at, header.lossless
     elif img.format == "TIFF":
         orientation = 1  # PIL turns a TIFF upright itself as it opens it (its size is already as displayed)
     else:
@@ -137,6 +148,7 @@ def convert_image(data: bytes, settings: ConvertSettings) -> tuple[bytes, tuple[
     if refusal:  # the loaders' words: a TIFF of several pages
         raise ImageRefused(refusal)
     clean = img.format == "JPEG" and img.mode == "RGB" and orientation == 1 and size == (width, height)
+    clean = clean and not lossless  # which the loaders' decoders do not read: re-encoded
     if img.format == "JPEG" and size != (width, height):
         # Let libjpeg decode at 1/2, 1/4 or 1/8 scale when that still covers the target.
         img.draft("RGB", size)  # stored (pre-rotation) coordinates, like ``size``
@@ -157,6 +169,20 @@ def convert_image(data: bytes, settings: ConvertSettings) -> tuple[bytes, tuple[
     except (OSError, ValueError) as err:  # in memory: the encoder refused this image, nothing else failed
         raise ImageRefused(f"cannot encode as JPEG: {err}") from None
     return out.getvalue(), shown, size, False
+
+
+def undecodable_jpeg(data: bytes, max_pixels: int) -> None:
+    """Refuses a JPEG that no decoder reads (12-bit, hierarchical) with the scan's reason, which PIL would give as
+    ``not an image`` or a decoding error; other faults of its header are left for PIL to name.
+
+    Raises:
+        ImageRefused: the JPEG's frame header says a process or sample precision no decoder reads.
+    """
+    try:
+        read_header(io.BytesIO(data), max_pixels)
+    except ImageRefused as refused:
+        if refused.reason.endswith(NO_DECODER):
+            raise
 
 
 def stretch(img: Image.Image) -> Image.Image:

@@ -10,6 +10,7 @@ folder fail at once with a clear message instead of both writing.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -31,6 +32,31 @@ class PackError(Error, RuntimeError):
 
 class NothingPacked(PackError):
     """Every input of a pack was bad: no shard was written (each input is listed in the manifest)."""
+
+
+def stamp(path: str) -> dict:
+    """``{"stat": [size, mtime_ns, ctime_ns]}`` of a skipped input's file (``None`` where it cannot be read), which a
+    rerun compares: a file mended or finished since it was skipped is not left out silently."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return {"stat": None}
+    return {"stat": [st.st_size, st.st_mtime_ns, st.st_ctime_ns]}
+
+
+def write_failed(what: str, err: OSError) -> PackError:
+    """The error for a write into the output folder that failed (``what``: ``cannot write PATH``), saying what to
+    do next where a disk or quota is full, or the folder is not writable: the journal lets the same command
+    resume after the last finished shard."""
+    advice = ""
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        advice = (
+            "; free space on that disk and run the same command again: it goes on after the last finished shard "
+            "(or pack into a folder on a disk with room)"
+        )
+    elif err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        advice = "; pack into a folder you can write, or make this one writable and run the same command again"
+    return PackError(f"{what}: {err.strerror or err}{advice}")
 
 
 class DstLock:
@@ -110,6 +136,13 @@ class Journal:
         elif self.shards:
             self.next_input = self.shards[-1]["next_input"]
         self.skipped = [s for s in saved["skipped"] if s["position"] < self.next_input]
+        changed = next((s for s in self.skipped if "stat" in s and stamp(s["path"]) != {"stat": s["stat"]}), None)
+        if changed:  # a file still being copied when it was read, a file mended since: the rerun would keep it out
+            raise PackError(
+                f"{changed['path']} was skipped by the earlier run ({changed['reason']}) and has changed since (a "
+                f"file still being written then?): to pack it, delete {self.path.parent} and run the command again "
+                "(or pack into a new folder)"
+            )
 
     def save(self) -> None:
         """Writes the journal whole (``write_whole``).
@@ -138,4 +171,4 @@ def write_whole(path: Path, text: str) -> None:
                 tmp.unlink(missing_ok=True)
             raise
     except OSError as err:
-        raise PackError(f"cannot write {path}: {err.strerror or err}") from None
+        raise write_failed(f"cannot write {path}", err) from None

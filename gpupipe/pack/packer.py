@@ -25,7 +25,7 @@ from ..sources.walk import OTHER_IMAGE_EXTENSIONS
 from ..targets import Target
 from . import manifest as mf
 from .convert import Converted, ConvertSettings, Task, convert
-from .journal import DstLock, Journal, NothingPacked, PackError, fingerprint
+from .journal import DstLock, Journal, NothingPacked, PackError, fingerprint, stamp, write_failed
 from .signals import in_worker
 from .writer import ShardWriter
 
@@ -167,7 +167,7 @@ def pack(
     try:
         dst.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise PackError(f"cannot make the output folder {dst}: {err.strerror or err}") from None
+        raise write_failed(f"cannot make the output folder {dst}", err) from None
     order = pack_order(settings.seed, len(source))
     start, end = rank * len(order) // world_size, (rank + 1) * len(order) // world_size
     with DstLock(dst, part=rank):
@@ -358,13 +358,14 @@ def _write_part(
     copied = bytes_in = 0
     bar = tqdm(total=end - journal.next_input, unit="img", desc="packing", disable=not progress, smoothing=0.1)
     try:
-        for position, result in _converted(tasks, settings.convert, workers or env.cores()):
+        # no more processes than inputs left (--workers 512 for a folder of 30 forked 512)
+        for position, result in _converted(tasks, settings.convert, min(workers or env.cores(), bar.total or 1)):
             bar.update(1)
             bytes_in += result.bytes_in
             path = source.names[order[position]]
             if result.members is None:
                 errors.apply([Skipped(path, result.reason or "")])
-                journal.skipped.append({"position": position, "path": path, "reason": result.reason})
+                journal.skipped.append({"position": position, "path": path, "reason": result.reason, **stamp(path)})
                 continue
             copied += result.copied
             if (
@@ -385,7 +386,7 @@ def _write_part(
         journal.next_input = end
         journal.save()
     except OSError as err:
-        raise PackError(f"cannot write into {dst}: {err.strerror or err}") from None
+        raise write_failed(f"cannot write into {dst}", err) from None
     finally:
         bar.close()
         if shard is not None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import PathNotFound, plural
+from ..errors import PathNotFound, Skipped, plural
 from ..targets import TargetKind
 from .base import Indices, Source
 from .listfile import LabelArg, label_sets, merge_repeated, numbering, read_list_file, read_pairs
@@ -116,8 +116,9 @@ class ImageFolder(FileSource):
         visited, links = {folder_id(str(self.root)), *ids}, list[str]()
         unread: list[str] | None = [] if set(IMAGE_EXTENSIONS) <= set(extensions) else None  # else: chosen
         ignored: list[str] = []
+        unlisted: list[tuple[str, str]] = []  # folders without permission: problems, as unreadable files are
         for label, (name, class_dir) in enumerate(zip(self.classes, class_dirs)):
-            found = walk_images(class_dir, extensions, visited, unread, ignored, system, links)
+            found = walk_images(class_dir, extensions, visited, unread, ignored, system, links, unlisted)
             if not found:
                 logger.warning("ImageFolder: class folder %r holds no images", str(self.root / name))
             names.extend(found)
@@ -132,6 +133,7 @@ class ImageFolder(FileSource):
         warn_linked_twice(str(self.root), names, labels, self.classes, links)
         self.names = names
         self.labels = np.asarray(labels, np.int64)
+        self.problems = [Skipped(path, why) for path, why in unlisted]
         self.left_out = sorted(unread or ())
         warn_left_out("ImageFolder", self.left_out)
 

@@ -41,9 +41,9 @@ from ..progress import Progress
 
 logger = logging.getLogger("gpupipe.scan")
 
-#: 6: formats DALI does not decode refused; 5: a JPEG with data after its image is whole; 4: a PNG's eXIf
-#: chunk after its pixels, ...
-CACHE_VERSION = 6
+#: 7: 12-bit, hierarchical and lossless JPEGs refused; 6: formats DALI does not decode refused; 5: a JPEG with data
+#: after its image is whole; 4: a PNG's eXIf chunk after its pixels, ...
+CACHE_VERSION = 7
 #: How far from the end an end-of-image marker may sit (some writers pad files).
 _TAIL_BYTES = 4096
 #: Below this many files to check (or to stat), a scan stays in this process.

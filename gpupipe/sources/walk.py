@@ -54,6 +54,7 @@ def walk_images(
     ignored: list[str] | None = None,
     system: list[str] | None = None,
     links: list[str] | None = None,
+    unlisted: list[tuple[str, str]] | None = None,
 ) -> list[str]:
     """Image files under ``folder``, in ``torchvision.datasets.ImageFolder``'s order.
 
@@ -70,6 +71,8 @@ def walk_images(
         ignored: when given, receives the files ending in one of ``IGNORED_IMAGE_EXTENSIONS``.
         system: when given, receives the folders of system files (``SYSTEM_FOLDERS``), which are never entered.
         links: when given, receives the images that are symbolic links.
+        unlisted: when given, receives ``(folder, why)`` of each folder that cannot be listed (no permission),
+            whose images are left out; otherwise each is logged.
     """
     others = tuple(e for e in OTHER_IMAGE_EXTENSIONS if e not in extensions) if unread is not None else ()
     visited = set() if visited is None else visited
@@ -110,7 +113,10 @@ def walk_images(
                     elif ignored is not None and name.lower().endswith(IGNORED_IMAGE_EXTENSIONS):
                         ignored.append(entry.path)
         except OSError as err:
-            logger.warning("ImageFolder: cannot list %r: %s", path, err.strerror or err)
+            if unlisted is None:
+                logger.warning("ImageFolder: cannot list %r: %s", path, err.strerror or err)
+            else:
+                unlisted.append((path, f"cannot list the folder: {err.strerror or err}; its images are left out"))
             return
         found.append((path, sorted(files)))
         for sub in folders:
