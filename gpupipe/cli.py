@@ -54,8 +54,67 @@ class ArgumentParser(argparse.ArgumentParser):
             action.help = "(default: %(default)s)"
         return action
 
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        self.argv = [str(a) for a in (sys.argv[1:] if args is None else args)]  # for error(): a name such as -data
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str) -> NoReturn:
-        fail(f"{with_flag_guess(self, message)} (see {self.prog} --help)")
+        fail(f"{explained(self, message)} (see {self.prog} --help)")
+
+
+def explained(parser: argparse.ArgumentParser, message: str) -> str:
+    """argparse's ``message`` with what the user meant: the flag meant for a mistyped one (``with_flag_guess``),
+    else, for a folder or file whose name starts with ``-`` (read as a flag: ``unrecognized arguments: -data``),
+    how to write it (``./-data``, or ``--`` before the names). The words are those ``parse_args`` was given
+    (``ArgumentParser`` keeps them)."""
+    guessed = with_flag_guess(parser, message)
+    if guessed != message:
+        return guessed
+    return message + dash_names_hint(parser, message, getattr(parser, "argv", None) or [])
+
+
+#: argparse's messages where a name that starts with ``-`` may be a folder or file read as a flag.
+_DASH_MESSAGES = re.compile(
+    r"^(unrecognized arguments: |the following arguments are required: |argument \S+: (expected one argument"
+    r"|ignored explicit argument))"
+)
+
+
+def dash_names_hint(parser: argparse.ArgumentParser, message: str, argv: list[str]) -> str:
+    """The end of an argparse error caused by a folder or file named ``-data`` (read as a flag): ``"(a name that
+    starts with '-' is read as a flag: for a folder or file so named, write ./-data, or put -- before the
+    names)"``; for an option's value (``--data -d``: ``expected one argument``), ``write --data ./-d``. ``""``
+    where no word of ``argv`` can be such a name."""
+    if not _DASH_MESSAGES.match(message):
+        return ""
+    flags = {flag for action in parser._actions for flag in action.option_strings}
+    shorts = {flag[1] for flag in flags if len(flag) == 2 and flag[0] in parser.prefix_chars}
+    given = argv[: argv.index("--")] if "--" in argv else argv
+
+    def named(word: str) -> bool:  # a name read as a flag: -data, not a flag, -qv (short flags), -1 or --x=1
+        return (
+            len(word) > 1
+            and word[0] == "-"
+            and word[1] != "-"
+            and word not in flags
+            and not set(word[1:]) <= shorts
+            and parser._negative_number_matcher.match(word) is None
+        )
+
+    wanted = re.match(r"argument (\S+): expected one argument", message)
+    if wanted:
+        options = wanted.group(1).split("/")
+        meant = [k for k in given if k in options or (k[:2] == "--" and any(o.startswith(k) for o in options))]
+        after = [v for k, v in zip(given, given[1:]) if k in meant and named(v)]  # --data -d, --dat -d
+        return f"{_READ_AS_FLAG}a folder or file so named, write {options[-1]} ./{after[0]})" if after else ""
+    names = [word for word in given if named(word)]
+    if not names or all(action.option_strings for action in parser._actions):  # no folder or file to name
+        return ""
+    what = "a folder or file" if len(names) == 1 else "folders or files"
+    return f"{_READ_AS_FLAG}{what} so named, write {' '.join('./' + n for n in names)}, or put -- before the names)"
+
+
+_READ_AS_FLAG = " (a name that starts with '-' is read as a flag: for "
 
 
 def with_flag_guess(parser: argparse.ArgumentParser, message: str) -> str:
@@ -116,4 +175,4 @@ def run(main: Callable[[], int | None]) -> NoReturn:
     raise SystemExit(status or 0)
 
 
-__all__ = ["EXIT_ERROR", "ArgumentParser", "fail", "message", "run", "user_errors"]
+__all__ = ["EXIT_ERROR", "ArgumentParser", "explained", "fail", "message", "run", "user_errors"]

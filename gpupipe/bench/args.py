@@ -13,7 +13,7 @@ from .. import backends as gp_backends
 from .. import env
 from ..amp import AMP_CHOICES, cpu_info
 from ..checks import did_you_mean
-from ..cli import with_flag_guess
+from ..cli import ArgumentParser, explained
 from ..errors import Error as GpupipeError
 from ..remote.urls import is_url
 from .advice import BASELINE
@@ -44,9 +44,9 @@ examples:
 """
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        raise BenchError(with_flag_guess(self, message))
+        raise BenchError(explained(self, message))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

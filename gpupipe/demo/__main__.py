@@ -7,9 +7,9 @@
 (``python datasets/make_demo.py`` in a clone of the repository is the same command.) The images are "dead leaves"
 scenes over 1/f noise (``gpupipe.demo.photos``; classification: sides 300-700 px, about 90 KiB each).
 Segmentation masks hold class ids (0 = background) of 21 classes; detection has 5 categories. Prints the folder's
-statistics and the example command that trains on it (in a pip install, without ``examples/``, the line of a
-script that reads it). OUT must be new or empty (the same classification set there already is reused). Bad
-arguments: one line, ``error: ...``, exit 2.
+statistics and the example command that trains on it, runnable from the current folder (the script's path relative
+to it, or absolute; in a pip install, without ``examples/``, the line of a script that reads it). OUT must be new or
+empty (the same classification set there already is reused). Bad arguments: one line, ``error: ...``, exit 2.
 """
 
 from __future__ import annotations
@@ -161,14 +161,25 @@ _NEXT = {
 }
 
 
+def from_here(path: Path) -> Path:
+    """``path`` as the current folder reaches it: relative where it is inside that folder (``examples/x.py`` in the
+    clone), else absolute (the command was run elsewhere: a path relative to the clone would name no file)."""
+    try:
+        return path.relative_to(Path.cwd())
+    except (ValueError, OSError):  # OSError: the current folder was deleted
+        return path
+
+
 def next_step(task: str, out: Path, examples: Path | None, extra: str = "") -> str:
-    """The line saying what to run on the data written to ``out``: the example script of a clone, else (a pip
-    install, without ``examples/``) the bench or the line of a script that reads it."""
+    """The line saying what to run on the data written to ``out`` (``out`` as the user wrote it: from the current
+    folder): the example script of a clone, by a path that works from the current folder, else (a pip install,
+    without ``examples/``) the bench or the line of a script that reads it."""
     name, parts, script = _NEXT[task]
     bench = f"python -m gpupipe.bench --data {shell_word(out)}" if task == "classification" else ""
     if examples is not None:
         paths = " ".join(shell_word(out / part if part else out) for part in parts)
-        return f"next: python examples/train_{name}.py {paths}{extra}" + (f"  (or: {bench})" if bench else "")
+        run = shell_word(from_here(examples / f"train_{name}.py"))
+        return f"next: python {run} {paths}{extra}" + (f"  (or: {bench})" if bench else "")
     code = script.format(out=out.as_posix())
     return (
         f"next: {bench + '; or ' if bench else ''}in a script: {code} (the example scripts, examples/train_{name}.py, "

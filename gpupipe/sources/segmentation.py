@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import env
-from ..errors import PathNotFound, Skipped
+from ..errors import PathNotFound, Skipped, plural
 from ..fileio import read_file
 from ..targets import TargetKind, maskmap
 from ..targets.base import turned_hint
@@ -105,15 +105,18 @@ class SegmentationFolder(FileSource):
                     f"(0..{len(self.classes) - 1}) and ignore_index {ignore_index}"
                 )
         self._checked: set[str] = set()  # masks whose ids were checked against the classes
-        masks_found, masks_shared = _by_stem(self.mask_root, (".png",), suffix=mask_suffix)
+        unlisted: list[tuple[str, str]] = []  # folders that cannot be listed (no permission): problems
+        masks_found, masks_shared = _by_stem(self.mask_root, (".png",), suffix=mask_suffix, unlisted=unlisted)
         # where the folders overlap, compared as real paths: one folder named two ways (a link, "d/../d") is one
         roots = os.path.realpath(self.root), os.path.realpath(self.mask_root)
         overlap = any(os.path.commonpath([a, b]) == b for a, b in (roots, roots[::-1]))
         mask_paths = (path for paths in (masks_found.values(), *masks_shared.values()) for path in paths)
         is_mask = {os.path.realpath(path) for path in mask_paths} if overlap else set()
-        found, shared = _by_stem(self.root, tuple(e.lower() for e in extensions), is_mask, image_suffix)
+        found, shared = _by_stem(self.root, tuple(e.lower() for e in extensions), is_mask, image_suffix, unlisted)
         self.split = None if split is None else Path(split).expanduser().absolute()
-        self.problems: list[Skipped] = []
+        shut = dict(unlisted)  # one folder under both roots (they overlap) is named once
+        self.problems: list[Skipped] = [Skipped(path, why) for path, why in shut.items()]
+        self.unlisted = len(shut)
         if self.split is not None:
             listed = {_strip(k, image_suffix): v for k, v in _read_split(self.split).items()}
             for found_or_shared in (found, shared, masks_found, masks_shared):
@@ -127,13 +130,15 @@ class SegmentationFolder(FileSource):
         self.problems += _ambiguous(shared, "images", "which one {} belongs to", self.mask_root, mask_suffix)
         self.problems += _ambiguous(masks_shared, "masks", "which one is the mask of {}", self.root, image_suffix)
         unmasked = sorted(key for key in found if key not in masks_found and key not in masks_shared)
-        other = _by_stem(self.mask_root, _NOT_MASKS, suffix=mask_suffix)[0] if unmasked and not overlap else {}
+        other = (
+            _by_stem(self.mask_root, _NOT_MASKS, suffix=mask_suffix, unlisted=[])[0] if unmasked and not overlap else {}
+        )
         self.problems += [
-            Skipped(found[key], _no_mask(self.mask_root, key + mask_suffix, other.get(key))) for key in unmasked
+            Skipped(found[key], _no_mask(self.mask_root, key + mask_suffix, other.get(key), shut)) for key in unmasked
         ]
-        self.unmasked = len(unmasked)
+        self.unmasked = sum(not _in_unlisted(str(self.mask_root / key), shut) for key in unmasked)  # split= helps
         self.problems += [
-            Skipped(path, "a mask without an image")
+            Skipped(path, "a mask without an image" + _in_unlisted(str(self.root / key), shut))
             for key, path in sorted(masks_found.items())
             if key not in found and key not in shared
         ]
@@ -145,6 +150,9 @@ class SegmentationFolder(FileSource):
                     f"; an image is {min(found)!r}, a mask {min(masks_found)!r}: pass image_suffix= and mask_suffix= "
                     "(the ends of the names that differ), or rename one side to pair them"
                 )
+            if shut:
+                path, why = next(iter(shut.items()))
+                example += f"; {plural(len(shut), 'folder')} cannot be listed ({path}: {why})"
             raise ValueError(
                 f"SegmentationFolder: no image under {str(self.root)!r} has a mask under "
                 f"{str(self.mask_root)!r} (a mask is <masks>/<same relative path>/<stem>.png{example})"
@@ -154,14 +162,19 @@ class SegmentationFolder(FileSource):
         self.labels = np.full(len(paired), -1, np.int64)
 
     def problem_summary(self) -> str:
-        n = len(self.problems)
+        shut = getattr(self, "unlisted", 0)
+        n = len(self.problems) - shut
+        listed = f"{plural(shut, 'folder')} cannot be listed" if shut else ""
+        if not n:
+            return listed
         hint = ""
         if getattr(self, "unmasked", 0) and self.split is None:
             hint = (
                 " (to read only the images a list names, as Pascal VOC's JPEGImages with "
                 "ImageSets/Segmentation/train.txt, pass split=)"
             )
-        return f"{n} file{'s' if n != 1 else ''} {'does' if n == 1 else 'do'} not pair up{hint}"
+        paired = f"{n} file{'s' if n != 1 else ''} {'does' if n == 1 else 'do'} not pair up{hint}"
+        return f"{paired}, and {listed}" if listed else paired
 
     def read_mask(self, index: int) -> np.ndarray:
         """The encoded mask of sample ``index``: the file's bytes, or (with ``mask_map``) an 8-bit gray PNG
@@ -211,15 +224,16 @@ class SegmentationFolder(FileSource):
 
 
 def _by_stem(
-    root: Path, extensions, exclude=frozenset(), suffix: str = ""
+    root: Path, extensions, exclude=frozenset(), suffix: str = "", unlisted: list[tuple[str, str]] | None = None
 ) -> tuple[dict[str, str], dict[str, list[str]]]:
     """The files under ``root`` (but those in ``exclude``, and those whose name does not end with
     ``suffix`` before its extension) by relative path without extension and ``suffix``:
     ``({key: file}, {key: [files]})``, the second for the keys that several files share
-    (``b.jpg`` and ``b.png``, ``c.png`` and ``c.PNG``)."""
+    (``b.jpg`` and ``b.png``, ``c.png`` and ``c.PNG``). ``unlisted`` receives ``(folder, why)`` of the folders
+    that cannot be listed (``walk_images``)."""
     prefix = len(str(root)) + 1
     by_key: dict[str, list[str]] = {}
-    for path in walk_images(str(root), extensions, {folder_id(str(root))}):
+    for path in walk_images(str(root), extensions, {folder_id(str(root))}, unlisted=unlisted):
         key = os.path.splitext(path[prefix:])[0]
         if suffix and (not key.endswith(suffix) or os.path.basename(key) == suffix):
             continue
@@ -233,11 +247,19 @@ def _by_stem(
 _NOT_MASKS = tuple(e for e in IMAGE_EXTENSIONS + OTHER_IMAGE_EXTENSIONS if e != ".png")
 
 
-def _no_mask(mask_root: Path, key: str, other: str | None) -> str:
-    """Why an image has no mask, naming a mask file of another format where one is there."""
-    reason = "no mask (expected " + str(mask_root / (key + ".png"))
+def _in_unlisted(path: str, unlisted: dict[str, str]) -> str:
+    """``" (its folder F cannot be listed)"`` where ``path`` lies in a folder of ``unlisted``, else ``""``."""
+    folder = next((f for f in unlisted if path.startswith(f.rstrip(os.sep) + os.sep)), None)
+    return f" (its folder {folder} cannot be listed)" if folder is not None else ""
+
+
+def _no_mask(mask_root: Path, key: str, other: str | None, unlisted: dict[str, str] | None = None) -> str:
+    """Why an image has no mask, naming a mask file of another format where one is there, or the folder that
+    cannot be listed where its mask would be."""
+    expected = str(mask_root / (key + ".png"))
+    reason = "no mask (expected " + expected
     if other is None:
-        return reason + ")"
+        return reason + ")" + _in_unlisted(expected, unlisted or {})
     lossy = other.lower().endswith((".jpg", ".jpeg", ".webp"))
     why = "lossy compression puts values between the class ids" if lossy else "masks are read from PNG files only"
     return reason + f"; {other} is not read: {why}, save masks as PNG)"
