@@ -74,14 +74,14 @@ def to_rgb8(img: Image.Image, kind: str | None = None) -> Image.Image:
     return img if img.mode == "RGB" else img.convert("RGB")
 
 
-def decode_rgb(data: bytes) -> np.ndarray:
-    """Decodes with PIL to ``(H, W, 3)`` uint8 RGB, EXIF orientation applied.
+def decode_rgb(data: bytes, decode_as: str = "upright") -> np.ndarray:
+    """Decodes with PIL to ``(H, W, 3)`` uint8 RGB, EXIF orientation applied (``"stored"``: torchvision's pil_loader).
 
     Raises:
         OSError, ValueError, SyntaxError: PIL cannot read the data.
     """
     with Image.open(io.BytesIO(data)) as img:
-        return np.asarray(to_rgb8(upright(img), img.format))
+        return np.asarray(to_rgb8(upright(img), img.format) if decode_as == "upright" else img.convert("RGB"))
 
 
 #: EXIF orientation -> the transpose that shows the stored pixels as displayed (as ``ImageOps.exif_transpose``).

@@ -182,11 +182,6 @@ def test_a_segmentation_folder_lists_the_folders_it_cannot_list_and_names_why_th
     assert all(f"{folder}: {_SHUT}" in raised for folder in locked), raised
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs gpupipe/sources/files.py (FileList, helper exif8's file this round) and unlabelled.py to pass "
-    "walk_images's unlisted and set FileList.problems: the patch is in /work/helpers/small8-filelist.patch",
-)
 def test_a_file_list_folder_lists_the_folders_it_cannot_list(tmp_path):
     # Before: FileList(folder) logged "cannot list" for test/shut; its image was in no list.
     rng = np.random.default_rng(9)

@@ -2,7 +2,7 @@
 v1 and v2, "pil" and "tensor" backends) swapped as it is, ``RandomApply`` given one transform rather than a
 list, a CutMix / MixUp ``collate_fn``, ``target_transform`` values of numpy and bool types, an in-memory
 (CIFAR-like) dataset, and photos that gpupipe decodes otherwise than torchvision's PIL loader (EXIF
-orientation, 16-bit grey PNGs: strict xfails, see docs/torchvision.md); each compared with torch's own
+orientation, 16-bit grey PNGs: see docs/torchvision.md); each compared with torch's own
 ``DataLoader`` on tiny images."""
 
 import re
@@ -218,14 +218,7 @@ def test_an_in_memory_dataset_is_refused_by_name_and_read_as_it_is_with_the_fall
     assert torch.equal(images, want) and torch.equal(labels, want_labels)
 
 
-# --- 4. files gpupipe decodes otherwise than torchvision's PIL loader (left to the scan: strict xfails) ------
-
-PIL_LOADER_GAP = (
-    "gpupipe's decode turns an image upright by its EXIF orientation and reads a 16-bit grey PNG's high byte; "
-    "torchvision's pil_loader does neither (stored pixels; convert('RGB') clamps 16-bit values to 255). "
-    "The scan (gpupipe/sources/scan.py, not this area) reads each header but keeps only the oriented size; "
-    "once it records the orientation and bit depth, the folder swap can refuse such files by name"
-)
+# --- 4. files gpupipe decoded otherwise than torchvision's PIL loader (now read as it reads them) ------------
 
 
 def _torchs_or_refused(dataset, name):
@@ -239,11 +232,11 @@ def _torchs_or_refused(dataset, name):
     assert want is not None and images.shape == want.shape and torch.equal(images, want)
 
 
-@pytest.mark.xfail(strict=True, reason=PIL_LOADER_GAP)
 @pytest.mark.parametrize("orientation", [6, 3])
 def test_a_photo_with_an_exif_orientation_gives_torchs_stored_pixels_or_is_refused(tmp_path, orientation):
     """torch's ``ImageFolder`` gives the pixels as stored (40 x 24 turned 90 degrees: 24 x 40); gpupipe gave
-    them upright (40 x 24) for the same dataset, silently."""
+    them upright (40 x 24) for the same dataset, silently, and now reads them as stored
+    (``tests/test_redteam_exif8.py``: every orientation, every backend)."""
     image = textured_image(np.random.default_rng(1), 40, 24)
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "turned.png").write_bytes(turned_png(image, orientation, before=True))
@@ -251,10 +244,10 @@ def test_a_photo_with_an_exif_orientation_gives_torchs_stored_pixels_or_is_refus
     _torchs_or_refused(dataset, "turned.png")
 
 
-@pytest.mark.xfail(strict=True, reason=PIL_LOADER_GAP)
 def test_a_16_bit_grey_png_gives_torchs_pixels_or_is_refused(tmp_path):
     """torch's ``ImageFolder`` (``convert("RGB")`` of an ``I;16`` image) gives 255 wherever the value passes
-    255; gpupipe gave the high byte (up to 254 levels apart), silently."""
+    255; gpupipe gave the high byte (up to 254 levels apart), silently. The ``torchvision`` backend now reads
+    it as PIL does (the ``dali`` backends warn naming it: ``tests/test_redteam_exif8.py``)."""
     (tmp_path / "a").mkdir()
     values = np.random.default_rng(2).integers(256, 65536, (16, 16)).astype(np.uint16)
     Image.fromarray(values).save(tmp_path / "a" / "deep.png")

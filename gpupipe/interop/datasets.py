@@ -103,7 +103,8 @@ def as_dataset_source(dataset: Any) -> tuple[Source, Any]:
     Returns:
         A [`FileList`][gpupipe.FileList] of the dataset's samples (in its order, with its
         ``classes``; with a ``target_transform``, its ``label_map``: a ``target_map.LabelMap`` the loader
-        applies to each batch's labels), and the dataset's ``transform`` (``None`` if it has none).
+        applies to each batch's labels; ``decode_as="stored"``: every image read as torchvision's PIL loader
+        reads it, its EXIF orientation not applied), and the dataset's ``transform`` (``None`` if it has none).
 
     Raises:
         UnsupportedDataset: another dataset, a subclass with its own ``__getitem__`` (or
@@ -119,6 +120,7 @@ def as_dataset_source(dataset: Any) -> tuple[Source, Any]:
     if not samples:
         raise UnsupportedDataset(f"the {type(folder).__name__} (or its Subset) holds no samples")
     source = FileList(samples, classes=classes)
+    source.decode_as = "stored"  # as torchvision's PIL loader opens each file: its EXIF orientation not applied
     if target_transform is not None:
         try:
             label_map = LabelMap.of(target_transform, len(classes), type(folder).__name__)

@@ -87,6 +87,10 @@ class Source:
     max_file_size: int = DEFAULT_MAX_FILE_SIZE
     #: Epochs drawn by weight (``gpupipe.loading.draws``; the loader's ``weights=``), else ``None``.
     draws: Draws | None = None
+    #: How every decoder reads the images, and the sizes the planner sees: ``"upright"`` (EXIF orientation
+    #: applied: gpupipe's own) or ``"stored"`` (not applied: as torchvision's PIL loader opens a file; the swap
+    #: of a torchvision dataset, ``gpupipe.interop.datasets``).
+    decode_as: str = "upright"
 
     # Declared for the type checker only (no class attribute): the columns of sources of that kind.
     #: ``MASK`` sources of files: per sample, its mask file.
@@ -116,19 +120,24 @@ class Source:
     # -- sizes and the scan ---------------------------------------------------------
 
     def sizes(self) -> np.ndarray:
-        """``(N, 2)`` int64 ``(h, w)`` of every decoded image (EXIF orientation applied), from the
+        """``(N, 2)`` int64 ``(h, w)`` of every decoded image (as ``decode_as`` reads it), from the
         latest scan (scanning with the defaults if there was none)."""
+        return self.last_scan().sizes
+
+    def last_scan(self) -> ScanResult:
+        """The latest scan, its sizes as ``decode_as`` reads the images (scanning with the defaults if none)."""
         scans = self.__dict__.get("_scans", {})
         last = self.__dict__.get("_last_scan")
-        return scans[last].sizes if last in scans else self.scan().sizes
+        return scans[last] if last in scans else self.scan()
 
     def scan(self, max_pixels: int = 100_000_000, max_file_size: int | None = None) -> ScanResult:
-        """The header scan of every file (``gpupipe.sources.scan.scan``), done once per source and settings."""
+        """The header scan of every file (``gpupipe.sources.scan.scan``), done once per source and settings; its
+        sizes as ``decode_as`` reads the images."""
         max_file_size = max_file_size or self.max_file_size
         memo = self.__dict__.setdefault("_scans", {})
         key = (max_pixels, max_file_size)
         if key not in memo:
-            memo[key] = self._scan(max_pixels, max_file_size)
+            memo[key] = self._scan(max_pixels, max_file_size).as_read(self.decode_as)
         self.__dict__["_last_scan"] = key
         return memo[key]
 
@@ -217,7 +226,7 @@ class Source:
         if self.draws is not None:
             part.draws = self.draws.subset(keep, self.names)
         part.__dict__["_scans"] = {
-            k: ScanResult(bad={position[i]: r for i, r in v.bad.items() if i in position}, sizes=v.sizes[keep])
+            k: v.subset(keep, {position[i]: r for i, r in v.bad.items() if i in position})
             for k, v in self.__dict__.get("_scans", {}).items()
         }
         part._after_subset()

@@ -318,13 +318,14 @@ class FileList(FileSource):
         ):
             raise ValueError(f"FileList: suffix={suffix!r} is not a file ending such as '.jpg' (appended to each path)")
         unlabelled = False
+        unlisted: list[tuple[str, str]] = []  # a folder's folders without permission: problems, as ImageFolder's
         if isinstance(entries, (str, os.PathLike)):
             list_file = Path(entries).expanduser().absolute()
             if not list_file.exists():
                 raise PathNotFound(f"FileList: list file {str(list_file)!r} does not exist")
             if list_file.is_dir() and root is None:  # a test folder to predict on
                 listing, root, unlabelled = (
-                    unlabelled_listing(folder_images(list_file), classes, multi_label),
+                    unlabelled_listing(folder_images(list_file, unlisted), classes, multi_label),
                     list_file,
                     True,
                 )
@@ -353,6 +354,7 @@ class FileList(FileSource):
         self.names = merge_repeated(listing, unicode_forms(listing, windows_separators(listing, names)), multi_label)
         check_space_separated(listing, self.names)
         self._written = (base, listing.list_file)  # where the paths start, for refuse_none_found
+        self.problems = [Skipped(path, why) for path, why in unlisted]
         sets = label_sets(listing, multi_label)
         if sets is None:
             self.classes, index = numbering(listing.labels, range(len(listing.labels)), listing, classes)  # type: ignore[arg-type]

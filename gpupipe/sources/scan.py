@@ -7,8 +7,9 @@ missing files, files that are not regular (FIFOs, devices), empty or
 oversized files, files that are not images, truncated JPEGs and PNGs (no
 end marker) and images with more pixels than allowed (decompression bombs)
 are found from the first and last bytes, without decoding. The same pass
-records every image's size (EXIF orientation applied), which the planner
-needs to draw crop windows.
+records every image's size (EXIF orientation applied) and whether its
+orientation turned it, which the planner needs to draw crop windows on the
+image as its source reads it (``Source.decode_as``: upright, or as stored).
 
 Results are cached per folder, keyed by each file's size and modification
 time, so a later scan only stats the files. A cold scan uses every core;
@@ -41,14 +42,16 @@ from ..progress import Progress
 
 logger = logging.getLogger("gpupipe.scan")
 
-#: 7: 12-bit, hierarchical and lossless JPEGs refused; 6: formats DALI does not decode refused; 5: a JPEG with data
-#: after its image is whole; 4: a PNG's eXIf chunk after its pixels, ...
-CACHE_VERSION = 7
+#: 8: each image's ``traits`` (turned by its EXIF orientation, a 16-bit grey PNG); 7: 12-bit, hierarchical and
+#: lossless JPEGs refused; 6: formats DALI does not decode refused; 5: a JPEG with data after its image is whole; ...
+CACHE_VERSION = 8
 #: How far from the end an end-of-image marker may sit (some writers pad files).
 _TAIL_BYTES = 4096
 #: Below this many files to check (or to stat), a scan stays in this process.
 _PARALLEL_FROM = 2048
 _PARALLEL_STAT_FROM = 200_000
+#: ``ScanResult.traits`` bits: turned by its EXIF orientation (5 to 8); a 16-bit grey PNG.
+TURNED, GREY16 = 1, 2
 
 
 @dataclass(frozen=True)
@@ -58,10 +61,29 @@ class ScanResult:
     Attributes:
         bad: ``{index: reason}`` of the files that cannot be used.
         sizes: ``(N, 2)`` int64 ``(h, w)`` of each image, EXIF orientation applied (``-1`` for bad files).
+        traits: ``(N,)`` uint8 bits per image: ``TURNED`` (its EXIF orientation, 5 to 8, swaps its height and
+            width), ``GREY16`` (a 16-bit grey PNG); ``None``: not recorded (packed and annotated sources).
     """
 
     bad: dict[int, str]
     sizes: np.ndarray
+    traits: np.ndarray | None = None
+
+    def has(self, trait: int) -> np.ndarray:
+        """``(N,)`` bool: the images with ``trait`` (``TURNED``, ``GREY16``)."""
+        return np.zeros(len(self.sizes), bool) if self.traits is None else (self.traits & trait) != 0
+
+    def subset(self, keep: np.ndarray, bad: dict[int, str]) -> ScanResult:
+        """The result of the files at ``keep`` (an index array), with their ``bad`` renumbered."""
+        return ScanResult(bad, self.sizes[keep], None if self.traits is None else self.traits[keep])
+
+    def as_read(self, decode_as: str) -> ScanResult:
+        """The sizes as the decoders give them: ``"upright"`` (as scanned) or ``"stored"`` (EXIF orientation not
+        applied: height and width swapped back where ``TURNED``)."""
+        turned = self.has(TURNED)
+        if decode_as == "upright" or not turned.any():
+            return self
+        return ScanResult(self.bad, np.where(turned[:, None], self.sizes[:, ::-1], self.sizes), self.traits)
 
 
 def check_file(path: str, *, max_pixels: int, max_file_size: int) -> tuple[str | None, int, int]:
@@ -71,23 +93,29 @@ def check_file(path: str, *, max_pixels: int, max_file_size: int) -> tuple[str |
         ``(reason, h, w)``: why it cannot be used (``None`` when it looks
         sound) and its oriented size (``-1`` when unknown).
     """
+    return check_traits(path, max_pixels=max_pixels, max_file_size=max_file_size)[:3]
+
+
+def check_traits(path: str, *, max_pixels: int, max_file_size: int) -> tuple[str | None, int, int, int]:
+    """``check_file``'s ``(reason, h, w)`` and the image's ``ScanResult.traits`` bits."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as err:
-        return describe(err), -1, -1
+        return describe(err), -1, -1, 0
     try:
         st = os.fstat(fd)
         check_regular(st, max_file_size)
         if st.st_size == 0:
-            return "empty file (0 bytes)", -1, -1
+            return "empty file (0 bytes)", -1, -1, 0
         header = header_at(
             lambda offset, n: os.pread(fd, n, offset), lambda: os.fdopen(os.dup(fd), "rb"), max_pixels, st.st_size
         )
         refusal = loader_refusal(header, os.path.splitext(path)[1])
         if refusal:
-            return refusal, -1, -1
+            return refusal, -1, -1, 0
         tail = os.pread(fd, _TAIL_BYTES, max(0, st.st_size - _TAIL_BYTES))
         truncated = truncation(header.kind, tail)
+        grey16 = header.kind == "PNG" and os.pread(fd, 2, 24) == b"\x10\x00"  # IHDR: bit depth 16, colour type 0
         if (
             truncated
             and header.kind == "JPEG"
@@ -95,15 +123,15 @@ def check_file(path: str, *, max_pixels: int, max_file_size: int) -> tuple[str |
         ):
             truncated = None  # data after the image (a phone's motion photo: a video appended)
     except (UnreadableFile, ImageRefused) as refused:
-        return refused.reason, -1, -1
+        return refused.reason, -1, -1, 0
     except OSError as err:
-        return describe(err), -1, -1
+        return describe(err), -1, -1, 0
     finally:
         os.close(fd)
     if truncated:
-        return truncated, -1, -1
+        return truncated, -1, -1, 0
     h, w = header.oriented
-    return None, h, w
+    return None, h, w, (TURNED if header.orientation in (5, 6, 7, 8) else 0) | (GREY16 if grey16 else 0)
 
 
 #: Bytes read at a time when a JPEG's end-of-image marker is looked for before data appended to it.
@@ -155,9 +183,9 @@ def _stat_part(bounds: tuple[int, int]) -> np.ndarray:
     return keys
 
 
-def _check_part(args: tuple[int, int, int, int]) -> list[tuple[str | None, int, int]]:
+def _check_part(args: tuple[int, int, int, int]) -> list[tuple[str | None, int, int, int]]:
     start, end, max_pixels, max_file_size = args
-    return [check_file(p, max_pixels=max_pixels, max_file_size=max_file_size) for p in _PATHS[start:end]]
+    return [check_traits(p, max_pixels=max_pixels, max_file_size=max_file_size) for p in _PATHS[start:end]]
 
 
 def _in_parts(fn, count: int, extra: tuple, workers: int, parallel_from: int, progress=None) -> list:
@@ -210,10 +238,12 @@ def scan(
         keys = np.concatenate(_in_parts(_stat_part, len(mine), (), workers, _PARALLEL_STAT_FROM))
         reasons: list[str | None] = [None] * len(mine)
         sizes = np.full((len(mine), 2), -1, np.int64)
+        traits = np.zeros(len(mine), np.uint8)
         fresh = np.ones(len(mine), bool)
         if cached is not None:
             fresh = ~np.all(cached.keys[mine] == keys, axis=1)
             sizes[~fresh] = cached.sizes[mine[~fresh]]
+            traits[~fresh] = cached.traits[mine[~fresh]]
             for k in np.flatnonzero(~fresh & (cached.codes[mine] >= 0)):  # the cached bad files
                 reasons[k] = cached.reason(mine[k])
         todo = np.flatnonzero(fresh)
@@ -224,17 +254,17 @@ def scan(
         results = [r for part in parts for r in part]
     finally:
         _PATHS = []
-    for k, (reason, h, w) in zip(todo, results):
-        reasons[k], sizes[k] = reason, (h, w)
-    part = (mine, keys, sizes, reasons, len(todo))
+    for k, (reason, h, w, trait) in zip(todo, results):
+        reasons[k], sizes[k], traits[k] = reason, (h, w), trait
+    part = (mine, keys, sizes, reasons, len(todo), traits)
     if world[1] > 1:
         part = _exchange(part, paths, (max_pixels, max_file_size))
-    all_idx, all_keys, all_sizes, all_reasons, checked = part
+    all_idx, all_keys, all_sizes, all_reasons, checked, all_traits = part
     order = np.argsort(all_idx)
-    result_keys, result_sizes = all_keys[order], all_sizes[order]
+    result_keys, result_sizes, result_traits = all_keys[order], all_sizes[order], all_traits[order]
     result_reasons = [all_reasons[i] for i in order]
     if cache is not None and (checked or cached is None) and int(os.environ.get("LOCAL_RANK", "0")) == 0:
-        cache.save(result_keys, result_sizes, result_reasons)
+        cache.save(result_keys, result_sizes, result_reasons, result_traits)
     bad = {i: r for i, r in enumerate(result_reasons) if r is not None}
     logger.info(
         "scanned %d files (%d read, %d from the cache) in %.2f s: %d bad",
@@ -244,7 +274,7 @@ def scan(
         time.perf_counter() - started,
         len(bad),
     )
-    return ScanResult(bad=bad, sizes=result_sizes)
+    return ScanResult(bad=bad, sizes=result_sizes, traits=result_traits)
 
 
 def _exchange(part, paths: list[str], limits: tuple[int, int]):
@@ -264,14 +294,15 @@ def _exchange(part, paths: list[str], limits: tuple[int, int]):
         np.concatenate([g[2] for g in gathered]),
         [r for g in gathered for r in g[3]],
         sum(g[4] for g in gathered),
+        np.concatenate([g[5] for g in gathered]),
     )
 
 
 class _Cached:
     """A loaded cache, aligned with the paths being scanned."""
 
-    def __init__(self, keys: np.ndarray, sizes: np.ndarray, codes: np.ndarray, table: list[str]) -> None:
-        self.keys, self.sizes, self.codes, self.table = keys, sizes, codes, table
+    def __init__(self, keys: np.ndarray, sizes: np.ndarray, codes: np.ndarray, table: list[str], traits) -> None:
+        self.keys, self.sizes, self.codes, self.table, self.traits = keys, sizes, codes, table, traits
 
     def reason(self, i: int) -> str | None:
         code = int(self.codes[i])
@@ -299,22 +330,25 @@ class _Cache:
             with np.load(self.file, allow_pickle=False) as data:
                 if str(data["listing"]) != self.listing:
                     return None  # other files: scan them all (a changed folder is rare)
-                keys, sizes, codes = data["keys"], data["sizes"], data["codes"]
+                keys, sizes, codes, traits = data["keys"], data["sizes"], data["codes"], data["traits"]
                 table = [str(t) for t in data["table"]]
             n = len(self.paths)
             if (
                 keys.shape != (n, 2)
                 or sizes.shape != (n, 2)
                 or codes.shape != (n,)
+                or traits.shape != (n,)
                 or (len(codes) and int(codes.max(initial=-1)) >= len(table))
             ):
                 raise ValueError("arrays do not match the listing")
-            return _Cached(keys.astype(np.int64), sizes.astype(np.int64), codes.astype(np.int64), table)
+            return _Cached(
+                keys.astype(np.int64), sizes.astype(np.int64), codes.astype(np.int64), table, traits.astype(np.uint8)
+            )
         except (OSError, ValueError, KeyError, TypeError, EOFError) as err:
             logger.warning("ignoring unreadable scan cache %s: %s", self.file, err)
             return None
 
-    def save(self, keys: np.ndarray, sizes: np.ndarray, reasons: list[str | None]) -> None:
+    def save(self, keys: np.ndarray, sizes: np.ndarray, reasons: list[str | None], traits: np.ndarray) -> None:
         table = sorted({r for r in reasons if r is not None})
         index = {r: k for k, r in enumerate(table)}
         codes = np.array([-1 if r is None else index[r] for r in reasons], np.int32)
@@ -327,6 +361,7 @@ class _Cache:
                 keys=keys,
                 sizes=sizes.astype(np.int32),
                 codes=codes,
+                traits=traits.astype(np.uint8),
                 table=np.array(table, dtype=str),
             )
             os.replace(tmp, self.file)

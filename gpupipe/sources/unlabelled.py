@@ -16,9 +16,14 @@ def is_unlabelled(entries: Sequence[object]) -> bool:
     return bool(entries) and isinstance(entries[0], (str, os.PathLike))
 
 
-def folder_images(folder: Path) -> list[str]:
+def folder_images(folder: Path, unlisted: list[tuple[str, str]] | None = None) -> list[str]:
     """The images under ``folder`` (relative paths, in ``torchvision.datasets.ImageFolder``'s order: each
     folder's files sorted, folders in sorted order; hidden files left out), warning of those left out.
+
+    Args:
+        folder: the folder.
+        unlisted: when given, receives ``(folder, why)`` of each folder that cannot be listed (no permission),
+            whose images are left out (``walk_images``); otherwise each is logged.
 
     Raises:
         ValueError: no image, naming the folder.
@@ -26,12 +31,13 @@ def folder_images(folder: Path) -> list[str]:
     unread: list[str] = []
     ignored: list[str] = []
     system: list[str] = []
-    found = walk_images(str(folder), IMAGE_EXTENSIONS, None, unread, ignored, system)
+    found = walk_images(str(folder), IMAGE_EXTENSIONS, None, unread, ignored, system, unlisted=unlisted)
     warn_left_out("FileList", sorted(unread))
     warn_ignored("FileList", ignored)
     warn_system("FileList", system)
     if not found:
-        raise ValueError(f"FileList: no images in {str(folder)!r} (extensions {', '.join(IMAGE_EXTENSIONS)})")
+        shut = f"; {unlisted[0][0]}: {unlisted[0][1]}" if unlisted else ""
+        raise ValueError(f"FileList: no images in {str(folder)!r} (extensions {', '.join(IMAGE_EXTENSIONS)}){shut}")
     start = len(str(folder)) + len(os.sep)
     return [path[start:] for path in found]
 

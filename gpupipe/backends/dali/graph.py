@@ -32,7 +32,7 @@ from ...sources import FileSource, Source
 from ..base import Placement
 from .augment_fused import POLICIES, host_params
 from .calibrate import DEFAULT_LOAD, remembered_hw_decoder_load
-from .decoder import decoder_kwargs, decoder_settings
+from .decoder import decoder_kwargs, decoder_settings, warn_unlike_pil
 from .forms import graph_form, lowering_form
 from .lifetime import track
 from .lowering import Graph, lower, quiet_auto_aug
@@ -84,7 +84,8 @@ class Pipelines:
         self.source, self.spec, self.graph_spec, self.config, self.gpu = source, spec, graph_spec, config, gpu
         self.placement, self.tail = placement, tail
         self.planner, self.sizes = planner, sizes
-        self.decoder = decoder_settings(config, sizes)
+        self.decoder = decoder_settings(config, sizes, source.decode_as)
+        warn_unlike_pil(source)
         self.reader = reader_for(source)
         self.target = TARGETS.of(source.target)  # the target's DALI lowering (refuses a kind it lacks)
         # what the external source feeds besides the parameters: the target, unless the reader reads it

@@ -28,10 +28,10 @@ from .targets import TARGETS, TorchvisionTarget
 _TORCHVISION_DEPRECATION = "The image decoding and encoding capabilities of TorchVision"
 
 
-def _torchvision_jpeg(data: torch.Tensor) -> torch.Tensor:
+def _torchvision_jpeg(data: torch.Tensor, turn: bool = True) -> torch.Tensor:
     with warnings.catch_warnings():  # local: the process's own warning filters are left as they are
         warnings.filterwarnings("ignore", message=_TORCHVISION_DEPRECATION, category=DeprecationWarning)
-        return torchvision.io.decode_jpeg(data, mode=ImageReadMode.RGB, apply_exif_orientation=True)
+        return torchvision.io.decode_jpeg(data, mode=ImageReadMode.RGB, apply_exif_orientation=turn)
 
 
 def jpeg_decoder() -> tuple[Callable[[torch.Tensor], torch.Tensor], str]:
@@ -48,10 +48,11 @@ def jpeg_decoder() -> tuple[Callable[[torch.Tensor], torch.Tensor], str]:
 _JPEG, JPEG_DECODER = jpeg_decoder()
 
 
-def decode(data: torch.Tensor, path: str) -> torch.Tensor:
-    """Decodes encoded bytes to ``(3, H, W)`` uint8 RGB, EXIF orientation applied.
+def decode(data: torch.Tensor, path: str, decode_as: str = "upright") -> torch.Tensor:
+    """Decodes encoded bytes to ``(3, H, W)`` uint8 RGB, EXIF orientation applied (``decode_as="stored"``:
+    not applied, as torchvision's PIL loader reads the file).
 
-    JPEGs go to TorchCodec (``torchvision.io`` without it; see
+    JPEGs go to TorchCodec (``torchvision.io`` without it, and for ``"stored"``; see
     ``jpeg_decoder``); every other format to PIL, because torchvision
     0.29's PNG decoder crashes the process (SIGSEGV) on some corrupt files
     instead of raising.
@@ -61,11 +62,11 @@ def decode(data: torch.Tensor, path: str) -> torch.Tensor:
     """
     if data[:3].tolist() == [0xFF, 0xD8, 0xFF]:
         try:
-            return _JPEG(data)
+            return _JPEG(data) if decode_as == "upright" else _torchvision_jpeg(data, turn=False)
         except RuntimeError as err:
             raise DecodeError(path, decoder_words(err)) from err
     try:
-        return torch.from_numpy(decode_rgb(data.numpy().tobytes()).copy()).permute(2, 0, 1)
+        return torch.from_numpy(decode_rgb(data.numpy().tobytes(), decode_as).copy()).permute(2, 0, 1)
     except (OSError, ValueError, SyntaxError) as err:
         raise DecodeError(path, first_line(err)) from err
 
@@ -88,14 +89,15 @@ def reduction(window, size) -> int:
     return 1
 
 
-def decode_reduced(data: np.ndarray, path: str, params, size):
+def decode_reduced(data: np.ndarray, path: str, params, size, decode_as: str = "upright"):
     """Decodes a JPEG at 1/2, 1/4 or 1/8 scale in the DCT domain (libjpeg-turbo through PIL's
     ``draft``) when the planned crop window is at least that many times its output, and moves the
     window onto the smaller image. The reduced decode is itself an area-averaging downscale; the
     window's corners snap to the smaller image's pixels (at most half of one: 4 pixels at 1/8).
 
     An EXIF-rotated JPEG (most of a phone's photos) is turned upright after the reduced decode, by the
-    orientation the scan read (its sizes, and so the window, are as displayed).
+    orientation the scan read (its sizes, and so the window, are as displayed); with ``decode_as="stored"``
+    it is left as stored (the sizes and the window are so too).
 
     Returns:
         ``(image, params)``: the ``(3, H, W)`` uint8 image and the window in its pixels, or
@@ -114,7 +116,7 @@ def decode_reduced(data: np.ndarray, path: str, params, size):
         with Image.open(io.BytesIO(raw)) as img:
             if img.mode != "RGB":
                 return None, params
-            orientation = read_header(io.BytesIO(raw), max_pixels=1 << 62).orientation
+            orientation = read_header(io.BytesIO(raw), max_pixels=1 << 62).orientation if decode_as == "upright" else 1
             full_w, full_h = img.size
             img.draft("RGB", (full_w // denominator, full_h // denominator))  # PIL picks 1/denominator
             pixels = np.asarray(upright(img, orientation).convert("RGB"))
@@ -176,9 +178,9 @@ class DecodedSamples(Dataset):
         if self.reduced_decode:
             crop = self.spec.ops[1]
             assert isinstance(crop, RandomResizedCrop)  # what reduced_decode was decided on
-            image, steps[1] = decode_reduced(data, path, steps[1], crop.size)
+            image, steps[1] = decode_reduced(data, path, steps[1], crop.size, self.source.decode_as)
         if image is None:
-            image = decode(torch.from_numpy(data), path)
+            image = decode(torch.from_numpy(data), path, self.source.decode_as)
         size = (int(image.shape[-2]), int(image.shape[-1]))
         return Item(image=image, target=self.target, state=self.target.load(self.source, index, size, path))
 
