@@ -20,6 +20,7 @@ from torch.utils.data import Dataset as _TorchDataset
 
 from ..errors import Error
 from ..sources import FileList, Source
+from .concat import target_change, target_difference, transform_difference
 from .target_map import LabelMap, UnmappableTarget
 
 ACCEPTED = (
@@ -111,7 +112,8 @@ def as_dataset_source(dataset: Any) -> tuple[Source, Any]:
             ``__getitems__``, or a ``len()`` other than its samples'), a ``target_transform`` that gives no
             one value per class (``LabelMap.of``), a file loader other than torchvision's PIL loader, a sample
             whose label is no index of the classes, or a
-            ``ConcatDataset`` whose parts differ in their classes, transform or target transform, each named.
+            ``ConcatDataset`` whose parts differ in their classes, in the ops their transforms compile to, or
+            in the values their target transforms give, the first difference named (``interop.concat``).
     """
     folder, indices = _unwrap(dataset)
     if isinstance(folder, SourceDataset):  # a gpupipe loader's own ``dataset`` (or a Subset of it)
@@ -132,35 +134,55 @@ def as_dataset_source(dataset: Any) -> tuple[Source, Any]:
 
 def _read(dataset: Any) -> tuple[list[tuple[str, int]], list[str], Any, Any]:
     """``(samples, classes, transform, target_transform)`` of a folder dataset, or of a ``Subset`` or
-    ``ConcatDataset`` of those."""
+    ``ConcatDataset`` of those (the first part's transform and target transform, once every part's is known to
+    give the same ops and values: ``interop.concat``)."""
+    samples, parts = _read_parts(dataset, "")
+    if not parts:
+        return samples, [], None, None
+    first_where, first, classes, transform, target_transform = parts[0]
+    for where, folder, their_classes, their_transform, their_target in parts[1:]:
+        if their_classes != classes:
+            raise UnsupportedDataset(
+                f"ConcatDataset: {where} has the classes {their_classes}, {first_where} {classes}: a label "
+                "would name another class in each; gpupipe gives one classes list to every sample"
+            )
+        why = transform_difference(transform, their_transform, first_where)
+        if why is not None:
+            raise UnsupportedDataset(
+                f"ConcatDataset: {where} has another transform than {first_where} ({why}); gpupipe runs one "
+                "pipeline: give every part the same transform, or one that compiles to the same ops"
+            )
+        try:
+            why = target_difference(target_transform, their_target, len(classes), type(folder).__name__, first_where)
+        except UnmappableTarget as err:
+            raise UnsupportedDataset(f"ConcatDataset: {where}: {err}") from err.__cause__
+        if why is not None:
+            raise UnsupportedDataset(
+                f"ConcatDataset: {where} has another target_transform than {first_where} ({why}); gpupipe maps "
+                "every label with one table: give every part the same target_transform, or one that gives every "
+                "class the same value"
+            )
+    return samples, classes, transform, target_transform
+
+
+def _read_parts(dataset: Any, where: str) -> tuple[list[tuple[str, int]], list[tuple[str, Any, list[str], Any, Any]]]:
+    """``(samples, parts)``: the samples (through every ``Subset``'s indices) and per folder dataset
+    ``(where, folder, classes, transform, target_transform)``, ``where`` naming its place in the
+    ``ConcatDataset``s (``datasets[1].datasets[0]``)."""
     from torch.utils.data import ConcatDataset
 
     folder, indices = _unwrap(dataset)
     if isinstance(folder, ConcatDataset):
         _check_not_overridden(folder, ConcatDataset, range(folder.cumulative_sizes[-1] if folder.datasets else 0))
-        parts = [_read(part) for part in folder.datasets]
-        samples = [sample for part in parts for sample in part[0]]
-        for k, (_, classes, transform, target_transform) in enumerate(parts[1:], 1):
-            if classes != parts[0][1]:
-                raise UnsupportedDataset(
-                    f"ConcatDataset: datasets[{k}] has the classes {classes}, datasets[0] {parts[0][1]}: a label "
-                    "would name another class in each; gpupipe gives one classes list to every sample"
-                )
-            if transform is not parts[0][2]:
-                raise UnsupportedDataset(
-                    f"ConcatDataset: datasets[{k}] has another transform than datasets[0] ({transform!r}, "
-                    f"{parts[0][2]!r}); gpupipe runs one pipeline: give every part the same transform object"
-                )
-            if target_transform is not parts[0][3]:
-                raise UnsupportedDataset(
-                    f"ConcatDataset: datasets[{k}] has another target_transform than datasets[0] "
-                    f"({target_transform!r}, {parts[0][3]!r}); gpupipe maps every label with one: give every part "
-                    "the same target_transform object"
-                )
-        classes, transform, target_transform = (parts[0][1], parts[0][2], parts[0][3]) if parts else ([], None, None)
+        samples, parts = [], []
+        for k, part in enumerate(folder.datasets):
+            their_samples, their_parts = _read_parts(part, f"{where}.datasets[{k}]" if where else f"datasets[{k}]")
+            samples += their_samples
+            parts += their_parts
     else:
         samples, classes, transform, target_transform = _read_folder(folder)
-    return (samples if indices is None else [samples[i] for i in indices]), classes, transform, target_transform
+        parts = [(where, folder, classes, transform, target_transform)]
+    return (samples if indices is None else [samples[i] for i in indices]), parts
 
 
 def _read_folder(folder: Any) -> tuple[list[tuple[str, int]], list[str], Any, Any]:
@@ -268,6 +290,9 @@ class DatasetGuard:
                 self.label_map.refresh()
             except UnmappableTarget as err:
                 raise UnsupportedDataset(str(err)) from err.__cause__
+            why = target_change(self.dataset, self.label_map)  # every part's, not the first's alone
+            if why is not None:
+                raise UnsupportedDataset(why)
 
 
 def _content(values: Any) -> int | None:

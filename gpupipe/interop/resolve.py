@@ -11,6 +11,7 @@ import numpy as np
 from ..ops import CenterCrop, Decode, Op, PadTo, RandomCrop, Resize
 from ..sources import as_source
 from .compile import TransformGuard, UnsupportedTransform, from_torchvision
+from .concat import leaves
 from .dataset_fallback import fall_back_dataset
 from .datasets import UnsupportedDataset, as_dataset_source, guard_of, is_dataset, refuse_dataset
 from .fallback import FALLBACKS, fall_back
@@ -94,11 +95,20 @@ def resolve_inputs(
 
 def _watched(source: Any, transform: Any, ops: list[Op], dataset: Any) -> Any:
     """A copy of ``source`` whose guard (checked before every pass) also compiles ``transform`` again and
-    refuses a pass once it changed in place since (``TransformGuard``); the dataset's guard is checked first."""
+    refuses a pass once it changed in place since (``TransformGuard``); the dataset's guard is checked first,
+    then every other part's transform of a ``ConcatDataset`` (distinct objects that compiled to ``ops``)."""
     source = copy.copy(as_source(source))  # the user's own source object (or another loader's) is left alone
     own = dataset is not None and transform is getattr(_folder_of(dataset), "transform", None)
     what = f"{type(_folder_of(dataset)).__name__}.transform" if own else "pipeline"
-    source.dataset_guard = TransformGuard(transform, ops, what, getattr(source, "dataset_guard", None))
+    guard = TransformGuard(transform, ops, what, getattr(source, "dataset_guard", None))
+    if own:  # each other part's transform too: equal ops when the loader was built, each may be edited apart
+        seen = {id(transform)}
+        for where, folder in leaves(dataset):
+            other = getattr(folder, "transform", None)
+            if other is not None and id(other) not in seen:
+                seen.add(id(other))
+                guard = TransformGuard(other, ops, f"ConcatDataset.{where} {type(folder).__name__}.transform", guard)
+    source.dataset_guard = guard
     return source
 
 
