@@ -225,7 +225,8 @@ class Loader:
         frameworks.follow_sampler(self)  # a user's DistributedSampler (gpupipe.DataLoader) sets the epoch
         self._settle()
         generator = frameworks.Pass(self._pass())
-        self._live = weakref.ref(generator)  # weak: the pass refers to the loader, not the other way round
+        if live is None or not frameworks.probing():  # Lightning's check that it iterates: the live pass goes on
+            self._live = weakref.ref(generator)  # weak: the pass refers to the loader, not the other way round
         return generator
 
     def _pass(self) -> Iterator[Batch]:

@@ -81,6 +81,9 @@ class Task:
     problem: str = ""
     #: ``(h, w)`` the annotations were made on (boxes), checked against the image.
     annotated_size: tuple[int, int] | None = None
+    #: how its source reads the image (``Source.decode_as``): ``"stored"`` packs it as stored, EXIF orientation not
+    #: applied (the swap of a torchvision dataset), ``"upright"`` turned upright.
+    decode_as: str = "upright"
 
 
 @dataclass(frozen=True)
@@ -113,11 +116,14 @@ def target_size(width: int, height: int, max_size: int | None) -> tuple[int, int
     return max(1, round(width * scale)), max(1, round(height * scale))
 
 
-def convert_image(data: bytes, settings: ConvertSettings) -> tuple[bytes, tuple[int, int], tuple[int, int], bool]:
-    """One encoded image as a clean RGB JPEG.
+def convert_image(
+    data: bytes, settings: ConvertSettings, decode_as: str = "upright"
+) -> tuple[bytes, tuple[int, int], tuple[int, int], bool]:
+    """One encoded image as a clean RGB JPEG, without EXIF orientation: turned upright, or with
+    ``decode_as="stored"`` its pixels as stored (as torchvision's PIL loader reads them; never copied with its tag).
 
     Returns:
-        ``(jpeg, (w, h) decoded, (w, h) written, copied)``; sizes with EXIF orientation applied.
+        ``(jpeg, (w, h) decoded, (w, h) written, copied)``; sizes as ``decode_as`` reads the image.
 
     Raises:
         ImageRefused: not an image, too many pixels, or it fails to decode.
@@ -156,10 +162,11 @@ def convert_image(data: bytes, settings: ConvertSettings) -> tuple[bytes, tuple[
         img.load()  # the full decode, once: finds truncated and corrupt files
     except (OSError, SyntaxError, ValueError) as err:  # a cut file gets the scan's reason, as the loader gives it
         raise ImageRefused(truncation(img.format, data) or f"cannot decode: {err}") from None
-    shown = (height, width) if orientation in (5, 6, 7, 8) else (width, height)
+    turn = orientation if decode_as == "upright" else 1  # "stored": re-encoded below without its tag
+    shown = (height, width) if turn in (5, 6, 7, 8) else (width, height)
     if clean:
         return image_only(data, scan_at), shown, shown, True
-    img = to_rgb8(stretch(upright(img, orientation)) if deep else upright(img, orientation), img.format)
+    img = to_rgb8(stretch(upright(img, turn)) if deep else upright(img, turn), img.format)
     size = target_size(*shown, settings.max_size)
     if size != img.size:
         img = img.resize(size, Image.Resampling.BICUBIC, reducing_gap=3.0)
@@ -215,7 +222,7 @@ def convert(task: Task, settings: ConvertSettings) -> Converted:
         return Converted(None, task.problem, 0)
     try:
         data = read_file(task.path, settings.max_file_size)
-        jpeg, before, after, copied = convert_image(data, settings)
+        jpeg, before, after, copied = convert_image(data, settings, task.decode_as)
         if task.annotated_size is not None and tuple(task.annotated_size) != (before[1], before[0]):
             h, w = task.annotated_size
             raise ImageRefused(

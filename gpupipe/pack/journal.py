@@ -44,6 +44,12 @@ def stamp(path: str) -> dict:
     return {"stat": [st.st_size, st.st_mtime_ns, st.st_ctime_ns]}
 
 
+def _changed(then: list | None, now: list | None) -> bool:
+    """Whether a skipped file differs from when it was skipped; one gone since (deleted as the manifest's list of
+    bad files invites) is skipped by any run alike, so not."""
+    return now is not None and now != then
+
+
 def write_failed(what: str, err: OSError) -> PackError:
     """The error for a write into the output folder that failed (``what``: ``cannot write PATH``), saying what to
     do next where a disk or quota is full, or the folder is not writable: the journal lets the same command
@@ -136,7 +142,7 @@ class Journal:
         elif self.shards:
             self.next_input = self.shards[-1]["next_input"]
         self.skipped = [s for s in saved["skipped"] if s["position"] < self.next_input]
-        changed = next((s for s in self.skipped if "stat" in s and stamp(s["path"]) != {"stat": s["stat"]}), None)
+        changed = next((s for s in self.skipped if "stat" in s and _changed(s["stat"], stamp(s["path"])["stat"])), None)
         if changed:  # a file still being copied when it was read, a file mended since: the rerun would keep it out
             raise PackError(
                 f"{changed['path']} was skipped by the earlier run ({changed['reason']}) and has changed since (a "

@@ -240,7 +240,8 @@ def _journal(
 ) -> Journal:
     name = ".pack-journal.json" if world_size == 1 else f".pack-journal-r{rank:04d}.json"
     inputs = [f"{source.names[order[p]]}\t{_described(source, order[p])}" for p in range(start, end)]
-    key = fingerprint({**asdict(settings), "kind": source.kind.value, "part": [rank, world_size]}, inputs)
+    read = "" if source.decode_as == "upright" else f" {source.decode_as}"  # photos as stored: another pack
+    key = fingerprint({**asdict(settings), "kind": source.kind.value + read, "part": [rank, world_size]}, inputs)
     journal = Journal(dst / name, key, start)
     prefix = "shard" if world_size == 1 else f"shard-r{rank:04d}"
     if not journal.path.exists():
@@ -350,6 +351,7 @@ def _write_part(
             source.target.pack_input(source, i),
             source.annotation_errors.get(i, ""),
             None if annotated is None else (int(annotated[i][0]), int(annotated[i][1])),
+            source.decode_as,
         )
         for p in range(journal.next_input, end)
         for i in (int(order[p]),)

@@ -128,18 +128,18 @@ class Source:
         """The latest scan, its sizes as ``decode_as`` reads the images (scanning with the defaults if none)."""
         scans = self.__dict__.get("_scans", {})
         last = self.__dict__.get("_last_scan")
-        return scans[last] if last in scans else self.scan()
+        return scans[last].as_read(self.decode_as) if last in scans else self.scan()
 
     def scan(self, max_pixels: int = 100_000_000, max_file_size: int | None = None) -> ScanResult:
         """The header scan of every file (``gpupipe.sources.scan.scan``), done once per source and settings; its
-        sizes as ``decode_as`` reads the images."""
+        sizes as ``decode_as`` reads the images (now: the memo keeps the scan's own, upright sizes)."""
         max_file_size = max_file_size or self.max_file_size
         memo = self.__dict__.setdefault("_scans", {})
         key = (max_pixels, max_file_size)
         if key not in memo:
-            memo[key] = self._scan(max_pixels, max_file_size).as_read(self.decode_as)
+            memo[key] = self._scan(max_pixels, max_file_size)
         self.__dict__["_last_scan"] = key
-        return memo[key]
+        return memo[key].as_read(self.decode_as)
 
     def _scan(self, max_pixels: int, max_file_size: int) -> ScanResult:
         return scan(self.names, max_pixels=max_pixels, max_file_size=max_file_size, cache_dir=env.cache_dir())
