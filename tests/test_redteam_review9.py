@@ -157,3 +157,42 @@ def test_lightnings_iterable_check_leaves_the_pass_under_way_the_loaders_own(tmp
         with pytest.raises(PassEnded, match="a new pass over this loader began"):
             next(training)
     assert len(first) == len(second) == 2
+
+
+def test_a_pass_ended_by_a_new_one_names_it_wherever_its_loop_asks_again():
+    """A pass whose cursor began another (a route where the loop's own wrapper did not end it first, as Lightning's
+    iterable check did) said it was "ended ... by , which chose ...", naming nothing."""
+    from gpupipe.loading.epochs import EpochCursor
+
+    cursor = EpochCursor()
+    first = cursor.begin(4)
+    first.done = 1
+    cursor.begin(4)
+    assert not first.live
+    said = first.ended()
+    assert "after 1 of 4 batches by a new pass over this loader (iter(loader) again)," in said, said
+
+
+def test_wrappers_or_a_compose_that_hold_themselves_are_refused_naming_the_cycle(tmp_path):
+    """Two preset-like wrappers delegating to each other (or a Compose holding itself) ended in a bare
+    ``RecursionError`` from inside gpupipe; torchvision recurses without end at the first image. Now refused."""
+    import torchvision.transforms as T
+    from helpers import make_image_folder
+
+    class Preset:
+        def __init__(self, transforms=None):
+            self.transforms = transforms
+
+        def __call__(self, img):
+            return self.transforms(img)
+
+    root = tmp_path / "data"
+    make_image_folder(root, {"a": 2, "b": 2}, sizes=(24, 32))
+    a, b = Preset(), Preset()
+    a.transforms, b.transforms = b, a
+    looped = T.Compose([T.ToTensor()])
+    looped.transforms.append(looped)
+    for transform, said in ((a, "Preset.transforms.transforms"), (looped, "Compose[1]")):
+        with pytest.raises(gpupipe.UnsupportedTransform, match="holds itself") as refused:
+            gpupipe.DataLoader(ImageFolder(str(root), transform), batch_size=2)
+        assert said in str(refused.value), str(refused.value)

@@ -45,6 +45,7 @@ class State:
         erased_before_normalize: where a ``RandomErasing`` met before any ``Normalize`` stands.
         unscaled: where a ``ToDtype(float, scale=False)`` of a uint8 image stands (floats in ``[0, 255]``), if any.
         problems: ``(position, name, reason)`` of each transform refused so far.
+        enclosing: the ids of the containers and wrappers ``walk`` is inside (one met again is a cycle).
     """
 
     form: str = "pil"
@@ -55,6 +56,7 @@ class State:
     erased_before_normalize: str = ""
     unscaled: str = ""
     problems: list[tuple[str, str, str]] = field(default_factory=list)
+    enclosing: set[int] = field(default_factory=set)  # ids of the containers and wrappers being walked through
 
     def add(self, *ops: Op) -> None:
         """Appends image ops; after ``Normalize`` only what commutes with it may come (the rule checks). On
@@ -177,18 +179,23 @@ def converts_to_rgb(transform: Any) -> bool:
 
 def walk(transform: Any, state: State, where: str) -> None:
     """Compiles ``transform`` (at position ``where``) into ``state``, recording refusals there."""
-    inner = _containers(transform)
-    if inner is not None:
-        for i, t in enumerate(inner):
-            walk(t, state, f"{where}[{i}]" if where else f"{type(transform).__name__}[{i}]")
-        return
     name = type(transform).__name__
-    where = where or name
-    fam = family(transform)
-    attribute = None if fam else delegate(transform)
-    if attribute is not None:  # the reference recipe's preset: compiles as the transform it calls
-        walk(getattr(transform, attribute), state, f"{where}.{attribute}")
+    if id(transform) in state.enclosing:  # torchvision would recurse without end at the first image
+        state.problems.append((where or name, name, "holds itself (a cycle of transforms)"))
         return
+    inner = _containers(transform)
+    fam = family(transform) if inner is None else None
+    attribute = None if inner is not None or fam else delegate(transform)
+    if inner is not None or attribute is not None:
+        state.enclosing.add(id(transform))
+        if inner is not None:
+            for i, t in enumerate(inner):
+                walk(t, state, f"{where}[{i}]" if where else f"{name}[{i}]")
+        elif attribute is not None:  # the reference recipe's preset: compiles as the transform it calls
+            walk(getattr(transform, attribute), state, f"{where or name}.{attribute}")
+        state.enclosing.discard(id(transform))
+        return
+    where = where or name
     if state.form == "pil" and converts_to_rgb(transform):  # the PIL loader's images are RGB already: nothing
         return
     fn = RULES.get(f"{fam}.{name}") if fam else None

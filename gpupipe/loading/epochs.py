@@ -149,7 +149,7 @@ class EpochCursor:
             return Pass(epoch=self.epoch, start=0, done=0, total=total)
         left = self._pass
         if left is not None:
-            left.live = False
+            left.end("a new pass over this loader (iter(loader) again)")
         epoch = check_epoch(self._next_epoch, "the next pass")
         if ranks_shuffled and not self._chosen and left is not None and left.done < left.total:
             warnings.warn(
