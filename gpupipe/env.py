@@ -262,22 +262,33 @@ def versions() -> dict[str, str | None]:
 LIGHTNING_LOOPS = ("lightning.pytorch.", "pytorch_lightning.")
 
 
-def lightning_trainer() -> Any:
-    """The Lightning ``Trainer`` whose loops are on the call stack (asking for the loader), else ``None``."""
+def on_stack(modules: tuple[str, ...], pick: Callable[[Any], Any]) -> Any:
+    """The first ``pick(self)`` that is not ``None``, over the call stack's frames (innermost first) of methods
+    in modules whose names start with one of ``modules``; else ``None``."""
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
-        if frame.f_globals.get("__name__", "").startswith(LIGHTNING_LOOPS):
-            owner = frame.f_locals.get("self")
-            trainer = owner if hasattr(owner, "_accelerator_connector") else getattr(owner, "trainer", None)
-            if hasattr(trainer, "_accelerator_connector"):  # not a frame without its trainer (a CombinedLoader's)
-                return trainer
+        if frame.f_globals.get("__name__", "").startswith(modules):
+            found = pick(frame.f_locals.get("self"))
+            if found is not None:
+                return found
         frame = frame.f_back
     return None
+
+
+def lightning_trainer() -> Any:
+    """The Lightning ``Trainer`` whose loops are on the call stack (asking for the loader), else ``None``."""
+
+    def trainer_of(owner: Any) -> Any:  # not a frame without its trainer (a CombinedLoader's)
+        trainer = owner if hasattr(owner, "_accelerator_connector") else getattr(owner, "trainer", None)
+        return trainer if hasattr(trainer, "_accelerator_connector") else None
+
+    return on_stack(LIGHTNING_LOOPS, trainer_of)
 
 
 __all__ = [
     "LIGHTNING_LOOPS",
     "lightning_trainer",
+    "on_stack",
     "cores",
     "process_group",
     "rank_and_world",

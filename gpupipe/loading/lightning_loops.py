@@ -14,6 +14,8 @@ import weakref
 from types import FrameType
 from typing import Any
 
+from ..env import on_stack
+
 
 def in_fit(trainer: Any, loader: Any) -> bool:
     """Whether ``loader`` is one of the loaders ``trainer``'s fit loop trains on."""
@@ -45,14 +47,7 @@ def asking_loop() -> Any:
     """The innermost Lightning loop on the call stack (the one asking for the loader: a ``_FitLoop``,
     ``_TrainingEpochLoop``, ``_EvaluationLoop``...), else ``None``. A checkpoint's ``state_dict`` taken at
     the end of validation is asked by the fit loop (inside the validation loop's hooks)."""
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None:
-        if frame.f_globals.get("__name__", "").startswith(LOOP_MODULES):
-            owner = frame.f_locals.get("self")
-            if type(owner).__name__.endswith("Loop"):
-                return owner
-        frame = frame.f_back
-    return None
+    return on_stack(LOOP_MODULES, lambda owner: owner if type(owner).__name__.endswith("Loop") else None)
 
 
 def reads_in_order(loop: Any) -> bool:

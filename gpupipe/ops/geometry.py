@@ -374,6 +374,11 @@ class RandomAffine(Op):
         put(self, "fill", fill_value(name, fill))
         put(self, "center", None if center is None else _pair(name, "center", center, -math.inf, math.inf))
 
+    @property
+    def scale_only(self) -> bool:
+        """No angle and no shear: rows stay rows, so a nearest warp is two exact 1-D gathers."""
+        return self.degrees == (0.0, 0.0) and not any(self.shear or ())
+
 
 def _pair(name: str, arg: str, value: Any, lo: float, hi: float) -> tuple[float, float]:
     """Two numbers, each in ``[lo, hi]`` (in any order)."""

@@ -214,15 +214,12 @@ def _affine(g: Graph, j: int, op: O.RandomAffine) -> None:
     """``warp_affine`` by the planned map (the one boxes move by: torchvision's, source to output)."""
     matrix = g.p(j, "affine")
 
-    def warp(x, *, fill, nearest: bool = False):
-        interp = types.INTERP_NN if nearest or op.interpolation == "nearest" else types.INTERP_LINEAR
-        return fn.warp_affine(x, matrix=matrix, fill_value=fill, interp_type=interp, inverse_map=False)
-
-    scaled = op.degrees == (0.0, 0.0) and not any(op.shear or ())  # rows stay rows: gathered exactly
+    def warp(x, *, fill):
+        return fn.warp_affine(x, matrix=matrix, fill_value=fill, interp_type=types.INTERP_LINEAR, inverse_map=False)
 
     def kernel(x, *, fill, nearest: bool = False):
         if nearest or op.interpolation == "nearest":
-            if scaled:
+            if op.scale_only:  # rows stay rows: gathered exactly
                 return _scaled_exact(g, j, op, x, fill)
             turn = inverse_coefficients(g.p(j, "angle"), g.p(j, "shear_x"), g.p(j, "shear_y"))
             shift = (g.p(j, "tx"), g.p(j, "ty"))
@@ -238,7 +235,7 @@ def _affine(g: Graph, j: int, op: O.RandomAffine) -> None:
 def _rotate(g: Graph, j: int, op: O.RandomRotation) -> None:
     angle = g.p(j, "angle")
 
-    def warp(x, *, fill, nearest: bool = False):
+    def warp(x, *, fill):
         return fn.rotate(x, angle=angle, keep_size=True, fill_value=fill, interp_type=types.INTERP_LINEAR)
 
     def kernel(x, *, fill, nearest: bool = False):

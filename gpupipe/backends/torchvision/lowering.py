@@ -154,11 +154,9 @@ def _affine(item: Item, p: Params, op: O.RandomAffine, spec: PipelineSpec) -> No
     shift, shear = [float(p["tx"]), float(p["ty"])], [float(p["shear_x"]), float(p["shear_y"])]
     center = None if op.center is None else list(op.center)
 
-    scaled = op.degrees == (0.0, 0.0) and not any(op.shear or ())  # rows stay rows: gathered exactly
-
     def kernel(x, fill, nearest=False):
         nearest = nearest or op.interpolation == "nearest"
-        if nearest and scaled:
+        if nearest and op.scale_only:  # rows stay rows: gathered exactly
             cx, cy = (None, None) if op.center is None else op.center
             rows = scaled_indices(x.shape[-2], scale, shift[1], cy)
             cols = scaled_indices(x.shape[-1], scale, shift[0], cx)
