@@ -3,6 +3,7 @@
 
 import inspect
 
+import numpy as np
 import pytest
 import torch
 import torchvision
@@ -127,6 +128,10 @@ def _ids_collate(batch):
         ({"timeout": 5}, "timeout"),
         ({"sampler": iter([0, 1, 2])}, "sampler"),  # a list of indices is read (tests/test_redteam_swap5.py)
         ({"shuffle": True, "sampler": "dist"}, "shuffle"),
+        ({"num_workers": -1}, "num_workers"),
+        ({"num_workers": 1.0}, "num_workers"),
+        ({"prefetch_factor": 0}, "prefetch_factor"),  # named as given, not as gpupipe's prefetch
+        ({"prefetch_factor": 2000}, "prefetch_factor"),
     ],
 )
 def test_arguments_gpupipe_cannot_honour_are_refused_by_name(folder, kwargs, name):
@@ -135,6 +140,13 @@ def test_arguments_gpupipe_cannot_honour_are_refused_by_name(folder, kwargs, nam
         kwargs["sampler"] = DistributedSampler(dataset, num_replicas=2, rank=0)
     with pytest.raises(UnsupportedArgument, match=rf"DataLoader\({name}="):
         gpupipe.DataLoader(dataset, **kwargs)
+
+
+def test_numpy_counts_are_taken_as_torch_takes_them(folder):
+    dataset = torchvision.datasets.ImageFolder(str(folder), SMALL)
+    loader = gpupipe.DataLoader(dataset, batch_size=4, num_workers=np.int64(2), prefetch_factor=np.int32(3),
+                                device="cpu", backend="torchvision")
+    assert loader.config.prefetch == 3 and type(loader.config.prefetch) is int and len(loader) == 6
 
 
 def test_a_distributed_sampler_gives_its_share_and_its_set_epoch_decides_the_order(folder):

@@ -12,9 +12,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..checks import is_int
+from ..checks import is_int, positive_int
 from ..env import World
 from ..errors import Error
+from ..loading.config import INT_BOUNDS
 from .dataset_fallback import NAME as AS_IS
 from .fallback import NAME as FALLBACK
 
@@ -46,6 +47,15 @@ COLLATED_BY_GPUPIPE = (
 
 class UnsupportedArgument(Error, ValueError):
     """A ``DataLoader`` argument gpupipe cannot honour."""
+
+
+def _count(name: str, value: Any, minimum: int, maximum: int | None = None) -> int:
+    """``value`` as an int (a numpy int too, as torch takes it) in ``minimum..maximum``, or refused naming ``name``."""
+    try:
+        return positive_int(name, value, minimum, maximum)
+    except ValueError:
+        most = "" if maximum is None else f", and at most {maximum} here"
+        raise _refuse(name, value, f"must be an int >= {minimum}, as torch's DataLoader requires{most}") from None
 
 
 def _refuse(name: str, value: Any, why: str) -> UnsupportedArgument:
@@ -262,12 +272,11 @@ def DataLoader(  # noqa: N802 -- torch's name, for a one-import swap
         raise _refuse("collate_fn", collate_fn, COLLATED_BY_GPUPIPE)
     if timeout:
         raise _refuse("timeout", timeout, "gpupipe has no per-batch timeout")
-    if not is_int(num_workers) or num_workers < 0:
-        raise _refuse("num_workers", num_workers, "must be an int >= 0, as torch's DataLoader requires")
+    num_workers = _count("num_workers", num_workers, 0)
     chosen = _sampler_options(sampler, dataset, bool(shuffle), bool(drop_last), generator, batch_size)
     indices = chosen.pop("indices", None)
     if prefetch_factor is not None:
-        chosen["prefetch"] = prefetch_factor
+        chosen["prefetch"] = prefetch_factor = _count("prefetch_factor", prefetch_factor, *INT_BOUNDS["prefetch"])
     given = {**chosen, **options}
     source = dataset
     if indices is not None:
