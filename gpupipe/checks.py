@@ -10,6 +10,7 @@ import difflib
 import functools
 import inspect
 import math
+import operator
 from collections.abc import Callable, Iterable
 from typing import Any, ParamSpec, TypeVar
 
@@ -17,16 +18,30 @@ import numpy as np
 
 
 def positive_int(what: str, value: Any, minimum: int = 1, maximum: int | None = None) -> int:
-    """``value`` as an int, checked.
+    """``value`` as an int, checked: an int, a numpy int or a 0-d integer tensor (``operator.index``).
 
     Raises:
-        ValueError: naming the argument, when ``value`` is not an int (a bool is not) in ``minimum..maximum``.
+        ValueError: naming the argument, when ``value`` is not an int (a bool or a float is not) in
+            ``minimum..maximum``.
     """
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+    number = _index(value)
+    if number is None or number < minimum:
         raise ValueError(f"{what} must be an int >= {minimum}, got {value!r}")
-    if maximum is not None and value > maximum:
+    if maximum is not None and number > maximum:
         raise ValueError(f"{what} must be an int in {minimum}..{maximum}, got {value!r}")
-    return int(value)
+    return number
+
+
+def _index(value: Any) -> int | None:
+    """``value`` as an int where it is one (``operator.index``: an int, a numpy int, a 0-d integer tensor), else
+    ``None`` (a bool of any kind, a float, a string...)."""
+    if isinstance(value, (bool, np.bool_)) or getattr(value, "ndim", 0) != 0:  # an array of one int is no int
+        return None
+    try:
+        number = operator.index(value)
+    except (TypeError, ValueError, RuntimeError):  # a float, a tensor of several elements or of floats
+        return None
+    return None if isinstance(number, bool) else int(number)
 
 
 def number_range(name: str, arg: str, value: Any, lo: float, hi: float) -> tuple[float, float]:

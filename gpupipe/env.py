@@ -107,9 +107,11 @@ def resolve_world(rank: int | None, world_size: int | None) -> World:
     world_size = default_world if world_size is None else world_size
     rank = (default_rank if default_rank < world_size else 0) if rank is None else rank
     world_size = positive_int("world_size", world_size, 1, 2**31 - 1)
-    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
-        raise ValueError(f"rank must be an int in [0, world_size={world_size}), got {rank!r}")
-    return World(rank, int(world_size), origin)
+    try:
+        rank = positive_int("rank", rank, 0, world_size - 1)  # a numpy int or 0-d tensor too, as world_size
+    except ValueError:
+        raise ValueError(f"rank must be an int in [0, world_size={world_size}), got {rank!r}") from None
+    return World(rank, world_size, origin)
 
 
 def settle_world(
@@ -176,6 +178,19 @@ def local_world_size() -> int:
 JOB_VARS = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID")
 
 
+#: Seconds before this process that a process of the same parent may have started and still be a rank of this
+#: launch (``_job_processes_here``): a launcher starts the ranks of one host together.
+STALE_SIBLING_S = 60.0
+
+
+def _stat(folder: str) -> tuple[bytes, int, int]:
+    """``(state, parent's pid, start time in clock ticks since boot)`` of the process whose ``/proc`` folder is
+    ``folder``."""
+    with open(os.path.join(folder, "stat"), "rb") as fh:
+        fields = fh.read(4096).rsplit(b")", 1)[1].split()  # after the name, which may hold spaces and ")"
+    return fields[0], int(fields[1]), int(fields[19])
+
+
 def _job_processes_here() -> int:
     """The highest ``LOCAL_RANK`` plus one among this user's processes of this job on this host (0 if unknown).
 
@@ -183,13 +198,20 @@ def _job_processes_here() -> int:
     it is kin to this process: started by the same parent (the launcher: torchrun, mpirun,
     srun's step daemon), this process's parent or its child (a launcher that runs rank 0 itself
     and starts the others, as Lightning's). A stale process of an earlier launch with the same
-    address and port has another parent (its launcher is gone), so it does not count.
+    address and port has another parent (its launcher is gone), so it does not count; nor does
+    one of the same parent (a shell that started the ranks of both launches in the background)
+    that started ``STALE_SIBLING_S`` or more before this process (a launcher starts its ranks
+    together), nor a zombie.
     """
     port = os.environ.get("MASTER_PORT")
     if not port or not os.path.isdir("/proc"):
         return 0
     want = {k.encode(): os.environ[k].encode() for k in JOB_VARS if k in os.environ}
     me, parent = os.getpid(), os.getppid()
+    try:
+        mine, ticks = _stat(f"/proc/{me}")[2], os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        mine, ticks = 0, 0
     local = {_env_int("LOCAL_RANK") or 0}
     uid = os.getuid()
     for entry in os.scandir("/proc"):
@@ -200,11 +222,12 @@ def _job_processes_here() -> int:
                 continue
             with open(os.path.join(entry.path, "environ"), "rb") as fh:
                 data = fh.read(1 << 20)
-            with open(os.path.join(entry.path, "stat"), "rb") as fh:
-                ppid = int(fh.read(4096).rsplit(b")", 1)[1].split()[1])
+            state, ppid, started = _stat(entry.path)
         except (OSError, ValueError, IndexError):  # gone, not ours to read, or unreadable
             continue
-        if ppid not in (parent, me) and int(entry.name) != parent:
+        if (ppid not in (parent, me) and int(entry.name) != parent) or state in (b"Z", b"X"):
+            continue
+        if ppid == parent and started < mine - STALE_SIBLING_S * ticks:  # a sibling of an earlier launch
             continue
         variables = dict(item.split(b"=", 1) for item in data.split(b"\0") if b"=" in item)
         if all(variables.get(k) == v for k, v in want.items()) and variables.get(b"LOCAL_RANK", b"").isdigit():

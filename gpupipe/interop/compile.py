@@ -1,7 +1,7 @@
 """``gpupipe.from_torchvision``: a torchvision (v1 or v2) or timm transform as gpupipe ops.
 
 The entry point above the machinery (``gpupipe.interop.transforms``) and the rules that register
-themselves with it (``gpupipe.interop.rules``, ``gpupipe.interop.timm``): importing this module loads
+themselves with it (``gpupipe.interop.rules``, ``.dtypes``, ``.timm``): importing this module loads
 every rule, so nothing imports a rule module lazily.
 """
 
@@ -11,11 +11,11 @@ from typing import Any
 
 from ..errors import Error
 from ..ops import Normalize, Op, Output
-from . import rules, timm
+from . import dtypes, rules, timm
 from .transforms import RULES, State, walk
 
 #: The rule modules, each registering its rules when imported (named, so the import is used).
-RULE_MODULES = (rules, timm)
+RULE_MODULES = (dtypes, rules, timm)
 
 
 #: How to run a transform that cannot be compiled anyway (the refusal says it).
@@ -60,9 +60,9 @@ def supported_names() -> list[str]:
 
 
 def _load_rules() -> None:
-    from . import rules, timm  # noqa: F401 -- the rules register themselves
+    from . import dtypes, rules, timm  # noqa: F401 -- the rules register themselves
 
-    del rules, timm
+    del dtypes, rules, timm
 
 
 def from_torchvision(transform: Any) -> list[Op]:

@@ -95,9 +95,21 @@ def _sampler_options(
     if shuffle:
         raise _refuse("shuffle", shuffle, "sampler and shuffle=True cannot go together (torch refuses it too)")
     if type(sampler) is SequentialSampler or type(sampler) is RandomSampler:
-        if sampler.data_source is not dataset:
-            raise _refuse("sampler", sampler, "the sampler is over another dataset")
         random = type(sampler) is RandomSampler
+        drawn_from = _over(sampler, sampler.data_source, dataset, random and getattr(sampler, "replacement", False))
+        if drawn_from is not None and random and getattr(sampler, "_num_samples", None) is None:  # shuffled
+            return _seeded_by(sampler, seed, drop_last, shuffle=True, indices=drawn_from)
+        if drawn_from is not None and not random:  # torch's reads range(len(data_source))
+            return {
+                "shuffle": False,
+                "seed": seed,
+                "drop_last": drop_last,
+                "rank": 0,
+                "world_size": 1,
+                "indices": drawn_from,
+            }
+        if drawn_from is not None:
+            raise _refuse("sampler", sampler, _shorter(drawn_from, dataset, "draws from"))
         own: Any = getattr(sampler, "generator", None)
         if random and own is not None:
             seed = own.initial_seed() % 2**63
@@ -143,9 +155,30 @@ def _sampler_options(
             "DistributedSampler, a RandomSampler, a SequentialSampler, a SubsetRandomSampler or a "
             "WeightedRandomSampler (or none)",
         )
-    if sampler.dataset is not dataset:
-        raise _refuse("sampler", sampler, "the DistributedSampler is over another dataset")
-    return _distributed_options(sampler, drop_last, batch_size)
+    shorter = _over(sampler, sampler.dataset, dataset, False)
+    options = _distributed_options(sampler, drop_last, batch_size)
+    return options if shorter is None or "indices" in options else {**options, "indices": shorter}
+
+
+def _shorter(indices: range, dataset: Any, what: str) -> str:
+    return f"the sampler {what} {len(indices)} items, the dataset has {len(dataset)} samples"
+
+
+def _over(sampler: Any, source: Any, dataset: Any, drawn: bool) -> range | None:
+    """``None`` where the sampler is over the dataset or over another object of its length (torch's samplers
+    read only ``len()`` of it, so they mean the same); ``range(k)``, the first samples it reads, where its
+    source is shorter; refused where it is longer (torch's would read past the dataset's end: ``IndexError``)."""
+    if source is dataset:
+        return None
+    try:
+        k, n = len(source), len(dataset)
+    except TypeError:
+        raise _refuse("sampler", sampler, "the sampler is over an object without len()") from None
+    if k > n or (drawn and k != n):
+        reads = "draws with replacement from" if drawn else "is over"
+        why = "torch's would read past the dataset's end (IndexError)" if k > n else "give it the dataset"
+        raise _refuse("sampler", sampler, f"{_shorter(range(k), dataset, reads)}: {why}")
+    return None if k == n else range(k)
 
 
 def _listed_indices(sampler: Any) -> list[int]:

@@ -21,6 +21,7 @@ from torch.utils.data import Dataset as _TorchDataset
 from ..errors import Error
 from ..sources import FileList, Source
 from .concat import target_change, target_difference, transform_difference
+from .file_loader import loader_problem
 from .target_map import LabelMap, UnmappableTarget
 
 ACCEPTED = (
@@ -193,16 +194,9 @@ def _read_folder(folder: Any) -> tuple[list[tuple[str, int]], list[str], Any, An
         raise refuse_dataset(folder)
     _check_not_overridden(folder, base, folder.samples)
     name = type(folder).__name__
-    from torchvision.datasets.folder import default_loader, pil_loader
-
-    if folder.loader not in (default_loader, pil_loader):
-        raise UnsupportedDataset(
-            f"{name}(loader={getattr(folder.loader, '__name__', folder.loader)!r}): gpupipe decodes the files "
-            "itself, as torchvision's default (PIL) loader opens them, and would not run yours: leave loader= out "
-            "to have gpupipe decode them (your transform then receives what the PIL loader gives), or pass "
-            "fallback='torchvision' to read the dataset as it is, with your loader (dataset[i] in DataLoader "
-            "workers, on the CPU)"
-        )
+    why = loader_problem(folder)
+    if why is not None:
+        raise UnsupportedDataset(f"{name}(loader={getattr(folder.loader, '__name__', folder.loader)!r}): {why}")
     classes = list(folder.classes)
     bad = _first_unindexed(folder.samples, len(classes))
     if bad is not None:

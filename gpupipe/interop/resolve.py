@@ -82,9 +82,10 @@ def resolve_inputs(
         # gpupipe cannot compile, saying how to run it (fallback="torchvision")
         try:
             ops = from_torchvision(pipeline)
-            transform = pipeline
-            source, pipeline = _one_size(source, ops, max_pixels, max_file_size)
-            source = _watched(_crops_fit(source, pipeline, max_pixels, max_file_size), transform, ops, dataset)
+            sized, sized_ops = _one_size(source, ops, max_pixels, max_file_size)
+            _sized_first(sized_ops)
+            source = _watched(_crops_fit(sized, sized_ops, max_pixels, max_file_size), pipeline, ops, dataset)
+            pipeline = sized_ops  # only once nothing is refused: the fallback runs the transform itself
         except UnsupportedTransform as err:
             if fallback is None:
                 raise
@@ -130,15 +131,19 @@ def _one_size(source: Any, ops: list[Op], max_pixels: int, max_file_size: int | 
     one size that the ops alone do not fix, as torch's default collate batches it: CIFAR's ``ToTensor()`` +
     ``Normalize()`` over 32 x 32 PNGs, or ``Resize(224)`` (by the shorter side) over images of one size or
     of one aspect ratio. A ``CenterCrop`` of that size, which changes no pixel, goes after the last op whose
-    output size the ops do not fix (``Decode`` where there is no resize).
+    output size the ops do not fix (``Decode`` where there is no resize); so does one where an op that needs
+    images of one size (``RandAugment()`` before ``RandomResizedCrop``) meets images of one size.
 
     The sizes come from the source's scan with the loader's limits, the one the loader then reuses (a source
     keeps its scan per limits): every header is read once, and a file the loader refuses has no size here."""
     size = None
     for op in ops:
+        if op.needs_fixed_size and size is None:  # a policy before the resize: one size only from the images
+            break
         size = op.output_size(size)
-    if size is not None:
-        return source, ops
+    else:
+        if size is not None:
+            return source, ops
     source = as_source(source)
     sizes = source.scan(max_pixels, max_file_size).sizes
     found = np.unique(sizes[sizes[:, 0] > 0], axis=0)  # (-1, -1): a bad file, left to the loader's on_error
@@ -150,6 +155,24 @@ def _one_size(source: Any, ops: list[Op], max_pixels: int, max_file_size: int | 
         return source, ops  # images of several sizes: refused when the loader is built, as torch's collate fails
     height, width = reached.pop()  # type: ignore[misc]
     return source, [*ops[: last + 1], CenterCrop((height, width)), *ops[last + 1 :]]
+
+
+def _sized_first(ops: list[Op]) -> None:
+    """Refuses an op that needs images of one size (a policy, ``RandomErasing``) where the images reaching it
+    have their own sizes (``RandAugment()`` before ``RandomResizedCrop``, over images of several sizes): torchvision
+    applies it to each image at its size; gpupipe's augments a batch of one size. An ``UnsupportedTransform``,
+    so that ``fallback="torchvision"`` runs the transform as it is (the spec's own check would be a bare
+    ``ValueError`` naming gpupipe's op index, not the transform)."""
+    size = None
+    for op in ops:
+        if op.needs_fixed_size and size is None:
+            why = (
+                "before any resize or crop to one size, over images of several sizes: torchvision applies it to "
+                "each image at its own size; gpupipe's needs images of one size: put it after the "
+                "RandomResizedCrop, Resize((h, w)) or crop"
+            )
+            raise UnsupportedTransform([(op.name, op.name, why)])
+        size = op.output_size(size)
 
 
 def _last_unsized(ops: list[Op], size: tuple[int, int]) -> int:

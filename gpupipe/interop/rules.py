@@ -284,61 +284,29 @@ def _normalize(t: Any, state: State) -> None:
 def _to_tensor(t: Any, state: State) -> None:
     if state.tensor:
         raise Refuse("needs a PIL image, got a tensor")
-    state.form = "float"
+    state.form, state.tv_image = "float", False
 
 
 @rule("torchvision.PILToTensor")
 def _pil_to_tensor(t: Any, state: State) -> None:
     if state.tensor:
         raise Refuse("needs a PIL image, got a tensor")
-    state.form = "uint8"
+    state.form, state.tv_image = "uint8", False
 
 
 @rule("torchvision.ToImage")
 def _to_image(t: Any, state: State) -> None:
+    state.tv_image = True  # a tv_tensors.Image, a PIL image's or a tensor's
     if state.form == "pil":
         state.form = "uint8"
 
 
 @rule("torchvision.ToPureTensor", "torchvision.Identity", "torchvision.RGB")
 def _nothing(t: Any, state: State) -> None:
-    """Changes nothing gpupipe gives (v2's ``RGB()``: ``ImageFolder``'s loader and gpupipe's decode give RGB)."""
-    return None
-
-
-_FLOATS = {"torch.float32": None, "torch.float16": "float16", "torch.bfloat16": "bfloat16"}
-
-
-def _to_float(state: State, dtype: Any, scale: bool) -> None:
-    name = str(dtype)
-    if name == "torch.uint8" and state.form != "float":
-        state.form = "uint8" if state.form == "pil" else state.form
-        return
-    if name == "torch.uint8":
-        raise Refuse(
-            f"dtype={name} after a float image: gpupipe gives uint8 images only as decoded; use PILToTensor() or "
-            "ToImage() instead of ToTensor() (or of ToDtype / ConvertImageDtype to a float) before it"
-        )
-    if name not in _FLOATS:
-        raise Refuse(f"dtype={name}: gpupipe gives float32, float16, bfloat16 or uint8 images")
-    if state.form == "pil":
-        raise Refuse("needs a tensor, got a PIL image: put ToImage() or PILToTensor() first")
-    if state.form == "uint8" and not scale:  # floats in [0, 255]: Normalize's mean and std in those units
-        state.unscaled = state.where
-    state.form = "float"
-    state.dtype = _FLOATS[name]
-
-
-@rule("torchvision.ConvertImageDtype")
-def _convert_image_dtype(t: Any, state: State) -> None:
-    _to_float(state, t.dtype, scale=True)
-
-
-@rule("torchvision.ToDtype")
-def _to_dtype(t: Any, state: State) -> None:
-    if isinstance(t.dtype, dict):
-        raise Refuse("a dtype per tensor type: gpupipe converts images only")
-    _to_float(state, t.dtype, scale=t.scale)
+    """Changes nothing gpupipe gives (v2's ``RGB()``: ``ImageFolder``'s loader and gpupipe's decode give RGB);
+    ``ToPureTensor`` unwraps a ``tv_tensors.Image`` (which a ``ToDtype`` per type tells apart)."""
+    if type(t).__name__ == "ToPureTensor":
+        state.tv_image = False
 
 
 #: Ops a RandomApply may wrap: their own probability is multiplied by the RandomApply's (one coin each).
@@ -352,11 +320,12 @@ def _random_apply(t: Any, state: State) -> None:
     if p == 0.0:
         return
     before, form = len(state.ops), (state.form, state.normalize, state.dtype, state.unscaled)
-    problems = len(state.problems)
+    problems, kind = len(state.problems), state.tv_image
     for i, transform in enumerate(inner):
         walk(transform, state, f"{state.where}[{i}]")
     if p == 1.0 or len(state.problems) > problems:
         return
+    state.tv_image = kind if state.tv_image == kind else None  # a ToImage() applied or not: either type
     added = state.ops[before:]
     if not added and form == (state.form, state.normalize, state.dtype, state.unscaled):
         return  # nothing that changes the image (an empty list, RGB()): the coin changes nothing

@@ -46,6 +46,8 @@ class State:
         unscaled: where a ``ToDtype(float, scale=False)`` of a uint8 image stands (floats in ``[0, 255]``), if any.
         problems: ``(position, name, reason)`` of each transform refused so far.
         enclosing: the ids of the containers and wrappers ``walk`` is inside (one met again is a cycle).
+        tv_image: whether a tensor image is a ``tv_tensors.Image`` (v2's ``ToImage()``), a plain tensor
+            (``False``), or either (``None``: a v1 or timm transform since, which may unwrap it).
     """
 
     form: str = "pil"
@@ -57,6 +59,7 @@ class State:
     unscaled: str = ""
     problems: list[tuple[str, str, str]] = field(default_factory=list)
     enclosing: set[int] = field(default_factory=set)  # ids of the containers and wrappers being walked through
+    tv_image: bool | None = False
 
     def add(self, *ops: Op) -> None:
         """Appends image ops; after ``Normalize`` only what commutes with it may come (the rule checks). On
@@ -200,6 +203,8 @@ def walk(transform: Any, state: State, where: str) -> None:
         return
     fn = RULES.get(f"{fam}.{name}") if fam else None
     state.where = where
+    if state.tv_image and ".v2" not in type(transform).__module__:  # v1's and timm's kernels may unwrap it
+        state.tv_image = None
     if fn is None:
         why = (
             "not a torchvision or timm transform: gpupipe cannot compile it"

@@ -43,7 +43,17 @@ from ..fileio import sha256_hex
 
 #: The loader settings every rank must give alike (each changes which samples a rank reads, or
 #: how many batches: a rank with one batch more or less hangs the job at its next collective).
-AGREED = ("batch_size", "shuffle", "drop_last", "even_batches", "seed", "on_error", "max_pixels", "max_file_size")
+AGREED = (
+    "batch_size",
+    "shuffle",
+    "drop_last",
+    "even_batches",
+    "seed",
+    "on_error",
+    "max_pixels",
+    "max_file_size",
+    "reduced_decode",  # the torchvision backend's pixels (the pipeline and backend: gpupipe.loading.identity.agreed)
+)
 
 #: Seconds a rank waits for the others to reach a loader's exchange before it logs which it waits for.
 WAIT_NOTICE_S = 60.0
@@ -172,10 +182,17 @@ def _ranks(ranks: list[int]) -> str:
     return f"rank{'s' if len(ranks) > 1 else ''} {shown}"
 
 
-def check_ranks_agree(names: Sequence[str], config: Any, group: tuple[int, int] | None, draws: Any = None) -> None:
+def check_ranks_agree(
+    names: Sequence[str],
+    config: Any,
+    group: tuple[int, int] | None,
+    draws: Any = None,
+    extra: dict[str, Any] | None = None,
+) -> None:
     """Under ``group`` (``exchange_group``), one exchange comparing every rank's listing of
-    ``names``, its ``AGREED`` settings of ``config`` and its ``draws`` (epochs drawn by weight: their
-    digest); nothing without a group.
+    ``names``, its ``AGREED`` settings of ``config``, its ``draws`` (epochs drawn by weight: their
+    digest) and ``extra`` (the classes, labels, pipeline and backend: ``gpupipe.loading.identity.agreed``);
+    nothing without a group.
 
     Raises:
         RanksDisagree: on every rank alike, naming the first difference and the ranks.
@@ -186,6 +203,7 @@ def check_ranks_agree(names: Sequence[str], config: Any, group: tuple[int, int] 
     settings["on_error"] = str(getattr(settings["on_error"], "value", settings["on_error"]))
     payload = {"files": len(names), "listing": listing_digest(names), **settings}
     payload["draws"] = None if draws is None else draws.digest()
+    payload.update(extra or {})
     check_agree(gather(payload), "the loader's files and settings")
 
 

@@ -7,8 +7,11 @@ and the backends all read the same object (``loader.config``).
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from ..checks import positive_int
 from ..errors import OnError
@@ -95,8 +98,8 @@ class LoaderConfig:
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
         object.__setattr__(self, "on_error", OnError.parse(self.on_error))
         load = self.hw_decoder_load
-        if load != "auto":
-            if isinstance(load, bool) or not isinstance(load, (int, float)) or not 0.0 <= load <= 1.0:
+        if load != "auto":  # a numpy float too; not a bool, NaN or a string
+            if isinstance(load, (bool, np.bool_)) or not isinstance(load, numbers.Real) or not 0.0 <= load <= 1.0:
                 raise ValueError(f"hw_decoder_load must be 'auto' or a number in [0, 1], got {load!r}")
             object.__setattr__(self, "hw_decoder_load", float(load))
         object.__setattr__(self, "preallocate", _preallocation(self.preallocate, self.max_pixels))
@@ -106,16 +109,16 @@ def _preallocation(value: Any, max_pixels: int) -> Preallocate:
     """``preallocate`` checked: ``(width, height)`` of ints >= 0 whose area is at most ``max_pixels``."""
     if value is None or value == "auto":
         return value
-    if (
-        not (isinstance(value, (tuple, list)) and len(value) == 2)
-        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
-        or value[0] * value[1] > max_pixels
-    ):
+    try:  # ints (numpy ints too) >= 0
+        width, height = (positive_int("preallocate", v, 0) for v in value)
+        if width * height > max_pixels:
+            raise ValueError
+    except (TypeError, ValueError):
         raise ValueError(
             f"preallocate must be 'auto', None or (width, height) of at most max_pixels={max_pixels} pixels, "
             f"got {value!r}"
-        )
-    return int(value[0]), int(value[1])
+        ) from None
+    return width, height
 
 
 __all__ = ["LoaderConfig", "positive_int", "check_epoch", "MAX_SEED", "MAX_EPOCH", "INT_BOUNDS"]

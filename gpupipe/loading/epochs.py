@@ -41,6 +41,7 @@ The rule (the README states it too):
 from __future__ import annotations
 
 import operator
+import reprlib
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -273,7 +274,7 @@ class EpochCursor:
                 ``batches_done`` or ``offset`` out of range, or a malformed state.
         """
         if not isinstance(state, Mapping) or any(name not in state for name in ("epoch", "batches_done", "seed")):
-            raise ValueError(f"load_state_dict: not a gpupipe loader state: {state!r}")
+            raise ValueError(f"load_state_dict: not a gpupipe loader state: {reprlib.repr(state)}")  # cut short
         state = dict(state)
         for name in ("epoch", "batches_done", "seed", "format", "offset"):
             if name in state:  # an int, a numpy int or a 0-d integer tensor; not a bool, a float or a string

@@ -23,7 +23,7 @@ from ..interop.resolve import resolve_inputs
 from ..ops import Op, Output
 from ..plan.spec import build_spec
 from ..sources import Source, as_source
-from . import steps
+from . import identity, steps
 from .config import LoaderConfig
 from .loader import Loader
 
@@ -176,7 +176,7 @@ def loader(
     if own_output is not None:
         ops.pop()
     output = steps.output_of(own_output, dtype, channels_last)
-    build_spec(ops, output, target=None)  # the structure, before the source is listed
+    steps.check_sizes(build_spec(ops, output, target=None))  # the structure, before the source is listed
 
     source = steps.with_draws(as_source(source), weights, num_samples, replacement)
     spec = build_spec(ops, output, target=source.kind, ignore_index=source.ignore_index)
@@ -188,7 +188,7 @@ def loader(
             "replaces; give the dataset no target_transform, or leave the batch ops out"
         )
     errors = ErrorPolicy(config.on_error)
-    source = steps.without_bad_files(source, config, errors, world)
+    source = steps.without_bad_files(source, config, errors, world, identity.agreed(source, spec, backend))
     steps.check_batch_fits(source, config, world.world_size)
     placement = backends.Placement.chosen(device, config.num_threads)
     return Loader(

@@ -23,11 +23,11 @@ from ..errors import ErrorPolicy, Skipped
 from ..plan.seeding import batch_key
 from ..plan.spec import PipelineSpec
 from ..sources import Source
-from . import agreement, frameworks, resplit, steps
+from . import agreement, frameworks, identity, resplit, steps
 from .batchsteps import BatchSteps
 from .config import LoaderConfig
 from .draws import epoch_samples
-from .epochs import EpochCursor, resume_fields
+from .epochs import EpochCursor
 from .sampling import RankShare, batches_per_epoch, per_rank, split
 from .stats import LoadStats, StatsSummary
 from .transfer import Batch, without_failed
@@ -350,21 +350,21 @@ class Loader:
 
     def state_dict(self) -> dict[str, Any]:
         """Plain data to resume from, for ``torch.save``: the epoch, the batches taken in it, and what decides
-        the samples that follow (``gpupipe.loading.epochs.resume_fields``). Augmentations are drawn from
+        the samples that follow (``gpupipe.loading.identity.recorded``). Augmentations are drawn from
         ``(seed, epoch, slot)``, so a resume repeats the rest of the epoch exactly, on any backend. Per rank."""
         world = self._settle()
-        match = resume_fields(self.config, world.world_size, self.source.names, self.source.draws)
+        match = identity.recorded(self, world.world_size)  # with the classes, labels and pipeline (digests)
         return self._cursor.state_dict(rank=world.rank, backend=self.backend, match=match)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continues from ``state_dict``: the next pass gives exactly the batches that would have come next.
 
         Raises:
-            ValueError: a field that decides the samples differs (named), a malformed state; ``agreement.load_alike``.
+            ValueError: a field that decides the samples, classes or labels differs, a malformed state (named).
         """
         world, samples = self._settle(), epoch_samples(self.source)
-        match = resume_fields(self.config, world.world_size, self.source.names, self.source.draws)
-        load = lambda: self._cursor.load_state_dict(state, match=match, samples=samples, rank=world.rank)  # noqa: E731
+        match = identity.recorded(self, world.world_size)  # each field checked, then compared: identity.checked
+        load = lambda: identity.load(self._cursor, state, match, samples=samples, rank=world.rank)  # noqa: E731
         agreement.load_alike(load, agreement.exchange_group(world))
 
     # -- lifetime ----------------------------------------------------------------

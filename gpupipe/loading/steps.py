@@ -85,14 +85,19 @@ def output_of(pipeline_output: Output | None, dtype, channels_last) -> Output:
 
 
 def without_bad_files(
-    source: Source, config: LoaderConfig, errors: ErrorPolicy, world: env.World | None = None
+    source: Source,
+    config: LoaderConfig,
+    errors: ErrorPolicy,
+    world: env.World | None = None,
+    agreed: dict[str, Any] | None = None,
 ) -> Source:
     """Scans the source and drops or refuses (by ``errors``, the ``on_error`` policy) the samples that
     cannot be used, with the source's own problems (an image without its mask, ...).
 
-    When ``world`` is the process group's own share, the ranks first compare their listings and
-    settings, then split the scan among them (``gpupipe.loading.agreement``); otherwise this process
-    joins no collective.
+    When ``world`` is the process group's own share, the ranks first compare their listings,
+    settings and ``agreed`` (classes, labels, pipeline, backend: ``gpupipe.loading.identity.agreed``),
+    then split the scan among them (``gpupipe.loading.agreement``); otherwise this process joins no
+    collective.
 
     Raises:
         RanksDisagree: the ranks listed different files or were given different settings.
@@ -100,7 +105,7 @@ def without_bad_files(
         ValueError: with ``"skip"``, when no sample is left.
     """
     group = agreement.exchange_group(world) if world is not None else None
-    agreement.check_ranks_agree(source.names, config, group, source.draws)
+    agreement.check_ranks_agree(source.names, config, group, source.draws, agreed)
     with agreement.shared_by(group):
         result = source.scan(config.max_pixels, config.max_file_size)
     problems = list(source.problems)
@@ -146,6 +151,25 @@ def with_draws(source: Source, weights: Any, num_samples: Any, replacement: Any)
     return drawn
 
 
+#: The most pixels an image the pipeline makes may have (each op's output): 3 GiB of uint8 per image.
+MAX_OUTPUT_PIXELS = 2**30
+
+
+def check_sizes(spec: Any) -> None:
+    """Every size the pipeline ``spec`` gives an image (each op's output, ``(h, w)``) within ``MAX_OUTPUT_PIXELS``: a
+    larger one is allocated for every image of every batch, or overflows the tensor's size, at the first batch.
+
+    Raises:
+        ValueError: naming the op and its size.
+    """
+    for op, size in zip(spec.ops, spec.sizes):
+        if size is not None and size[0] * size[1] > MAX_OUTPUT_PIXELS:
+            raise ValueError(
+                f"{op!r}: an output of {size[0]} x {size[1]} pixels is more than an image may have "
+                f"({MAX_OUTPUT_PIXELS:,} pixels, 3 GiB of uint8 for each image of each batch); give a smaller size"
+            )
+
+
 def check_batch_fits(source: Source, config: LoaderConfig, world_size: int) -> None:
     """``drop_last=True`` with fewer samples per rank than a batch would yield nothing.
 
@@ -168,4 +192,11 @@ def check_batch_fits(source: Source, config: LoaderConfig, world_size: int) -> N
         )
 
 
-__all__ = ["choose_device_and_backend", "output_of", "without_bad_files", "check_batch_fits", "with_draws"]
+__all__ = [
+    "choose_device_and_backend",
+    "output_of",
+    "without_bad_files",
+    "check_batch_fits",
+    "check_sizes",
+    "with_draws",
+]

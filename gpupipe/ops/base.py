@@ -70,7 +70,7 @@ def hw(name: str, size: SizeArg) -> HW:
         h, w = (int(v) for v in size)
     except (TypeError, ValueError):
         raise ValueError(f"{name}: size must be an int or (h, w), got {size!r}") from None
-    if h < 1 or w < 1 or tuple(size) != (h, w):
+    if h < 1 or w < 1 or tuple(size) != (h, w) or any(isinstance(v, bool) for v in size):  # True is no size
         raise ValueError(f"{name}: size must be positive integers, got {size!r}")
     return h, w
 

@@ -25,7 +25,7 @@ from ..cli import ArgumentParser, run
 from ..errors import SampleError, plural
 from ..fileio import byte_size, sha256_hex, shell_word
 from ..remote import Retry, is_url
-from ..remote.urls import filesystem
+from ..remote.urls import cache_key, filesystem, redact
 from ..shards import format as shardfmt
 from ..sources import FileList
 from . import ConvertSettings, NothingPacked, PackError, PackSettings, pack, parse_size, verify
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         problems = verify_remote(args.dst, retry) if is_url(args.dst) else verify(args.dst)
         for problem in problems:
             print(f"FAIL {problem}")
-        print(f"{args.dst}: {'OK' if not problems else plural(len(problems), 'problem')}")
+        print(f"{redact(args.dst)}: {'OK' if not problems else plural(len(problems), 'problem')}")
         return 1 if problems else 0
     settings = PackSettings(
         convert=ConvertSettings(
@@ -217,7 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     part = f"rank {rank} of {world_size}: " if world_size > 1 else ""
     where = "listed above, and" if listed else "reasons"
     skipped = (
-        f"skipped {summary.skipped} ({where} in {args.dst}/manifest.json)" if summary.skipped else "nothing skipped"
+        f"skipped {summary.skipped} ({where} in {redact(args.dst)}/manifest.json)"
+        if summary.skipped
+        else "nothing skipped"
     )
     print(
         f"{part}packed {plural(summary.packed, 'image')} into {plural(summary.shards, 'shard')} "
@@ -229,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         f"copied as they were) in {summary.seconds:.1f} s: {summary.images_per_s:.0f} images/s"
     )
     if rank == 0:
-        print(next_step(args.dst, summary.packed))
+        print(next_step(redact(args.dst), summary.packed))  # a password or a signature is never printed
     return 0
 
 
@@ -263,13 +265,18 @@ def settings_differ(local_dst: Path, settings: PackSettings) -> str:
     pack into it; where none do, its inputs differ; where it has no manifest (a pack stopped before its
     end), what to do."""
     try:
-        before = shardfmt.read_manifest(local_dst)["settings"]
-    except (ValueError, KeyError, TypeError):
+        before = shardfmt.read_manifest(local_dst).get("settings")
+    except ValueError as err:
+        if (local_dst / shardfmt.MANIFEST).exists():  # there, but damaged: what is wrong with it
+            return str(err)
         return "it holds a pack stopped before its end (no manifest.json to compare this command with)"
+    groups = {group for _, group, _ in SETTING_FLAGS if group}
+    if not (isinstance(before, dict) and all(isinstance(before.get(group), dict) for group in groups)):  # by hand
+        return f"its {shardfmt.MANIFEST} records no settings to compare this command with (edited by hand?)"
     now = dataclasses.asdict(settings)
     was, asked = [], []
     for flag, group, key in SETTING_FLAGS:
-        old = (before.get(group) or {}).get(key) if group else before.get(key)
+        old = before[group].get(key) if group else before.get(key)
         new = now[group][key] if group else now[key]
         if old != new:
             was.append(f"{flag} {'none' if old is None else old}")
@@ -303,7 +310,7 @@ def interrupted(dst: Path, how: str = "interrupted") -> str:
 
 def staging_dir(url: str) -> Path:
     """The default local folder where shards for ``url`` are written before they are uploaded."""
-    return env.cache_dir("pack-staging") / sha256_hex(url, 16)
+    return env.cache_dir("pack-staging") / sha256_hex(cache_key(url), 16)  # no secret decides a name
 
 
 def _distributed():

@@ -9,6 +9,7 @@ from typing import BinaryIO
 from ..fileio import UnreadableFile, regular_stat, sha256_of
 from ..progress import Progress
 from ..shards import format as shardfmt
+from ..sources.shards import Shards
 from ..targets import TargetKind, handler
 from .writer import BLOCK
 
@@ -16,6 +17,8 @@ logger = logging.getLogger("gpupipe.pack")
 
 #: Problems listed per shard before the rest are summarised.
 MAX_PROBLEMS = 20
+#: The scan's limits in ``verify``: none (the loader's ``max_pixels`` and ``max_file_size`` are its own).
+NO_LIMIT = 2**62
 
 
 def verify(dst) -> list[str]:
@@ -27,11 +30,13 @@ def verify(dst) -> list[str]:
     and every indexed member lies in the file under a tar header with the
     same name and size; the target members (``.cls``, ``.json``) say what
     the manifest says. Totals must add up (``read_manifest`` checks
-    them). Shards the manifest gives no sha256 (or index sha256) are
-    checked all the same, without that comparison, and a warning says
-    that checksums were not available.
+    them); no tar or index lies in ``dst`` unlisted, and the loader
+    opens the pack (labels in range, every sample with its image).
+    Shards the manifest gives no sha256 (or index sha256) are checked all
+    the same, without that comparison, and a warning says that checksums
+    were not available.
     """
-    dst = Path(dst)
+    dst = Path(dst).expanduser()  # as the loader reads "~/packed"
     try:
         manifest = shardfmt.read_manifest(dst)
     except ValueError as err:  # an unfinished pack is named as one
@@ -58,7 +63,50 @@ def verify(dst) -> list[str]:
             len(manifest["shards"]),
             unsummed[0],
         )
-    return problems  # the totals were checked with the manifest (``read_manifest``)
+    problems.extend(_unlisted(dst, manifest["shards"]) + _totals(manifest, dst / shardfmt.MANIFEST))
+    return problems or _refused(dst)  # the totals were checked with the manifest (``read_manifest``)
+
+
+def _totals(manifest: dict, path: Path) -> list[str]:
+    """The totals the readers do not check (``read_manifest`` checks ``samples`` and ``shards``) that
+    disagree with what the manifest lists: ``bytes``, and ``skipped`` (the entries of its ``skipped``)."""
+    totals = manifest.get("totals", {})
+    skipped = manifest.get("skipped", [])
+    listed = {"bytes": sum(shard["bytes"] for shard in manifest["shards"])}
+    if not isinstance(skipped, list):
+        return [f"{path}: skipped must be a list of inputs left out, got {type(skipped).__name__}"]
+    listed["skipped"] = len(skipped)
+    return [
+        f"{path}: totals.{field} is {totals[field]!r}, the manifest lists {count}"
+        for field, count in listed.items()
+        if field in totals and totals[field] != count
+    ]
+
+
+def _unlisted(dst: Path, shards: list[dict]) -> list[str]:
+    """Shard tars and indexes (named as the packer names them: other files are the user's) in ``dst`` that
+    the manifest does not list: a shard dropped from the manifest would otherwise leave a pack that checks
+    out, smaller than the one packed."""
+    listed = {name for shard in shards for name in (shard["name"], shard["index"])}
+    found = sorted(path.name for pattern in ("shard-*.tar", "shard-*.idx") for path in dst.glob(pattern))
+    return [
+        f"{name}: in the folder, but the manifest does not list it (a shard dropped from the manifest, or one "
+        "left from another pack?)"
+        for name in found
+        if name not in listed
+    ]
+
+
+def _refused(dst: Path) -> list[str]:
+    """What the loader refuses in a pack whose every shard checked out (a label past the classes) or
+    skips as damaged (a sample whose image the index does not list): ``--verify`` passes no pack that
+    ``gpupipe.loader`` cannot read whole. (No size limit applies here: those are the loader's settings.)"""
+    try:
+        source = Shards(dst, checksums=False)
+    except (ValueError, OSError) as err:  # OSError: a file removed or made unreadable since it was checked
+        return [f"the loader refuses it: {err}"]
+    bad = sorted(source.scan(max_pixels=NO_LIMIT, max_file_size=NO_LIMIT).bad.items())
+    return [f"{source.names[i]} (sample {i}): {reason}" for i, reason in bad[:MAX_PROBLEMS]]
 
 
 def _check_shard(tar: Path, index: Path, shard: dict, kind: str) -> list[str]:

@@ -19,6 +19,7 @@ from pathlib import Path
 from .. import fileio
 from ..errors import Error
 from ..fileio import sha256_hex
+from ..shards import format as shardfmt
 
 logger = logging.getLogger("gpupipe.pack")
 
@@ -122,7 +123,8 @@ class Journal:
         try:
             saved = json.loads(self.path.read_text())
             known = saved["fingerprint"], saved["shards"], saved["skipped"]
-        except (OSError, ValueError, KeyError, TypeError) as err:
+            _check_shape(saved)
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as err:
             raise PackError(f"{self.path} is unreadable ({err}); delete it to pack again from the start") from None
         if known[0] != self.fingerprint:
             raise PackError(
@@ -130,11 +132,9 @@ class Journal:
                 "pack into a new folder (or delete it first)"
             )
         for shard in saved["shards"]:
-            on_disk = self.path.parent / shard["name"]
-            if not on_disk.is_file() or on_disk.stat().st_size != shard["bytes"]:
-                logger.warning(
-                    "shard %s of the earlier run is missing or changed: packing from before it", shard["name"]
-                )
+            problem = _finished_problem(self.path.parent, shard)
+            if problem:
+                logger.warning("shard %s of the earlier run %s: packing from before it", shard["name"], problem)
                 break
             self.shards.append(shard)
         if len(self.shards) == len(saved["shards"]) and isinstance(saved.get("next_input"), int):
@@ -158,6 +158,46 @@ class Journal:
         """
         state = {"fingerprint": self.fingerprint, "shards": self.shards, "skipped": self.skipped}
         write_whole(self.path, json.dumps({**state, "next_input": self.next_input}))
+
+
+def _finished_problem(folder: Path, shard: dict) -> str:
+    """Why a shard the journal lists as finished cannot be kept ('' when it can): its tar missing or of
+    another size, its index missing or not the one written (its sha256), or tar headers at its first and
+    last samples that do not name them. (The tar is not hashed: a resume does not read every finished
+    shard whole; ``--verify`` does.)"""
+    tar = folder / shard["name"]
+    if not tar.is_file() or tar.stat().st_size != shard["bytes"]:
+        return "is missing or changed"
+    try:
+        entries = shardfmt.read_shard_index(folder / shard["index"], shard)
+        shardfmt.check_shard_members(tar, entries, shard["bytes"], folder)
+    except (OSError, ValueError):
+        return "has lost its index, or its index or tar changed"
+    return ""
+
+
+#: What each finished shard and each skipped input of a journal holds (as ``Journal.save`` writes them).
+_SHARD_FIELDS = {"name": str, "index": str, "samples": int, "bytes": int, "next_input": int, "sizes": list}
+_SKIPPED_FIELDS = {"position": int, "path": str, "reason": str}
+
+
+def _check_shape(saved) -> None:
+    """Checks a journal's fields as ``Journal.load`` and the manifest use them.
+
+    Raises:
+        ValueError: the first field missing or of the wrong type (a journal edited by hand, or cut short).
+    """
+    if not isinstance(saved["fingerprint"], str) or not isinstance(saved.get("next_input", 0), int):
+        raise ValueError("its fingerprint or next_input is of the wrong type")
+    for part, fields in (("shards", _SHARD_FIELDS), ("skipped", _SKIPPED_FIELDS)):
+        if not isinstance(saved[part], list):
+            raise ValueError(f"{part} is not a list")
+        for k, entry in enumerate(saved[part]):
+            if not isinstance(entry, dict):
+                raise ValueError(f"{part}[{k}] is not an object")
+            wrong = next((f for f, kind in fields.items() if not isinstance(entry.get(f), kind)), None)
+            if wrong is not None:
+                raise ValueError(f"{part}[{k}].{wrong} is missing or of the wrong type")
 
 
 def write_whole(path: Path, text: str) -> None:

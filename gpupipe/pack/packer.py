@@ -158,7 +158,7 @@ def pack(
         ValueError: a bad argument or source.
     """
     errors = ErrorPolicy(on_error, SkipLog(logger, logging.INFO))  # each one is listed in the manifest too
-    dst = Path(dst)
+    dst = Path(dst).expanduser()  # "~/packed" is the home folder's, as the loader reads it
     source = packable(src, dst)
     problems = list(source.problems)
     errors.apply(problems, source.problem_summary())

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from ..remote import RemoteError, Retry, download, filesystem, join, read_small
 from ..remote.fetch import with_retries
+from ..remote.packs import INDEX_BYTES_PER_SAMPLE
+from ..remote.urls import redact
 from ..shards import format as shardfmt
 from .check import verify
 from .manifest import SOURCES
@@ -70,18 +72,23 @@ def verify_remote(url: str, retry: Retry, storage_options: dict | None = None) -
     folder = Path(tempfile.mkdtemp(prefix="gpupipe-verify-"))
     try:
         try:
-            data = read_small(join(url, shardfmt.MANIFEST), retry, storage_options)
+            data = read_small(join(url, shardfmt.MANIFEST), retry, storage_options, shardfmt.MAX_METADATA_BYTES)
             (folder / shardfmt.MANIFEST).write_bytes(data)
-            manifest = shardfmt.parse_manifest(data, join(url, shardfmt.MANIFEST))
+            manifest = shardfmt.parse_manifest(data, redact(join(url, shardfmt.MANIFEST)))
         except (RemoteError, ValueError) as err:
             return [str(err)]
         for shard in manifest["shards"]:
-            for name in (shard["name"], shard["index"]):
+            index_cap = min(shardfmt.MAX_METADATA_BYTES, INDEX_BYTES_PER_SAMPLE * (shard["samples"] + 1))
+            for name, cap in ((shard["name"], shard["bytes"]), (shard["index"], index_cap)):  # never more read
                 try:
-                    download(join(url, name), str(folder / name), retry, storage_options=storage_options)
+                    source = join(url, name)  # refuses a name that leaves the pack, before anything is made
+                    (folder / name).parent.mkdir(parents=True, exist_ok=True)  # a shard kept in a subfolder
+                    download(source, str(folder / name), retry, storage_options=storage_options, max_bytes=cap)
                 except (RemoteError, ValueError) as err:
                     return [str(err)]
-        return [p.replace(str(folder), url) for p in verify(folder)]
+                except OSError as err:  # a name under another shard's name ('a.tar/b.tar')
+                    return [f"{redact(source)}: cannot be checked here ({err.strerror or err})"]
+        return [p.replace(str(folder), redact(url)) for p in verify(folder)]
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

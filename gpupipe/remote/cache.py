@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 from .. import fileio
 from ..fileio import read_json_object, sha256_hex
 from .fetch import UNSIZED_CAP, CacheError, Retry, download, remote_info
-from .folder import RESERVED, Pin, default_cache_dir, kind, make_folder, without_dead_parts
+from .folder import RESERVED, Pin, default_cache_dir, kind, make_folder, wait_lock, without_dead_parts
 from .urls import cache_key, redact
 
 logger = logging.getLogger("gpupipe.remote")
@@ -130,7 +130,8 @@ class ShardCache:
         if not sha256 and version == "" and not self._unversioned_warned:
             self._unversioned_warned = True
             logger.warning(
-                "%s: the server states no version (no ETag, no Last-Modified) and no checksum is known: a "
+                "%s: the server states no version that tells a replaced file apart (no ETag; no Last-Modified, or "
+                "one of the last seconds: a file written in the same second keeps it) and no checksum is known: a "
                 "cached copy is used only if fetched since this source was made",
                 redact(url),
             )
@@ -140,12 +141,12 @@ class ShardCache:
             if fd < 0:  # a read-only cache holding the file checked
                 return Pin(-1, path) if pin else None
             try:
-                fileio.lock(fd, shared=True)  # waits only while another process downloads the file
+                self._wait(fd, f"{redact(url)} in the cache {self.folder}")  # while another downloads it
                 if not self._valid(path, size, sha256, version):
                     # a download needs the lock alone; never wait for readers (they may be waiting too)
                     if not fileio.try_lock(fd):
                         unversioned = not sha256 and version == "" and time.monotonic() - since > IN_USE_WAIT
-                        if unversioned and self._in_use(fd, path, size):
+                        if unversioned and self._in_use(fd, path, size, url):
                             return self._pinned(fd, path, pin)
                         os.close(fd)
                         self._held_elsewhere(url, held)
@@ -187,6 +188,10 @@ class ShardCache:
                 self.retry.deadline,
             )
 
+    def _wait(self, fd: int, what: str) -> None:
+        """A shared lock on ``fd``, waiting at most ``Retry.deadline`` (``folder.wait_lock``)."""
+        wait_lock(fd, shared=True, seconds=self.retry.deadline, what=what)
+
     @staticmethod
     def _pinned(fd: int, path: str, pin: bool) -> Pin | None:
         """The cached file held by ``fd`` (its shared lock): a ``Pin``, or ``None`` (released) without ``pin``."""
@@ -196,9 +201,9 @@ class ShardCache:
             return None
         return Pin(fd, path)
 
-    def _in_use(self, fd: int, path: str, size: int | None) -> bool:
+    def _in_use(self, fd: int, path: str, size: int | None, url: str) -> bool:
         """Whether an unversioned file is there, held by others (``IN_USE_WAIT``): then it is taken as it is."""
-        fileio.lock(fd, shared=True)  # a failed upgrade may have dropped the shared lock
+        self._wait(fd, f"{redact(url)} in the cache {self.folder}")  # a failed upgrade may have dropped the lock
         return self._valid(path, size, None, None)
 
     def _open_lock(self, path: str, wanted: tuple | None = None) -> int:
@@ -344,7 +349,7 @@ class ShardCache:
         """
         fd = self._open_lock(str(self.folder / ".evict.lock"))
         try:
-            fileio.lock(fd)
+            wait_lock(fd, shared=False, seconds=self.retry.deadline, what=f"the cache {self.folder}")
             present = without_dead_parts(self._entries(with_parts=True))
             total = sum(size for _, size, _ in present) + incoming
             for _, size, path in sorted(e for e in present if kind(os.path.basename(e[2])) == "file"):

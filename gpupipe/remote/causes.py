@@ -1,10 +1,12 @@
 """What a failed remote read says about its cause, whatever client raised it (aiohttp through fsspec's HTTP
 file system, botocore through s3fs, ...): the HTTP status, a ``Retry-After``, a missing file or missing
-credentials, and the words a message gives the failure (a time-out named as one, a status as a status)."""
+credentials, and the words a message gives the failure (a time-out named as one, a status as a status); and whether
+what a server says of a file tells it from a file of the same size written in its place (``tells_apart``)."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import email.utils
 import time
 from collections.abc import Iterator
@@ -123,4 +125,52 @@ def _hollow(e: BaseException, links: list[BaseException]) -> bool:
     return not str(e).strip() or (isinstance(e, FileNotFoundError) and e.__cause__ is not None)
 
 
-__all__ = ["chain", "status_of", "retry_after", "no_credentials", "bad_endpoint", "missing", "is_time_out", "describe"]
+#: Fields that change with a file's content whatever the time (a content hash, a store's generation or version id).
+_CONTENT_FIELDS = ("Content-MD5", "md5Hash", "generation", "VersionId")
+#: Seconds within which a modification time (``Last-Modified``: whole seconds) cannot tell a file from another
+#: written in the same second: 1 s of resolution, and 1 s of clock difference between server and client.
+FRESH_SECONDS = 2.0
+
+
+def tells_apart(found: dict, size) -> bool:
+    """Whether what the server says of a file (``found``: fsspec's ``info``) tells its content from that of a
+    file of the same size written later: a content hash, a generation or version id, or an ETag does; a modification
+    time only once older than ``FRESH_SECONDS`` (a file replaced in the same second keeps its Last-Modified), and so
+    for an ETag that is that time and the size (nginx's, ``"<hex seconds>-<hex size>"``) or a weak one (``W/``)."""
+    if any(found.get(k) for k in _CONTENT_FIELDS):
+        return True
+    stamp = next((found[k] for k in ("Last-Modified", "LastModified", "updated") if found.get(k)), None)
+    seconds = _epoch(stamp)
+    etag = str(found.get("ETag") or found.get("etag") or "")
+    timed = etag.startswith("W/") or (seconds is not None and etag.strip('"') == f"{int(seconds):x}-{int(size or 0):x}")
+    if etag and not timed:
+        return True
+    return seconds is None or time.time() - seconds >= FRESH_SECONDS  # unreadable: as the server states it
+
+
+def _epoch(stamp) -> float | None:
+    """A modification time as fsspec gives it (an HTTP date, an ISO time, a ``datetime``) in seconds, or ``None``."""
+    try:
+        if isinstance(stamp, str):
+            try:
+                stamp = email.utils.parsedate_to_datetime(stamp)
+            except (TypeError, ValueError):
+                stamp = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+        if isinstance(stamp, datetime.datetime):
+            return (stamp if stamp.tzinfo else stamp.replace(tzinfo=datetime.timezone.utc)).timestamp()
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return None
+
+
+__all__ = [
+    "tells_apart",
+    "chain",
+    "status_of",
+    "retry_after",
+    "no_credentials",
+    "bad_endpoint",
+    "missing",
+    "is_time_out",
+    "describe",
+]

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ..errors import Error
 from ..progress import Progress
-from .causes import bad_endpoint, describe, missing, no_credentials, retry_after, status_of
+from .causes import bad_endpoint, describe, missing, no_credentials, retry_after, status_of, tells_apart
 from .stream import Overdue, TooLarge, stream
 from .urls import filesystem, redact
 
@@ -114,35 +114,45 @@ def with_retries(url: str, retry: Retry, what: str, action: Callable[[float], ob
         try:
             return action(left)
         except Overdue:
+            last = f"attempt {tries} was still under way (a slow server, or one that sends a little now and then)"
             break
         except Exception as err:  # noqa: BLE001 -- fsspec back ends raise their own types (aiohttp, botocore)
             if isinstance(err, (ImportError, RemoteError)):
                 raise
-            last = describe(err, retry.timeout)
-            status = status_of(err)
-            if missing(err, status):
-                raise RemoteMissing(f"{what} {url}: not found ({last})") from None
-            if status in (401, 403) or isinstance(err, PermissionError):
-                raise RemoteDenied(f"{what} {url}: access denied ({last})") from None
-            if no_credentials(err):
-                raise RemoteDenied(f"{what} {url}: no credentials found ({last}); {CREDENTIALS_HINT}") from None
-            if bad_endpoint(err):
-                raise RemoteError(
-                    f"{what} {url}: the client cannot use its endpoint ({last}); {ENDPOINT_HINT}"
-                ) from None
-            if tries < retry.attempts:
-                delay = _pause(retry.backoff, tries - 1, retry_after(err), stop - time.monotonic())
-                logger.warning(
-                    "%s",
-                    redact(f"{what} {url} failed ({last}); retry {tries} of {retry.attempts - 1} in {delay:.1f} s"),
-                )
-                time.sleep(delay)
+            last, refusal, wait = _judge(err, url, what, retry, tries, stop)
+        # raised here, outside the handler: the client's own exception (its message names the URL whole, signature
+        # and password included) is then neither the error's __cause__ nor its __context__
+        if refusal is not None:
+            raise refusal
+        time.sleep(wait)
     if time.monotonic() >= stop:
         raise RemoteError(
             f"{what} {url} failed: not done within the deadline of {retry.deadline:g} s "
             f"(Retry.deadline) after {tries} attempts; the last problem: {last}"
         )
     raise RemoteError(f"{what} {url} failed after {retry.attempts} attempts: {last}")
+
+
+def _judge(err: Exception, url: str, what: str, retry: Retry, tries: int, stop: float):
+    """``(the problem in words, the error to raise now or None, seconds to wait before the next attempt)``
+    for the failed attempt number ``tries``."""
+    last = describe(err, retry.timeout)
+    status = status_of(err)
+    if missing(err, status):
+        return last, RemoteMissing(f"{what} {url}: not found ({last})"), 0.0
+    if status in (401, 403) or isinstance(err, PermissionError):
+        return last, RemoteDenied(f"{what} {url}: access denied ({last})"), 0.0
+    if no_credentials(err):
+        return last, RemoteDenied(f"{what} {url}: no credentials found ({last}); {CREDENTIALS_HINT}"), 0.0
+    if bad_endpoint(err):
+        return last, RemoteError(f"{what} {url}: the client cannot use its endpoint ({last}); {ENDPOINT_HINT}"), 0.0
+    if tries >= retry.attempts:
+        return last, None, 0.0
+    delay = _pause(retry.backoff, tries - 1, retry_after(err), stop - time.monotonic())
+    logger.warning(
+        "%s", redact(f"{what} {url} failed ({last}); retry {tries} of {retry.attempts - 1} in {delay:.1f} s")
+    )
+    return last, None, delay
 
 
 def _pause(backoff: float, attempt: int, retry_after: float | None, left: float) -> float:
@@ -234,6 +244,8 @@ def remote_info(url: str, retry: Retry, storage_options: dict | None = None, *, 
         if size is None and need_size:
             raise RemoteError(f"{url}: the server reports no size")
         version = "|".join(f"{k}={found[k]}" for k in _VERSION_FIELDS if found.get(k))
+        if not tells_apart(found, size):
+            version = ""
         return {"size": None if size is None else int(size), "version": version}
 
     return with_retries(url, retry, "asking about", info)

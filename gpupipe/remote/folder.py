@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 
 from .. import env, fileio
@@ -28,6 +29,24 @@ def make_folder(folder) -> Path:
     except OSError as err:
         raise CacheError(f"cache_dir {path}: cannot make the cache folder: {err.strerror or err}") from None
     return path
+
+
+def wait_lock(fd: int, *, shared: bool, seconds: float, what: str) -> None:
+    """Takes the lock of ``fd``, waiting at most ``seconds`` for the process that holds it (a download, an
+    eviction: both end within their own deadline, unless that process was stopped or its container paused).
+
+    Raises:
+        CacheError: still held after ``seconds``; ``what`` names the file and the cache.
+    """
+    stop, pause = time.monotonic() + seconds, 0.005
+    while not fileio.try_lock(fd, shared=shared):
+        if time.monotonic() > stop:
+            raise CacheError(
+                f"{what}: another process (or container) has held its lock for over {seconds:g} s (Retry.deadline) "
+                "and never let go: a stopped or paused process? Stop it, or give this one another cache_dir"
+            )
+        time.sleep(pause)
+        pause = min(0.25, pause * 2)
 
 
 class Pin:
@@ -80,4 +99,14 @@ def without_dead_parts(entries):
     return alive
 
 
-__all__ = ["default_cache_dir", "make_folder", "Pin", "without_dead_parts", "kind", "CACHED", "PART", "RESERVED"]
+__all__ = [
+    "default_cache_dir",
+    "make_folder",
+    "wait_lock",
+    "Pin",
+    "without_dead_parts",
+    "kind",
+    "CACHED",
+    "PART",
+    "RESERVED",
+]

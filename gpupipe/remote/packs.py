@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -10,6 +11,7 @@ from .cache import ShardCache
 from .fetch import RemoteMissing, is_html_page, read_small
 from .urls import join, redact
 
+logger = logging.getLogger("gpupipe.remote")
 #: Index files fetched at once when a remote pack is opened.
 INDEX_THREADS = 16
 #: An index may hold at most this many bytes per sample the manifest gives its shard (its download's
@@ -38,18 +40,7 @@ def remote_pack(url: str, cache: ShardCache) -> tuple[dict, list[PackedTar]]:
             does not match the manifest.
         RemoteError: the server cannot be reached after the retries.
     """
-    where = join(url, shardfmt.MANIFEST)
-    try:
-        data = read_small(where, cache.retry, cache.storage_options, shardfmt.MAX_METADATA_BYTES)
-    except RemoteMissing as err:  # its words name a missing bucket as such
-        raise ValueError(
-            f"{redact(url)} is not a gpupipe pack: no {shardfmt.MANIFEST} there ({err}); for tars written by "
-            "another tool, use gpupipe.WebDataset; a folder of image files is read from a local disk only: pack it "
-            "once (python -m gpupipe.pack <local folder> <url>) or copy it to this machine"
-        ) from None
-    if is_html_page(data[:512]):
-        raise ValueError(f"{redact(where)} is an HTML page, not a manifest (a server's error or sign-in page?)")
-    manifest = shardfmt.parse_manifest(data, redact(where))
+    manifest = _manifest(url, cache)
     shards = manifest["shards"]
     locations = [
         (_join(url, s["name"], f"shards[{k}].name"), _join(url, s["index"], f"shards[{k}].index"))
@@ -72,6 +63,34 @@ def remote_pack(url: str, cache: ShardCache) -> tuple[dict, list[PackedTar]]:
         for (tar, _), s, entries in zip(locations, shards, indexes)
     ]
     return manifest, tars
+
+
+def _manifest(url: str, cache: ShardCache) -> dict:
+    """The pack's manifest, read and checked; one that does not parse is read once more (with retries left): a
+    body cut with its connection, where the server states no Content-Length, looks whole."""
+    where = join(url, shardfmt.MANIFEST)
+    data = _read_manifest(url, where, cache)
+    try:
+        return shardfmt.parse_manifest(data, redact(where))
+    except ValueError as err:
+        if cache.retry.attempts == 1:
+            raise
+        logger.warning("%s; reading it again (cut short in transfer?)", err)
+    return shardfmt.parse_manifest(_read_manifest(url, where, cache), redact(where))
+
+
+def _read_manifest(url: str, where: str, cache: ShardCache) -> bytes:
+    try:
+        data = read_small(where, cache.retry, cache.storage_options, shardfmt.MAX_METADATA_BYTES)
+    except RemoteMissing as err:  # its words name a missing bucket as such
+        raise ValueError(
+            f"{redact(url)} is not a gpupipe pack: no {shardfmt.MANIFEST} there ({err}); for tars written by "
+            "another tool, use gpupipe.WebDataset; a folder of image files is read from a local disk only: pack it "
+            "once (python -m gpupipe.pack <local folder> <url>) or copy it to this machine"
+        ) from None
+    if is_html_page(data[:512]):
+        raise ValueError(f"{redact(where)} is an HTML page, not a manifest (a server's error or sign-in page?)")
+    return data
 
 
 def _join(url: str, name, field: str) -> str:

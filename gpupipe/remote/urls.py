@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import posixpath
 import re
+import unicodedata
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -32,20 +33,34 @@ def scheme(url: str) -> str:
 
 #: How many times a name is percent-decoded when checked (``%252e`` is ``%2e`` once decoded).
 _DECODE_ROUNDS = 4
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]*@")
-#: Query parameters whose values are secrets (AWS and GCS signed URLs, Azure SAS, API keys, tokens).
+#: ``scheme://user:password@``: up to the authority's last ``@`` (a password may hold one, as ``urlsplit`` reads it).
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s]*@")
+#: Query (or fragment: OAuth's ``#access_token=``) parameters whose values are secrets (AWS and GCS signed URLs,
+#: Azure SAS, API keys, tokens).
 _SECRET_PARAM = re.compile(
-    r"(?i)([?&;][^=&#\s]*(?:sig|signature|token|key|secret|password|passwd|credential|auth|session)[^=&#\s]*=)"
+    r"(?i)([?&;#][^=&#\s]*(?:sig|signature|token|key|secret|password|passwd|credential|auth|session)[^=&#\s]*=)"
     r"[^&#\s'\"]*"
 )
+
+
+#: Request headers that carry a credential, as a client's debug line shows them (botocore's ``'Authorization':
+#: b'AWS4-HMAC-SHA256 Credential=..., Signature=...'``, an ``Authorization: Bearer ...``).
+_SECRET_HEADER = re.compile(
+    r"(?i)((?:proxy-)?authorization|x-amz-security-token|x-goog-api-key|cookie)(['\"]?\s*:\s*(?:b['\"]|['\"])?)[^'\"\n]+"
+)
+
+#: A request's signature as botocore's signer logs it (``Signature:\n<hex>``).
+_SIGNATURE = re.compile(r"(?i)(\bsignature:\s*)[0-9a-f]{16,}")
 
 
 def redact(text) -> str:
     """``text`` (a URL, or a message naming URLs) with every credential replaced by ``***``: the
     ``user:password@`` part of a URL and the values of query parameters that hold a secret
-    (``X-Amz-Signature``, ``X-Amz-Credential``, ``X-Goog-Signature``, ``sig``, ``token``, ``key``, ...).
+    (``X-Amz-Signature``, ``X-Amz-Credential``, ``X-Goog-Signature``, ``sig``, ``token``, ``key``, ...), and of
+    headers that carry one (``Authorization``, ``X-Amz-Security-Token``, ``Cookie``) as debug lines show them.
     Every message and log line that names a URL goes through here."""
-    return _SECRET_PARAM.sub(r"\1***", _USERINFO.sub(r"\1***@", str(text)))
+    text = _SIGNATURE.sub(r"\1***", _SECRET_HEADER.sub(r"\1\2***", str(text)))
+    return _SECRET_PARAM.sub(r"\1***", _USERINFO.sub(r"\1***@", text))
 
 
 #: Query parameters that sign a URL (AWS SigV4 and V2, GCS V4, CloudFront's ``Policy`` and ``Key-Pair-Id``, an
@@ -72,7 +87,8 @@ def safe_name(name) -> str:
     Raises:
         ValueError: the name is empty or not a string, or (as written or decoded) absolute, a URL,
             or holds ``..``, ``.``, an empty part, ``\\``, ``:``, ``?``, ``#``, ``%`` once fully
-            decoded, or a control character.
+            decoded, or a control character; also once compatibility characters are folded (NFKC:
+            ``\uff0e\uff0e`` or ``\u2025`` is ``..``, ``\uff0f`` is ``/``), as some servers fold them.
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"the name {name!r} is not a file name")
@@ -85,6 +101,9 @@ def safe_name(name) -> str:
         if decoded == forms[-1]:
             break
         forms.append(decoded)
+    # what a server that folds compatibility characters reads: fullwidth or leader dots ("\uff0e\uff0e", "\u2025")
+    # as "..", a fullwidth solidus as "/"
+    forms += [folded for form in forms if (folded := unicodedata.normalize("NFKC", form)) != form]
     for form in forms:
         parts = form.split("/")
         if (
@@ -121,12 +140,12 @@ def join(base: str, name: str) -> str:
             "give the folder's plain URL and the credentials in storage_options"
         )
     joined = base.rstrip("/") + "/" + name
-    if not _inside(base, joined):
+    if not inside(base, joined):
         raise ValueError(f"{redact(base)}: the name {name!r} does not stay inside it")
     return joined
 
 
-def _inside(base: str, url: str) -> bool:
+def inside(base: str, url: str) -> bool:
     """Whether ``url`` resolves under ``base`` (scheme, host and decoded, normalised path)."""
     if not is_url(base):
         root = posixpath.normpath(base)
@@ -136,6 +155,29 @@ def _inside(base: str, url: str) -> bool:
         return False
     root = posixpath.normpath("/" + unquote(a.path)).rstrip("/") + "/"
     return posixpath.normpath("/" + unquote(b.path)).startswith(root)
+
+
+def within_pattern(pattern: str, name: str) -> None:
+    """Refuses an expansion of a brace pattern that leaves the folder written before the pattern's first brace
+    (``{a,..}``, ``{a,%2e%2e}``: a choice that climbs out of it once decoded and normalised).
+
+    Raises:
+        ValueError: naming the pattern and the expansion (credentials redacted).
+    """
+    head = pattern[: pattern.find("{")]
+    folder = head.rsplit("/", 1)[0] if "/" in head else "."
+    if "{" not in pattern or is_url(name) != is_url(folder):  # braces in the scheme or host: nothing to leave
+        return
+    if is_url(name):
+        leaves = not inside(folder, name.split("?", 1)[0].split("#", 1)[0])
+    else:
+        rel = posixpath.relpath(posixpath.normpath(name), posixpath.normpath(folder))
+        leaves = rel == ".." or rel.startswith("../")
+    if leaves:
+        raise ValueError(
+            f"{redact(name)!r}, an expansion of the pattern {redact(pattern)!r}, leaves the folder "
+            f"{redact(folder)!r} written before the pattern's first brace"
+        )
 
 
 def expand_braces(pattern: str) -> list[str]:
@@ -154,8 +196,8 @@ def expand_braces(pattern: str) -> list[str]:
         if depth < 0:
             break
     if depth:
-        raise ValueError(f"unbalanced braces in {pattern!r}")
-    return _expand(pattern, pattern)
+        raise ValueError(f"unbalanced braces in {redact(pattern)!r}")
+    return _expand(pattern, redact(pattern))
 
 
 def _expand(text: str, pattern: str) -> list[str]:
@@ -215,7 +257,16 @@ def _choices(body: str, pattern: str) -> list[str] | None:
 
 
 #: The loggers of the file systems gpupipe reads through: they log whole URLs (at DEBUG).
-CLIENT_LOGGERS = ("fsspec", "fsspec.http", "fsspec.asyn", "s3fs", "gcsfs", "gcsfs.core")
+CLIENT_LOGGERS = (
+    "fsspec",
+    "fsspec.http",
+    "fsspec.asyn",
+    "s3fs",
+    "gcsfs",
+    "gcsfs.core",
+    "botocore.endpoint",
+    "botocore.auth",
+)
 
 
 class Redacting(logging.Filter):
@@ -278,4 +329,16 @@ def _defaults(kind: str, timeout: float) -> dict:
     return {}
 
 
-__all__ = ["is_url", "join", "safe_name", "redact", "cache_key", "expand_braces", "filesystem", "scheme", "EXTRAS"]
+__all__ = [
+    "is_url",
+    "inside",
+    "within_pattern",
+    "join",
+    "safe_name",
+    "redact",
+    "cache_key",
+    "expand_braces",
+    "filesystem",
+    "scheme",
+    "EXTRAS",
+]

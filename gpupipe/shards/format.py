@@ -246,8 +246,10 @@ def parse_manifest(data: bytes, path) -> dict:
     """
     try:
         manifest = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+    except ValueError as err:  # not JSON, not UTF-8, or an int past Python's digit limit
         raise ValueError(f"{path} is not valid JSON: {err}") from None
+    except RecursionError:
+        raise ValueError(f"{path} is not valid JSON: nested too deeply to read") from None
     check_manifest(manifest, path)
     return manifest
 
@@ -293,6 +295,8 @@ def check_manifest(manifest: Any, path: Path) -> None:
         classes,
         "a list of names",
     )
+    ignore = manifest.get("ignore_index", 255)
+    _expect(is_int(ignore) and 0 <= ignore <= 255, path, "ignore_index", ignore, "an int in 0..255")
     shards = manifest.get("shards")
     _expect(isinstance(shards, list), path, "shards", shards, "a list")
     for k, shard in enumerate(shards):
@@ -308,14 +312,12 @@ def check_manifest(manifest: Any, path: Path) -> None:
                 shard.get(field),
                 "an int >= 0",
             )
-        if version >= 2:
-            _expect(
-                isinstance(shard.get("index_sha256"), str),
-                path,
-                f"{where}.index_sha256",
-                shard.get("index_sha256"),
-                "a string",
-            )
+        for field in ("sha256", "index_sha256"):  # none ('' or null), or a sha256 (capitals read as such)
+            digest = shard.get(field)
+            if digest not in (None, ""):
+                sound = isinstance(digest, str) and len(digest) == 64 and not digest.strip("0123456789abcdefABCDEF")
+                _expect(sound, path, f"{where}.{field}", digest, "a sha256 (64 hex digits), or none")
+                shard[field] = digest.lower()
         n = shard["samples"]
         problem = target.rows_problem(shard, n)
         if problem is not None:

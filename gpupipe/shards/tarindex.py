@@ -9,12 +9,13 @@ Nothing is read before its size is known from its tar header: a member over
 ``max_file_size`` is never read, a label member over ``MAX_LABEL_BYTES``
 neither, an image's header is read by offset (a few KB, never the whole
 member), and an extended (pax or GNU long-name) header over
-``MAX_HEADER_BYTES`` ends the tar's index as unreadable.
+``MAX_HEADER_BYTES`` ends the tar's index as unreadable. A hard link to a member
+before it is that member's data; other links, devices and sparse members are
+listed, never followed or read.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
@@ -27,6 +28,7 @@ from ..errors import short_repr
 from ..fileio import DEFAULT_MAX_FILE_SIZE
 from ..images import ImageRefused, header_at, loader_refusal
 from . import format as shardfmt
+from .memberfile import MemberFile
 
 _KEY_EXT = re.compile(r"^((?:.*/|)[^./][^/]*?)\.([^/]*)$")
 #: Label members larger than this are refused (a label is a few bytes; a JSON a few KB).
@@ -35,6 +37,8 @@ MAX_LABEL_BYTES = 1 << 20
 MAX_HEADER_BYTES = 1 << 20
 #: Member extensions that hold an image whatever the image members asked for (a mask is often a PNG).
 IMAGE_MEMBER_EXTENSIONS = frozenset({"jpg", "jpeg", "png", "webp", "bmp", "tif", "tiff"})
+#: Member extensions that WebDataset writers use for a class label.
+LABEL_MEMBER_EXTENSIONS = frozenset({"cls", "cls2", "txt", "label", "labels", "target", "class", "index", "idx"})
 
 
 def is_image_member(ext: str, image_exts: Sequence[str]) -> bool:
@@ -96,7 +100,11 @@ def index_tar(
                 continue
             if label_ext not in members:
                 out.problems.append(
-                    (where, f"no .{label_ext} member for the label{_targets_hint(members, image_ext, image_exts)}")
+                    (
+                        where,
+                        f"no .{label_ext} member for the label"
+                        + _targets_hint(members, image_ext, image_exts, label_ext),
+                    )
                 )
                 continue
             try:
@@ -106,6 +114,10 @@ def index_tar(
                 continue
             image = members[image_ext]
             out.samples.append((key, image, value))
+            if image.size == 0:
+                out.bad[len(out.samples) - 1] = "an empty file (0 bytes)"
+                out.sizes.append((-1, -1))
+                continue
             if image.size > max_file_size:
                 out.bad[len(out.samples) - 1] = (
                     f"file too large: {image.size:,} bytes exceeds the {max_file_size:,}-byte limit"
@@ -128,9 +140,14 @@ TARGETS_ELSEWHERE = (
 )
 
 
-def _targets_hint(members: dict[str, shardfmt.Member], image_ext: str, image_exts: Sequence[str]) -> str:
-    """A hint when a sample without its label member holds what looks like a mask (a second image) or
-    annotations (a ``.json``: boxes, or a label field not asked for), else ``""``."""
+def _targets_hint(
+    members: dict[str, shardfmt.Member], image_ext: str, image_exts: Sequence[str], label_ext: str = ""
+) -> str:
+    """A hint when a sample without its label member holds what looks like a mask (a second image),
+    annotations (a ``.json``: boxes, or a label field not asked for) or another label member, else ``""``."""
+    labels = [ext for ext in members if ext in LABEL_MEMBER_EXTENSIONS and ext != label_ext]
+    if labels and "json" not in members:
+        return f": the sample holds .{labels[0]}: label={labels[0]!r} reads the class label from it"
     images = [ext for ext in members if ext != image_ext and is_image_member(ext, image_exts)]
     if images:
         return f": the sample holds .{images[0]} beside its .{image_ext} image (a mask?); " + TARGETS_ELSEWHERE.format(
@@ -163,13 +180,14 @@ def _groups(fh, path: str, size: int, problems: list[tuple[str, str]]) -> list[t
     archive's end marker is followed by the next archive's first header.
     """
     groups: list[tuple[str, dict[str, shardfmt.Member]]] = []
+    files: dict[str, tuple[int, int]] = {}
     start: int | None = 0
     try:
         while start is not None:
             fh.seek(start)
             with tarfile.open(fileobj=fh, mode="r:", tarinfo=_CappedTarInfo) as tar:
                 for info in tar:
-                    _add_member(groups, info, path, size, problems)
+                    _add_member(groups, files, info, path, size, problems)
                 end = tar.offset
             # tarfile ends its listing quietly at a missing or unreadable header: only an end marker (a
             # block of zeros) there says the tar is whole, so nothing after a cut goes unnoticed
@@ -190,23 +208,38 @@ def _groups(fh, path: str, size: int, problems: list[tuple[str, str]]) -> list[t
     return groups
 
 
-def _add_member(groups, info: tarfile.TarInfo, path: str, size: int, problems: list[tuple[str, str]]) -> None:
-    """Adds a regular file member to its sample (the last group when it has the same key)."""
+def _add_member(groups, files: dict, info: tarfile.TarInfo, path: str, size: int, problems: list) -> None:
+    """Adds a regular file member (or a hard link to one read before: ``files``, ``{name: (offset, size)}``)
+    to its sample (the last group when it has the same key)."""
     where = f"{path}#{info.name}"
-    if not info.isfile():
+    if info.islnk() and info.linkname in files:  # a later copy of a file (GNU tar): the first copy's data
+        offset, length = files[info.linkname]
+    elif not info.isfile():
+        if not info.isdir():  # other links and devices are listed, never followed (webdataset skips them unsaid)
+            problems.append((where, _not_a_file(info)))
+        return
+    else:
+        offset, length = info.offset_data, info.size
+    if info.sparse is not None or info.type == tarfile.GNUTYPE_SPARSE:
+        problems.append(
+            (where, "a sparse member (tar --sparse): its data is not stored as written; write the tar without --sparse")
+        )
         return
     parts = split_name(info.name)
     if parts is None:
-        problems.append((where, "no extension: not part of a WebDataset sample"))
+        hidden = info.name.rsplit("/", 1)[-1].startswith(".")  # macOS tar adds ._<name> and .DS_Store files
+        why = "a hidden file (macOS metadata? COPYFILE_DISABLE=1 tar leaves it out)" if hidden else "no extension"
+        problems.append((where, f"{why}: not part of a WebDataset sample"))
         return
     if any(c.isspace() for c in info.name):
         problems.append((where, "a name with white space, which DALI's tar index cannot hold"))
         return
-    if info.offset_data + info.size > size:
+    if offset + length > size:
         problems.append((where, "lies past the end of the tar (cut short?)"))
         return
+    files[info.name] = (offset, length)
     key, ext = parts
-    member = shardfmt.Member(info.name, info.offset_data, info.size)
+    member = shardfmt.Member(info.name, offset, length)
     if groups and groups[-1][0] == key:
         if ext.lower() in groups[-1][1]:
             problems.append((where, f"a second .{ext} member in sample {key}"))
@@ -214,6 +247,18 @@ def _add_member(groups, info: tarfile.TarInfo, path: str, size: int, problems: l
         groups[-1][1][ext.lower()] = member
     else:
         groups.append((key, {ext.lower(): member}))
+
+
+def _not_a_file(info: tarfile.TarInfo) -> str:
+    """Why a member that is no regular file or folder is not part of a sample."""
+    if info.issym() or info.islnk():
+        what = "a symbolic link" if info.issym() else "a hard link"
+        return (
+            f"{what} (to {info.linkname!r}): links are not followed; a WebDataset sample's files are "
+            "regular members of the tar"
+        )
+    kinds = {tarfile.FIFOTYPE: "a FIFO", tarfile.CHRTYPE: "a character device", tarfile.BLKTYPE: "a block device"}
+    return f"{kinds.get(info.type, f'a member of type {info.type!r}')}, not a file: not part of a sample"
 
 
 def _next_archive(fh, path: str, end: int, problems: list[tuple[str, str]]) -> int | None:
@@ -273,8 +318,8 @@ def _label(data: bytes, json_field: str):
     if json_field:
         try:
             value = json.loads(text)
-            for part in json_field.split("."):
-                value = value[part]
+            for part in json_field.split("."):  # a number indexes a list: 'labels.0'
+                value = value[int(part)] if isinstance(value, list) and part.isdigit() else value[part]
         except (ValueError, KeyError, TypeError, IndexError):
             raise ValueError(f"no field {json_field!r} in the JSON label member") from None
         if isinstance(value, bool) or not isinstance(value, (int, str)):
@@ -284,6 +329,10 @@ def _label(data: bytes, json_field: str):
         return value
     if not text:
         raise ValueError("an empty label")
+    if re.fullmatch(r"-?\d+(?:[\s,;]+-?\d+)+", text):  # '1 2', '1,4': several class indices
+        raise ValueError(f"the label {short_repr(text)} holds several values, not one class label" + _list_hint([1]))
+    if "\n" in text:
+        raise ValueError(f"the label member holds {text.count(chr(10)) + 1} lines, not one class label (a caption?)")
     return int(text) if re.fullmatch(r"-?\d+", text) else text
 
 
@@ -304,40 +353,11 @@ def _image_size(fh, member: shardfmt.Member, max_pixels: int) -> tuple[int, int]
         size = max(0, min(size, member.size - offset))
         return os.pread(fh.fileno(), size, member.offset + offset)
 
-    header = header_at(read_at, lambda: cast(BinaryIO, _MemberFile(fh.fileno(), member)), max_pixels, member.size)
+    header = header_at(read_at, lambda: cast(BinaryIO, MemberFile(fh.fileno(), member)), max_pixels, member.size)
     refusal = loader_refusal(header, os.path.splitext(member.name)[1])  # what DALI fails on, PIL would deliver
     if refusal:
         raise ImageRefused(refusal)
     return header.oriented
-
-
-class _MemberFile(io.RawIOBase):
-    """One member of an open tar as a read-only file (read by offset: PIL reads the header only)."""
-
-    def __init__(self, fd: int, member: shardfmt.Member) -> None:
-        super().__init__()
-        self.fd, self.member, self.pos = fd, member, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.member.size}[whence]
-        self.pos = max(0, base + offset)
-        return self.pos
-
-    def tell(self) -> int:
-        return self.pos
-
-    def readinto(self, buffer) -> int:
-        size = max(0, min(len(buffer), self.member.size - self.pos))
-        data = os.pread(self.fd, size, self.member.offset + self.pos)
-        buffer[: len(data)] = data
-        self.pos += len(data)
-        return len(data)
 
 
 __all__ = ["TarIndex", "index_tar", "split_name"]

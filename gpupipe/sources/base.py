@@ -152,7 +152,14 @@ class Source:
         Raises:
             gpupipe.fileio.UnreadableFile: the file cannot be read (missing, not regular, too large).
         """
-        return np.frombuffer(bytearray(read_file(self.names[index], self.max_file_size)), np.uint8)
+        return np.frombuffer(bytearray(read_file(self.names[index], self.read_limit)), np.uint8)
+
+    @property
+    def read_limit(self) -> int:
+        """The most bytes one file may hold when read: the ``max_file_size`` of the latest scan (the loader's
+        setting, larger or smaller than this source's default), else the source's own."""
+        last = self.__dict__.get("_last_scan")
+        return last[1] if last else self.max_file_size
 
     def will_read(self, order: np.ndarray, start: int) -> None:
         """A hint: ``order[start:]`` is read next (remote sources fetch ahead; others ignore it)."""

@@ -340,8 +340,9 @@ class FileList(FileSource):
             listing = unlabelled_listing(entries, classes, multi_label) if unlabelled else read_pairs(entries)  # type: ignore[arg-type]
         if unlabelled:
             classes, multi_label = list(listing.paths), False
-        if not listing.paths:
-            raise ValueError("FileList: no entries")
+        if not listing.paths:  # an empty list file (or one of a header alone), an empty folder or list
+            named = isinstance(entries, (str, os.PathLike))
+            raise ValueError(f"FileList: no entries in {str(entries)!r}" if named else "FileList: no entries")
         if suffix is not None:
             listing.paths = [path + suffix for path in listing.paths]
         spaced_labels(listing, multi_label, classes)

@@ -13,7 +13,7 @@ from ..errors import PathNotFound, Skipped, plural
 from ..fileio import read_file
 from ..targets import TargetKind, maskmap
 from ..targets.base import turned_hint
-from ..targets.maskfiles import decode_mask, gray_png, header_problem, png_layout
+from ..targets.maskfiles import ANIMATED, decode_mask, gray_png, header_problem, ids_problem, is_animated, png_layout
 from .files import FileSource, PathLike
 from .scan import ScanResult, scan
 from .walk import IMAGE_EXTENSIONS, OTHER_IMAGE_EXTENSIONS, folder_id, walk_images
@@ -150,6 +150,11 @@ class SegmentationFolder(FileSource):
                     f"; an image is {min(found)!r}, a mask {min(masks_found)!r}: pass image_suffix= and mask_suffix= "
                     "(the ends of the names that differ), or rename one side to pair them"
                 )
+            if other and not masks_found:  # Carvana's <id>_mask.gif: masks, but not PNGs
+                example += (
+                    f"; masks are read from PNG files only, and the masks folder holds {min(other.values())}"
+                    f"{f' and {len(other) - 1} more' if len(other) > 1 else ''}: save them as PNG"
+                )
             if shut:
                 path, why = next(iter(shut.items()))
                 example += f"; {plural(len(shut), 'folder')} cannot be listed ({path}: {why})"
@@ -185,7 +190,7 @@ class SegmentationFolder(FileSource):
             ValueError: values ``mask_map`` does not list, or ids outside ``classes`` (naming the file).
         """
         path = self.mask_names[index]
-        data = read_file(path, self.max_file_size)
+        data = read_file(path, self.read_limit)  # the loader's max_file_size, as for the image
         if self.mask_map is not None:
             try:
                 data = gray_png(self.mask_map.apply(data))
@@ -197,15 +202,9 @@ class SegmentationFolder(FileSource):
 
     def _check_ids(self, path: str, ids: np.ndarray) -> None:
         """Refuses a mask holding an id that is neither a class index nor ``ignore_index``."""
-        found = np.unique(ids)
-        beyond = [int(v) for v in found if v >= len(self.classes) and v != self.ignore_index]
-        if beyond:
-            shown = ", ".join(map(str, beyond[:6])) + (f" and {len(beyond) - 6} more" if len(beyond) > 6 else "")
-            raise ValueError(
-                f"{path} holds class id {shown}, beyond the {len(self.classes)} classes "
-                f"(0..{len(self.classes) - 1}) and ignore_index {self.ignore_index} (give classes= every class, "
-                "or mask_map= to map the mask's values)"
-            )
+        problem = ids_problem(ids, len(self.classes), self.ignore_index)
+        if problem:
+            raise ValueError(f"{path} {problem}")
         self._checked.add(path)
 
     def _scan(self, max_pixels: int, max_file_size: int) -> ScanResult:
@@ -243,8 +242,9 @@ def _by_stem(
     return unique, {key: sorted(paths) for key, paths in by_key.items() if len(paths) > 1}
 
 
-#: File endings of images that are not read as masks (named when an image's PNG mask is missing).
-_NOT_MASKS = tuple(e for e in IMAGE_EXTENSIONS + OTHER_IMAGE_EXTENSIONS if e != ".png")
+#: File endings of images that are not read as masks (named when an image's PNG mask is missing): GIF too,
+#: as Kaggle's Carvana masks (``<id>_mask.gif``) come.
+_NOT_MASKS = tuple(e for e in IMAGE_EXTENSIONS + OTHER_IMAGE_EXTENSIONS + (".gif",) if e != ".png")
 
 
 def _in_unlisted(path: str, unlisted: dict[str, str]) -> str:
@@ -313,9 +313,12 @@ def _mask_problem(path: str, mask_size: np.ndarray, image_size: np.ndarray, tabl
     try:
         with open(path, "rb") as fh:
             head = fh.read(26)
+            problem = header_problem(head) if table is None else table.header_problem(head)
+            size = os.fstat(fh.fileno()).st_size
+            if not problem and is_animated(lambda offset, count: os.pread(fh.fileno(), count, offset), size):
+                problem = ANIMATED  # walks the chunks before the pixels: a few small reads
     except OSError as err:
         return f"mask {path}: cannot read: {err.strerror or err}"
-    problem = header_problem(head) if table is None else table.header_problem(head)
     if problem:
         return f"mask {path} {problem}"
     if png_layout(head) == (0, 16) and table is None:  # its ids may exceed 255: found now, not in the middle of a run

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import Skipped, plural
+from ..errors import Skipped
 from ..fileio import DEFAULT_MAX_FILE_SIZE, byte_size, read_json_object, sha256_hex
 from ..progress import Progress
-from ..remote import CachedStore, LocalStore, Retry, ShardCache, default_cache_dir, expand_braces, is_url
+from ..remote import CachedStore, LocalStore, Retry, ShardCache, default_cache_dir, is_url
 from ..remote.cache import Pin, make_folder
-from ..remote.fetch import is_html_page, remote_info
+from ..remote.fetch import remote_info
 from ..remote.store import check_fits
 from ..remote.urls import cache_key, redact
 from ..shards import format as shardfmt
@@ -27,14 +27,15 @@ from ..shards.tarindex import TARGETS_ELSEWHERE, TarIndex, index_tar, is_image_m
 from .base import numbered_classes
 from .listcells import FLOAT_INDEX, NUMBER
 from .shards import ShardSource
-from .sniff import SNIFF_BYTES, kind_of
+from .wdsspec import expand_shards, label_member, name_what_it_is
 
 logger = logging.getLogger("gpupipe.sources")
 
 #: Bump when the cached index's content changes.
+#: 6: hard links read as their file, sparse members and other links refused, labels of several values refused;
 #: 5: a key's members lying apart named; 4: formats DALI does not decode refused; 3: concatenated tars read
 #: whole, EXIF as scan v4.
-INDEX_FORMAT = 5
+INDEX_FORMAT = 6
 IMAGE_MEMBER = "image"
 
 
@@ -44,7 +45,7 @@ class WebDataset(ShardSource):
     Each tar is indexed on first use (its members' offsets, labels and image
     sizes, read once; remote tars are fetched into the cache for it) and the
     index is kept in ``cache_dir``: a later build reads only the indexes,
-    checked against each tar's size and modification time (for URLs, what the server says of its
+    checked against each tar's size, modification and change times and inode (for URLs, what the server says of its
     version: ETag, generation or modification time; the cached tar is fetched again when it changes).
     Then the tars are read as packed shards are, on every backend.
 
@@ -54,10 +55,12 @@ class WebDataset(ShardSource):
     ``on_error``; an image whose header cannot be read is a bad sample.
 
     Args:
-        urls: tar paths or URLs, brace patterns (``"shard-{000000..000099}.tar"``), or local
-            folders (their ``.tar`` files, in name order).
+        urls: tar paths or URLs, brace patterns (``"shard-{000000..000099}.tar"``), patterns joined by
+            ``::`` (as in webdataset), local globs (``"shards/*.tar"``) or local folders (their ``.tar`` files;
+            both in name order).
         label: the label member: ``"cls"``, ``"txt"`` (the text is a class index or a class
-            name) or ``"json:<field>"`` (a field of the ``.json`` member; ``a.b`` for nested).
+            name) or ``"json:<field>"`` (a field of the ``.json`` member; ``a.b`` for nested). Matched
+            as member extensions are: in any case, a leading dot dropped.
         image: image extensions, ``;``-separated, in order of preference.
         classes: class names; int labels index them, name labels are looked up. Without:
             int labels ``0..max`` name their classes ``"0"``, ``"1"``, ...; name labels are
@@ -86,14 +89,15 @@ class WebDataset(ShardSource):
         retry: Retry | None = None,
         max_file_size: int = DEFAULT_MAX_FILE_SIZE,
     ) -> None:
-        locations = _expand(urls)
+        member = label_member(label)  # as members' extensions are matched: lower case, no leading dot
+        locations = expand_shards(urls)
         self.max_file_size = max_file_size
         first = redact(locations[0])  # what messages name
         self.root = first if len(locations) == 1 else f"{first} .. ({len(locations)} tars)"
         image_exts = [e.strip().lower().lstrip(".") for e in image.split(";") if e.strip()]
         if not image_exts:
             raise ValueError(f"WebDataset: image must name extensions such as 'jpg;png', got {image!r}")
-        if isinstance(label, str) and not label.startswith("json:") and is_image_member(label, image_exts):
+        if not member.startswith("json:") and is_image_member(member, image_exts):
             raise ValueError(
                 f"WebDataset: label={label!r} names an image member (a mask?); "
                 + TARGETS_ELSEWHERE.format(what="masks", reader="SegmentationFolder(images, masks)")
@@ -105,7 +109,7 @@ class WebDataset(ShardSource):
         )
         if cache is not None and not all(remote):
             raise ValueError("WebDataset: give either local tars or URLs, not both")
-        indexer = _Indexer(folder / "wds-index", cache, image_exts, label, max_file_size)
+        indexer = _Indexer(folder / "wds-index", cache, image_exts, member, max_file_size)
         with ThreadPoolExecutor(min(8, len(locations)), thread_name_prefix="gpupipe-wds-index") as pool:
             with Progress("WebDataset index", total=len(locations), unit="tar", logger=logger) as progress:
                 indexes = []
@@ -142,32 +146,6 @@ class WebDataset(ShardSource):
         self.validate_members(tar_sizes, [IMAGE_MEMBER])
         self.damaged.update(damaged)
         self.image_sizes = np.asarray(sizes, np.int64).reshape(-1, 2)
-
-
-def _expand(urls) -> list[str]:
-    items = [urls] if isinstance(urls, (str, os.PathLike)) else list(urls)
-    out: list[str] = []
-    for item in items:
-        text = str(item)
-        for e in expand_braces(text):
-            if is_url(e):
-                out.append(e)
-            elif Path(e).expanduser().is_dir():  # a folder of shards: its tars, in name order
-                tars = sorted(str(p.absolute()) for p in Path(e).expanduser().glob("*.tar") if p.name[0] != ".")
-                if not tars:
-                    packed = sum(1 for p in Path(e).expanduser().glob("*.t*gz") if p.name.endswith((".tar.gz", ".tgz")))
-                    hint = (
-                        f": it holds {plural(packed, '.tar.gz file')}: decompress them (gunzip; DALI reads plain tars)"
-                        if packed
-                        else ""
-                    )
-                    raise ValueError(f"WebDataset: no .tar file in the folder {e}{hint}")
-                out.extend(tars)
-            else:
-                out.append(str(Path(e).expanduser().absolute()))
-    if not out:
-        raise ValueError("WebDataset: no tar given")
-    return out
 
 
 class _Indexer:
@@ -254,7 +232,9 @@ class _Indexer:
                 st = os.stat(location)
             except OSError as err:
                 raise ValueError(f"WebDataset: cannot read {location}: {err.strerror or err}") from None
-            return {"location": location, "size": st.st_size, "stamp": [st.st_size, st.st_mtime_ns]}
+            # the change time and inode too: a tar replaced with its size and modification time kept (cp -p) differs
+            stamp = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+            return {"location": location, "size": st.st_size, "stamp": stamp}
         info = remote_info(location, self.cache.retry, self.cache.storage_options, need_size=False)
         # what the kept index names: never a URL's credentials
         return {"location": redact(location), "size": info["size"], "stamp": [info["size"], info["version"]]}
@@ -264,19 +244,7 @@ def _index_tar(path: str, image_exts: list[str], label: str, max_file_size: int)
     """``index_tar``, naming what a file that is no tar at all is instead (a ``.tar.gz``, a zip, ...)."""
     index = index_tar(path, image_exts, label, max_file_size=max_file_size)
     _apart(index)
-    for k, (where, reason) in enumerate(index.problems):
-        if where == path and reason.startswith("not a readable tar after 0 members"):
-            try:
-                with open(path, "rb") as fh:
-                    head = fh.read(SNIFF_BYTES)
-            except OSError:
-                head = b"\0"
-            what = kind_of(head)
-            if what is None and is_html_page(head):
-                index.problems[k] = (where, "an HTML page, not a tar (a server's error or sign-in page?)")
-            elif what is not None and what != "a tar archive":
-                hint = "decompress it: DALI reads uncompressed tars" if what.endswith("archive") else "not a shard"
-                index.problems[k] = (where, f"{what}, not a tar: {hint}")
+    name_what_it_is(index, path)
     return index
 
 

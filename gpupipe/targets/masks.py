@@ -14,11 +14,30 @@ from typing import Any
 import numpy as np
 
 from ..checks import is_int
+from ..errors import first_line
 from ..fileio import UnreadableFile, read_file
 from ..images import ImageRefused
 from .base import Indices, SampleSource, Target
 from .kinds import TargetKind
-from .maskfiles import decode_mask, gray_png
+from .maskfiles import decode_mask, gray_png, ids_problem, packed_problem
+
+
+def in_pack(source: SampleSource) -> bool:
+    """Whether ``source``'s masks are pack members that DALI's reader reads with the images as they are
+    (``target_ext``): each must be what the packer writes (``maskfiles.packed_problem``), on every backend."""
+    return getattr(source, "target_ext", None) is not None
+
+
+def mask_reason(source: SampleSource, index: int, err: BaseException) -> str:
+    """A bad mask's reason: ``"mask <file>: <why>"`` where ``source`` names its mask files (the sample is
+    named by its image, which may be fine), else ``"mask: <why>"`` (a pack's member)."""
+    text = first_line(err)
+    names = getattr(source, "mask_names", None)
+    if names is None:
+        return f"mask: {text}"
+    if text.startswith("a mask "):  # decode_mask's: "a mask is damaged: ..."
+        return f"mask {names[index]} {text[len('a mask ') :]}"
+    return f"mask {text}" if text.startswith(names[index]) else f"mask {names[index]}: {text}"
 
 
 class Masks(Target):
@@ -44,25 +63,42 @@ class Masks(Target):
 
     def item(self, source: SampleSource, index: int) -> Any:
         """The sample's mask as ``loader.dataset[index]`` gives it: a PIL ``L`` image of its class ids (as
-        torchvision's ``VOCSegmentation`` gives a mask; the source's ``mask_map`` applied, EXIF upright)."""
+        torchvision's ``VOCSegmentation`` gives a mask; the source's ``mask_map`` applied, EXIF upright).
+
+        Raises:
+            ValueError: a mask the batches refuse too, naming it.
+        """
         from PIL import Image
 
-        return Image.fromarray(decode_mask(source.read_mask(index).tobytes()), "L")
+        data = source.read_mask(index).tobytes()
+        try:  # refused as the batches refuse it, naming the mask
+            if in_pack(source) and packed_problem(data):
+                raise ValueError(f"a mask {packed_problem(data)}")
+            return Image.fromarray(decode_mask(data), "L")
+        except (OSError, ValueError, SyntaxError) as err:
+            raise ValueError(mask_reason(source, index, err)) from None
 
     # -- packing ------------------------------------------------------------------------------
 
     def pack_input(self, source: SampleSource, index: int) -> Any:
-        """The mask's path, or ``(path, MaskMap)`` where the source maps its values (``mask_map``)."""
+        """The mask's path; ``(path, MaskMap)`` where the source maps its values (``mask_map``, whose ids
+        were checked against the classes when the source was made); ``(path, None, classes, ignore_index)``
+        where the source names its classes: the packer checks the ids as reading the source does."""
         table = getattr(source, "mask_map", None)
-        return source.mask_names[index] if table is None else (source.mask_names[index], table)
+        path = source.mask_names[index]
+        if table is not None:
+            return path, table
+        return (path, None, len(source.classes), source.ignore_index) if source.classes else path
 
     def describe(self, value: Any) -> str:
-        return value if isinstance(value, str) else f"{value[0]} through {value[1]!r}"
+        if isinstance(value, str):
+            return value
+        return value[0] if value[1] is None else f"{value[0]} through {value[1]!r}"
 
     def pack(self, value: Any, before: tuple[int, int], after: tuple[int, int], settings: Any) -> tuple[bytes, None]:
-        """The mask file ``value`` (a path, or ``(path, MaskMap)``) as a gray PNG of its class ids at the
-        packed image's size (shrunk nearest-neighbour)."""
-        value, table = (value, None) if isinstance(value, str) else value
+        """The mask file ``value`` (``pack_input``'s) as a gray PNG of its class ids at the packed image's
+        size (shrunk nearest-neighbour, output pixel ``j`` reading ``(2j + 1) * in // (2 * out)``)."""
+        value, table, classes, ignore_index = (value, None, 0, 0) if isinstance(value, str) else (*value, 0, 0)[:4]
         try:
             data = read_file(value, settings.max_file_size)
             mask = decode_mask(data) if table is None else table.apply(data)
@@ -70,12 +106,15 @@ class Masks(Target):
             raise ImageRefused(f"mask {value}: {err.reason}") from None
         except (OSError, ValueError, SyntaxError) as err:
             raise ImageRefused(f"mask {value}: {err}") from None
+        problem = ids_problem(mask, classes, ignore_index)  # as reading the folder refuses it
+        if problem:
+            raise ImageRefused(f"mask {value} {problem}")
         if (mask.shape[1], mask.shape[0]) != tuple(before):
             raise ImageRefused(f"mask {value} is {mask.shape[1]}x{mask.shape[0]}, the image {before[0]}x{before[1]}")
-        if tuple(after) != tuple(before):
-            from PIL import Image
-
-            mask = np.asarray(Image.fromarray(mask, "L").resize(after, Image.Resampling.NEAREST))
+        if tuple(after) != tuple(before):  # at pixel centres, in integers, as every backend resizes a mask
+            (w, h), (in_w, in_h) = after, before
+            rows, cols = ((np.arange(n) * 2 + 1) * m // (2 * n) for m, n in ((in_h, h), (in_w, w)))
+            mask = np.ascontiguousarray(mask[rows][:, cols])
         return gray_png(mask, level=6), None
 
     def manifest_rows(self, values: Sequence[Any]) -> dict[str, list]:

@@ -21,7 +21,7 @@ from nvidia.dali import fn
 
 from ...shards import format as shardfmt
 from ...sources import FileSource, ShardSource, Source
-from ...targets.maskfiles import mask_hw, size_problem
+from ...targets.maskfiles import is_animated, mask_hw, packed_problem, size_problem
 
 READER = "reader"
 
@@ -117,7 +117,7 @@ class ShardReader:
         self.source = source
         self.exts = [source.image_ext] + ([source.target_ext] if source.target_ext else [])
         self.reads_target = source.target_ext is not None
-        self.misfits: dict[int, bool] = {}  # sample -> whether its packed mask's size is not its image's (read once)
+        self.misfits: dict[int, bool] = {}  # sample -> whether its packed mask cannot serve its image (read once)
 
     def __call__(self, indices: Sequence[int], files: ReaderFiles) -> ReaderNodes:
         source = self.source
@@ -159,9 +159,10 @@ def _empty_misfit_masks(
     misfits: dict[int, bool],
 ) -> None:
     """Gives each packed mask whose ``IHDR`` size is not its image's (``sizes``: ``(N, 2)`` ``(h, w)`` of every
-    sample; ``samples``: ``picked``'s) no bytes in ``picked``: its decoding fails, and the probe
-    (``DaliMasks.feed``) names the sample and the sizes, where DALI's graph would stretch it over the image
-    without a word. Each mask's header is read from the local tar once: ``misfits`` keeps the verdicts."""
+    sample; ``samples``: ``picked``'s), or that is not an 8-bit gray PNG (``maskfiles.packed_problem``), no
+    bytes in ``picked``: its decoding fails, and the probe (``DaliMasks.feed``) names the sample and the sizes
+    or the layout, where DALI's graph would stretch it over the image, or read a palette's colours or scaled
+    values, without a word. Each mask's header is read from the local tar once: ``misfits`` keeps the verdicts."""
     unseen = [k for k, sample in enumerate(samples) if sample not in misfits]
     if unseen:
         with open(tar, "rb") as fh:
@@ -173,7 +174,9 @@ def _empty_misfit_masks(
                     return fh.read(max(0, min(count, member.size - offset)))
 
                 hw = mask_hw(read_at, member.size)
-                misfits[samples[k]] = hw is not None and bool(size_problem(hw, sizes[samples[k]]))
+                # DALI would read a palette's colours, scaled values, an animation's first frame
+                wrong = bool(packed_problem(read_at(0, 26))) or is_animated(read_at, member.size)
+                misfits[samples[k]] = wrong or (hw is not None and bool(size_problem(hw, sizes[samples[k]])))
     for entry, sample in zip(picked, samples):
         if misfits[sample]:
             member = entry[ext]

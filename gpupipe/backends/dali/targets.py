@@ -19,12 +19,12 @@ import torch
 from nvidia.dali import fn, types
 from nvidia.dali import math as dmath
 
-from ...errors import first_line
 from ...fileio import UnreadableFile
 from ...targets import TargetKind
 from ...targets.base import Indices, Kernel, Params
 from ...targets.boxes import BOX_PADDING, PADDING_LABEL, BoxState, compact, crop_window
-from ...targets.maskfiles import mask_for_dali, mask_hw, size_problem
+from ...targets.maskfiles import decode_mask, mask_for_dali, mask_hw, packed_problem, size_problem
+from ...targets.masks import in_pack, mask_reason
 from ..common import TargetLowerings
 
 if TYPE_CHECKING:
@@ -119,21 +119,30 @@ class DaliMasks:
 
 
 def _encoded_mask(source: Source, index: int, strict: bool) -> np.ndarray:
-    """Sample ``index``'s mask as DALI decodes it (empty: unreadable, or not of its image's size, unless
-    ``strict``; DALI's graph would stretch it over the image)."""
+    """Sample ``index``'s mask as DALI decodes it (empty: unreadable, not of its image's size, or a pack's
+    member that is not an 8-bit gray PNG, unless ``strict``; DALI's graph would stretch it over the image,
+    or read colours or scaled values). ``strict`` (the probe, after DALI's decoder failed): the mask is
+    decoded here too, so that a mask DALI cannot decode is named as the mask, not as its image."""
     try:
-        data = mask_for_dali(source.read_mask(index).tobytes())
+        stored = source.read_mask(index).tobytes()
+        problem = packed_problem(stored) if in_pack(source) else ""
+        if problem:
+            raise UnreadableFile(f"mask {problem}")
+        data = mask_for_dali(stored)
+        if strict:
+            decode_mask(stored)
         hw = mask_hw(lambda offset, count: data[offset : offset + count], len(data))
         problem = size_problem(hw, source.sizes()[index]) if hw is not None else ""
         if problem:
             raise UnreadableFile(problem)
-    except UnreadableFile:
+    except UnreadableFile as err:
         if strict:
-            raise
+            reason = err.reason if err.reason.startswith("mask") else mask_reason(source, index, err)
+            raise UnreadableFile(reason) from None
         return np.zeros(0, np.uint8)
     except (OSError, ValueError, SyntaxError) as err:
         if strict:
-            raise UnreadableFile(f"mask: {first_line(err)}") from None
+            raise UnreadableFile(mask_reason(source, index, err)) from None
         return np.zeros(0, np.uint8)
     return np.frombuffer(data, np.uint8)
 

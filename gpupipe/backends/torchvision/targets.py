@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import torch
 
-from ...errors import DecodeError, first_line
+from ...errors import DecodeError
 from ...loading.batchsteps import per_sample
 from ...targets import TargetKind
 from ...targets import boxmath as bx
 from ...targets.base import Indices, Kernel, Params
 from ...targets.boxes import BoxState, crop_window, pad, unpad
-from ...targets.maskfiles import decode_mask, size_problem
+from ...targets.maskfiles import decode_mask, packed_problem, size_problem
+from ...targets.masks import in_pack, mask_reason
 from ..common import TargetLowerings
 
 if TYPE_CHECKING:
@@ -103,9 +104,13 @@ class TorchvisionMasks:
     def load(self, source: Source, index: int, size: tuple[int, int], path: str) -> torch.Tensor:
         """``(1, H, W)`` uint8 class ids, checked against the image's ``size``."""
         try:
-            mask = decode_mask(source.read_mask(index).tobytes())
+            data = source.read_mask(index).tobytes()
+            problem = packed_problem(data) if in_pack(source) else ""  # what DALI's reader could not read
+            if problem:
+                raise DecodeError(path, f"mask {problem}")
+            mask = decode_mask(data)
         except (OSError, ValueError, SyntaxError) as err:  # UnreadableFile is a ValueError
-            raise DecodeError(path, f"mask: {first_line(err)}") from err
+            raise DecodeError(path, mask_reason(source, index, err)) from err
         problem = size_problem(mask.shape, size)
         if problem:
             raise DecodeError(path, problem)
