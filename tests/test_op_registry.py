@@ -78,6 +78,40 @@ def test_a_users_op_without_a_lowering_on_the_backend_is_refused_by_name(toy, fo
     assert len(batch(folder, pipeline, "torchvision")[0]) == 8
 
 
+@pytest.mark.skipif(not HAS_DALI, reason="needs DALI")
+def test_auto_takes_the_backend_that_lowers_a_users_op_with_a_warning_naming_it(toy, folder):
+    pipeline = [ops.Decode(), ops.CenterCrop(32), toy.ToyTorchvisionOnly()]
+    with pytest.warns(UserWarning, match=r"backend='auto' chose 'torchvision'.*not 'dali-cpu': ToyTorchvisionOnly "
+                                         r"has no lowering on backend 'dali-cpu'"):
+        loader = gpupipe.loader(folder, pipeline, batch_size=8, device="cpu")
+    assert loader.backend == "torchvision" and "ToyTorchvisionOnly" in loader.backend_reason
+    assert next(iter(loader))[0].shape == (8, 3, 32, 32)
+
+
+@pytest.mark.skipif(not HAS_DALI, reason="needs DALI")
+def test_a_lowering_that_refuses_an_ops_parameters_is_checked_when_the_loader_is_built(folder):
+    """``refuses=``: a lowering that keeps only some parameters says which; asked for by name, the backend refuses
+    the pipeline when it is built; ``auto`` takes a backend that keeps them."""
+
+    @dataclass(frozen=True)
+    class ToyPicky(Op):
+        strength: int = 1
+
+    try:
+        ops.register(ToyPicky, lowerings={"torchvision": lambda item, params, op, spec: None,
+                                          "dali": lambda g, j, op: None},
+                     refuses={"dali": lambda op: f"strength={op.strength} is not kept" if op.strength > 1 else ""})
+        pipeline = [ops.Decode(), ops.CenterCrop(32), ToyPicky(strength=2)]
+        with pytest.raises(ValueError, match=r"ToyPicky on backend 'dali-cpu': strength=2 is not kept"):
+            gpupipe.loader(folder, pipeline, batch_size=2, backend="dali-cpu", device="cpu")
+        with pytest.warns(UserWarning, match=r"chose 'torchvision'.*strength=2 is not kept"):
+            assert gpupipe.loader(folder, pipeline, batch_size=2, device="cpu").backend == "torchvision"
+        kept = gpupipe.loader(folder, pipeline[:2] + [ToyPicky(strength=1)], batch_size=2, device="cpu")
+        assert kept.backend == "dali-cpu"
+    finally:
+        registry.unregister(ToyPicky)
+
+
 def test_an_op_class_registers_itself_and_a_second_of_its_name_is_refused_naming_both():
     @dataclass(frozen=True)
     class ToyOnce(Op):

@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from helpers import textured_image, write_image
+from helpers import needs_dali, textured_image, write_image
 from torch.utils.data import DistributedSampler, RandomSampler, SequentialSampler
 from torchvision import transforms as T1
 from torchvision import tv_tensors
@@ -252,3 +252,39 @@ def test_policy_before_the_resize_over_images_of_one_size_compiles(tmp_path):
         (theirs, their_labels), (ours, our_labels) = passes(ImageFolder(str(tmp_path), transform), batch_size=2)
         assert ours.shape == theirs.shape and ours.dtype == theirs.dtype
         assert torch.equal(our_labels, their_labels)
+
+
+# --- 5. a transform DALI cannot keep: backend="auto" takes torchvision, a DALI backend asked for refuses ---------
+
+
+PER_CHANNEL_FILLS = {
+    "RandAugment": T1.RandAugment(fill=[10, 20, 30]),
+    "TrivialAugmentWide": T2.TrivialAugmentWide(fill=[10, 20, 30]),
+    "RandomAffine": T1.RandomAffine(degrees=20, fill=[10, 20, 30]),
+}
+
+
+@needs_dali
+@pytest.mark.parametrize("name", sorted(PER_CHANNEL_FILLS))
+def test_a_fill_per_channel_takes_torchvision_under_auto_and_is_refused_by_a_dali_backend(root, name):
+    """Before: the loader built on ``auto`` (DALI), then failed at its first batch inside DALI's graph ("in user
+    code: ... ValueError: ... differs per channel"), even with ``fallback="torchvision"``; now ``auto`` takes the
+    torchvision backend, which keeps the fill, with a warning naming the op, and ``backend="dali-cpu"`` refuses it
+    when the loader is built."""
+    transform = T1.Compose([T1.Resize((16, 16)), PER_CHANNEL_FILLS[name], T1.PILToTensor()])
+    dataset = ImageFolder(root, transform)
+    with pytest.warns(UserWarning, match=rf"backend='auto' chose 'torchvision'.*{name[:10]}.*differs per channel"):
+        loader = gpupipe.DataLoader(dataset, batch_size=3, device="cpu")
+    assert loader.backend == "torchvision"
+    images, labels = (torch.cat(parts) for parts in zip(*loader))
+    assert images.shape == (7, 3, 16, 16) and images.dtype == torch.uint8 and labels.tolist() == dataset.targets
+    with pytest.raises(ValueError, match=r"on backend 'dali-cpu': fill=\(10.0, 20.0, 30.0\) differs per channel"):
+        gpupipe.DataLoader(dataset, batch_size=3, device="cpu", backend="dali-cpu")
+    one = T1.Compose([T1.Resize((16, 16)), type(PER_CHANNEL_FILLS[name])(**_one_fill(name)), T1.PILToTensor()])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # one value: DALI keeps it, auto stays on DALI
+        assert gpupipe.DataLoader(ImageFolder(root, one), batch_size=3, device="cpu").backend == "dali-cpu"
+
+
+def _one_fill(name):
+    return {"degrees": 20, "fill": 10} if name == "RandomAffine" else {"fill": 10}

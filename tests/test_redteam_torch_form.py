@@ -92,7 +92,7 @@ def test_a_fill_per_channel_is_refused_when_the_loader_is_built(folder, monkeypa
     ops = [Decode(), Resize(size=SIZE), RandAugment(fill=(1, 2, 3)), RandomErasing()]
     for form in ("gpu", "torch"):
         monkeypatch.setenv("GPUPIPE_DALI_FORM", form)
-        with pytest.raises(ValueError, match=r"RandAugment: fill=\(1.0, 2.0, 3.0\) differs per channel"):
+        with pytest.raises(ValueError, match=r"RandAugment on backend 'dali-cpu': fill=\(1.0, 2.0, 3.0\) differs per channel"):
             gpupipe.loader(folder, ops, batch_size=4, backend="dali-cpu", device="cpu", num_threads=1)
 
 

@@ -219,6 +219,9 @@ def check_lowerings(backend: str, spec: PipelineSpec) -> None:
             raise ValueError(f"{op.name} has no lowering on backend {backend!r}{has}")
         if spec.target not in lowering.targets:
             raise ValueError(f"{op.name} cannot carry {spec.target.title} on backend {backend!r}: {lowering.why}")
+        refused = lowering.refuses(op) if lowering.refuses is not None else ""
+        if refused:
+            raise ValueError(f"{op.name} on backend {backend!r}: {refused}")
 
 
 __all__: list[str] = [

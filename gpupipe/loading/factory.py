@@ -10,6 +10,7 @@ pipeline and backend carry its targets, scan the files, then build the
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -180,7 +181,7 @@ def loader(
 
     source = steps.with_draws(as_source(source), weights, num_samples, replacement)
     spec = build_spec(ops, output, target=source.kind, ignore_index=source.ignore_index)
-    backends.check_lowerings(backend, spec)
+    backend, why = _lowering_backend(backend, why, spec)
     if getattr(source, "label_map", None) is not None and spec.batch_ops:
         raise ValueError(
             f"the dataset's target_transform and {', '.join(op.name for op in spec.batch_ops)}: batch ops work on "
@@ -203,6 +204,32 @@ def loader(
         auto_device=auto_device,
         dataset=dataset,
     )
+
+
+def _lowering_backend(backend: str, why: str, spec: Any) -> tuple[str, str]:
+    """``(backend, why)``: the backend chosen, when it lowers every op of ``spec`` with its parameters; else, where
+    ``"auto"`` chose it (``why`` is not ``"asked for"``), the torchvision backend when that one does, with a
+    warning naming the op and the reason (a ``RandAugment(fill=[...])`` per channel, which DALI cannot fill).
+
+    Raises:
+        ValueError: the backend asked for (or every backend ``"auto"`` may take) cannot lower an op (naming it).
+    """
+    try:
+        backends.check_lowerings(backend, spec)
+    except ValueError as refused:
+        if why == "asked for" or backend == "torchvision":
+            raise
+        try:
+            backends.check_lowerings("torchvision", spec)
+        except ValueError:
+            raise refused from None
+        warnings.warn(
+            f"backend='auto' chose 'torchvision' (decoding and augmenting on CPU threads), not {backend!r}: "
+            f"{refused}. Pass backend='torchvision' to choose it without this warning, or change the op",
+            stacklevel=4,
+        )
+        return "torchvision", f"{backend!r} cannot lower the pipeline: {refused}"
+    return backend, why
 
 
 __all__ = ["loader"]

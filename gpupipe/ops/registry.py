@@ -80,11 +80,14 @@ class Lowering(Generic[F]):
         apply: the function that lowers the op (typed by the backend's Protocol).
         targets: the target kinds it carries.
         why: why the others are refused (for the error message).
+        refuses: ``refuses(op) -> str``: why this lowering cannot keep the op's parameters (a fill per channel
+            where the backend fills with one value), ``""`` when it can; checked when the loader is built.
     """
 
     apply: F
     targets: frozenset[TargetKind] = ALL_TARGETS
     why: str = ""
+    refuses: Callable[[Any], str] | None = None
 
 
 class LoweringTable(dict[type, Lowering[F]]):
@@ -98,7 +101,14 @@ class LoweringTable(dict[type, Lowering[F]]):
         super().__init__()
         self.backend = backend
 
-    def add(self, op: type, apply: F, targets: frozenset[TargetKind] = ALL_TARGETS, why: str = "") -> None:
+    def add(
+        self,
+        op: type,
+        apply: F,
+        targets: frozenset[TargetKind] = ALL_TARGETS,
+        why: str = "",
+        refuses: Callable[[Any], str] | None = None,
+    ) -> None:
         """Registers ``apply`` as ``op``'s lowering.
 
         Raises:
@@ -112,14 +122,20 @@ class LoweringTable(dict[type, Lowering[F]]):
             )
         if targets != ALL_TARGETS and not why:
             raise RegistryError(f"{op.__name__}: a {self.backend} lowering that refuses targets must say why")
-        self[op] = Lowering(apply, targets if isinstance(targets, frozenset) else frozenset(targets), why)
+        self[op] = Lowering(apply, targets if isinstance(targets, frozenset) else frozenset(targets), why, refuses)
 
-    def register(self, *ops: type, targets: frozenset[TargetKind] = ALL_TARGETS, why: str = "") -> Callable[[F], F]:
-        """Decorator: registers the function as the lowering of each of ``ops``."""
+    def register(
+        self,
+        *ops: type,
+        targets: frozenset[TargetKind] = ALL_TARGETS,
+        why: str = "",
+        refuses: Callable[[Any], str] | None = None,
+    ) -> Callable[[F], F]:
+        """Decorator: registers the function as the lowering of each of ``ops`` (see ``add``)."""
 
         def register_lowering(function: F) -> F:
             for op in ops:
-                self.add(op, function, targets, why)
+                self.add(op, function, targets, why, refuses)
             return function
 
         return register_lowering
@@ -146,6 +162,7 @@ def register(
     lowerings: Mapping[str, Callable[..., Any]] = {},  # noqa: B006 -- read only
     targets: frozenset[TargetKind] = ALL_TARGETS,
     why: str = "",
+    refuses: Mapping[str, Callable[[Any], str]] = {},  # noqa: B006 -- read only
 ) -> type:
     """Adds an op of one's own: its planner and its lowering on the backends one needs.
 
@@ -162,6 +179,9 @@ def register(
             -> lowering: ``torchvision``: ``apply(item, params, op, spec)``; ``dali``:
             ``apply(graph, j, op)`` (see the backends' ``TorchvisionLowering`` / ``DaliLowering``).
         targets: the target kinds its lowerings carry; ``why``: why the others are refused.
+        refuses: backend table name -> ``refuses(op) -> str``: why that lowering cannot keep this op's
+            parameters (``""`` when it can); the loader refuses such a pipeline when it is built, and
+            ``backend="auto"`` takes another backend that can.
 
     Returns:
         ``op``.
@@ -174,7 +194,7 @@ def register(
         raise RegistryError(f"{op.__name__}: no backend lowering table named {unknown}; use 'torchvision' or 'dali'")
     add_planner(op, planner if planner is not None else no_params)
     for backend, apply in lowerings.items():
-        lowering_table(backend).add(op, apply, targets, why)
+        lowering_table(backend).add(op, apply, targets, why, refuses.get(backend))
     return op
 
 

@@ -20,21 +20,30 @@ from .table import Graph, lowering
 _IMAGE_ONLY = "DALI's auto_aug applies its geometric ops to one input, not to the targets"
 
 
+def fill_refused(op: Any) -> str:
+    """Why DALI cannot keep ``op.fill`` (a lowering's ``refuses``): a fill that differs per channel, where DALI's
+    ``warp_affine`` and ``rotate`` fill with one value; ``""`` for one value."""
+    if len(set(op.fill)) > 1:
+        return (
+            f"fill={op.fill} differs per channel, and the DALI backends' warp_affine and rotate fill with one "
+            "value: give one value, or use backend='torchvision'"
+        )
+    return ""
+
+
 def one_fill(op: Any) -> float:
     """``op.fill`` as the one value DALI's ``warp_affine`` and ``rotate`` fill with.
 
     Raises:
-        ValueError: a fill that differs per channel (refused, not approximated).
+        ValueError: a fill that differs per channel (refused, not approximated; ``fill_refused``).
     """
-    if len(set(op.fill)) > 1:
-        raise ValueError(
-            f"{op.name}: fill={op.fill} differs per channel, and the DALI backends' warp_affine and rotate "
-            "fill with one value: give one value, or use backend='torchvision'"
-        )
+    refused = fill_refused(op)
+    if refused:
+        raise ValueError(f"{op.name}: {refused}")
     return op.fill[0]
 
 
-@lowering(O.RandAugment, O.TrivialAugment, O.AutoAugment, targets=IMAGE_LEVEL, why=_IMAGE_ONLY)
+@lowering(O.RandAugment, O.TrivialAugment, O.AutoAugment, targets=IMAGE_LEVEL, why=_IMAGE_ONLY, refuses=fill_refused)
 def _auto_augment(g: Graph, j: int, op) -> None:
     """The planned ops of RandAugment / TrivialAugment Wide / AutoAugment with DALI's auto_aug ops, at
     torchvision's magnitudes (``suite``), resampled with the op's interpolation, ``fill`` where no pixel maps:

@@ -27,7 +27,7 @@ from nvidia.dali import math as dmath
 
 from ... import ops as O
 from ...targets.base import Kernel
-from .augment import one_fill, quiet_auto_aug  # importing it registers the auto-augment lowerings
+from .augment import fill_refused, one_fill, quiet_auto_aug  # importing it registers the auto-augment lowerings
 from .hue import blend_contrast, blend_saturation, scale_brightness, shift_hue, to_gray
 from .lowering_warp import constant64, inverse_coefficients, ramp, warp_nearest
 from .table import LOWERINGS, Graph, lowering
@@ -209,7 +209,7 @@ def _blend_edges_as_torchvision(warp: Callable[..., Any], x, fill: float):
     return fn.cast(dmath.clamp(mask * (sampled - fill) + fill, 0.0, 255.0), dtype=types.UINT8)
 
 
-@lowering(O.RandomAffine)
+@lowering(O.RandomAffine, refuses=fill_refused)
 def _affine(g: Graph, j: int, op: O.RandomAffine) -> None:
     """``warp_affine`` by the planned map (the one boxes move by: torchvision's, source to output)."""
     matrix = g.p(j, "affine")
