@@ -255,10 +255,10 @@ def _run(args: argparse.Namespace) -> int:
                 bar.close()
     stats = data_stats(source if source is not None else as_source(config.data))
     logger.info(
-        "data: %s: %d images in %d classes, mean %.1f KiB (median %.1f), mean %dx%d px, sides %d-%d px",
+        "data: %s: %s in %s, mean %.1f KiB (median %.1f), mean %dx%d px, sides %d-%d px",
         redact(config.data),
-        stats["images"],
-        stats["classes"],
+        plural(stats["images"], "image"),
+        plural(stats["classes"], "class", "classes"),
         stats["mean_kib"],
         stats["median_kib"],
         stats["mean_width"],

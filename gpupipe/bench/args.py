@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 from pathlib import Path
 from typing import NoReturn
 
@@ -164,8 +165,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--cache-dir",
         type=_local_path,
         default=env.cache_dir(),
-        help=f"where the demo data is built once (default: {env.cache_dir()}, gpupipe's cache folder, "
-        "set by $GPUPIPE_CACHE or $XDG_CACHE_HOME)",
+        help=f"where the demo data is built once, unused with --data (default: {env.cache_dir()}, gpupipe's "
+        "cache folder, set by $GPUPIPE_CACHE or $XDG_CACHE_HOME, which also holds scans and a URL's shards)",
     )
     parser.add_argument(
         "--out",
@@ -175,6 +176,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     args.mode = args.mode or "quick"
+    if args.data is not None:
+        note_unused(args)
     defaults = {
         "model": "resnet50" if on_gpu else "shufflenet_v2_x0_5",
         "batch_size": 256 if on_gpu else 32,
@@ -195,7 +198,40 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for name in ("warmup", "train_warmup"):
         if getattr(args, name) < 0:
             raise BenchError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    check_threads(args.threads)
     return args
+
+
+def note_unused(args: argparse.Namespace) -> None:
+    """Warns of a flag that sizes or places the demo set (``--demo-images``, ``--cache-dir``) given with
+    ``--data``, which replaces it: nothing would say that it did nothing (a URL's shards and the scan's cache
+    go to gpupipe's cache folder, ``$GPUPIPE_CACHE``, not to ``--cache-dir``)."""
+    if args.demo_images is not None:
+        logger.warning("--demo-images %d is not used: --data replaces the demo set it sizes", args.demo_images)
+    if args.cache_dir != env.cache_dir():
+        logger.warning(
+            "--cache-dir %s is not used: it is where the demo set is built, which --data replaces; gpupipe's "
+            "caches (scans, a URL's shards) go to %s (set $GPUPIPE_CACHE to move them)",
+            args.cache_dir,
+            env.cache_dir(),
+        )
+
+
+def check_threads(threads: int) -> None:
+    """Refuses a ``--threads`` the machine cannot run: each is a DALI thread or a DataLoader worker process,
+    and tens of thousands (a typo, a job's ``$(nproc)`` times the ranks) would hang it before any figure.
+
+    Raises:
+        BenchError: naming ``--threads``, its ceiling (4 per CPU, at least 64) and the default.
+    """
+    cpus = os.cpu_count() or 1
+    most = max(64, 4 * cpus)
+    if threads > most:
+        raise BenchError(
+            f"--threads {threads} is more than this machine can run (at most {most}: 4 per CPU of its {cpus}, "
+            f"64 at least); each is a loader thread or worker process: pass --threads {env.default_threads()} "
+            "(the default) or a few more"
+        )
 
 
 #: The smallest ``--image-size``: below it, a model's five stride-2 stages leave less than a pixel and the
@@ -280,7 +316,17 @@ def _data_path(value: str) -> Path | str:
 
 
 def _local_path(value: str) -> Path:
-    """A folder's path, with a ``~`` the shell left (``--out=~/results``) read as the home folder."""
+    """A folder's path, with a ``~`` the shell left (``--out=~/results``) read as the home folder.
+
+    Raises:
+        argparse.ArgumentTypeError: an empty value (``--data "$DATA"``, the variable unset), which ``Path``
+            would read as the current folder: the parser names the flag.
+    """
+    if not value.strip():
+        raise argparse.ArgumentTypeError(
+            f"empty ({value!r}: an unset shell variable?), which would mean the current folder; pass a folder "
+            "(. for the current one)"
+        )
     return Path(value).expanduser()
 
 

@@ -102,7 +102,7 @@ def check_batch(images: int, batch_size: int, data: str | None) -> None:
         "" if data is not None else f", or --demo-images {10 * batch_size} or more"
     )
     raise BenchError(
-        f"--batch-size {batch_size} is more than the {images} images of {where}: every loader drops the last "
+        f"--batch-size {batch_size} is more than the {plural(images, 'image')} of {where}: every loader drops the last "
         f"partial batch, so none would be produced; {fix}"
     )
 

@@ -225,8 +225,8 @@ def measured_line(report: dict) -> str:
         else f"{plural(s['repeats'], 'repeat')} of each"
     )
     return (
-        f"measured on {report['machine']['label']}{_versions(report['machine'])}, {data['images']} images in "
-        f"{data['classes']} classes, "
+        f"measured on {report['machine']['label']}{_versions(report['machine'])}, {plural(data['images'], 'image')} in "
+        f"{plural(data['classes'], 'class', 'classes')}, "
         f"batch {s['batch_size']} at {s['image_size']} px: {', '.join(parts)}; "
         f"{repeats}, interleaved; medians (min-max):"
     )
