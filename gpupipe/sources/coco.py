@@ -41,7 +41,11 @@ class CocoDetection(FileSource):
     leaves the image out rather than train on it with a box missing); an
     annotation of an unknown image id, and an image record whose
     ``file_name`` leads outside ``images`` or whose id repeats, are listed in
-    ``problems`` (an id of the other type, ``"1"`` for ``1``, is named so).
+    ``problems`` (an id of the other type, ``"1"`` for ``1``, is named so), and
+    so are the annotations of a record left out. An absolute ``file_name``
+    inside ``images`` is that file; a Windows name (``a\\b.jpg``) is read
+    with ``/`` where no file holds the backslash. Categories sharing a name
+    stay separate labels, with a warning.
     Image records naming one file make it a bad sample (its
     boxes split between them) and the later ones are listed in ``problems``;
     so does one image id given to several files (the first file is the bad
@@ -97,6 +101,8 @@ class CocoDetection(FileSource):
         self.problems: list[Skipped] = []
         self.dropped = []
         self._shared_ids: dict = {}  # image id -> the files several records give it
+        self._refused: dict = {}  # image id -> why its record is not used
+        _shared_names(categories, self.annotations)
         image_of = self._images(_records(data, "images", self.annotations))
         boxes: dict = {i: [] for i in image_of}
         labels: dict = {i: [] for i in image_of}
@@ -104,6 +110,12 @@ class CocoDetection(FileSource):
         for ann in _records(data, "annotations", self.annotations):
             where = f"{self.annotations}#annotation {ann.get('id', '?')}"
             image = image_of.get(_hashable(ann.get("image_id")))
+            if image is None and _hashable(ann.get("image_id")) in self._refused:
+                why = self._refused[_hashable(ann.get("image_id"))]
+                self.problems.append(
+                    Skipped(where, f"the record of image id {ann.get('image_id')!r} is not used ({why})")
+                )
+                continue
             if image is None:
                 self.problems.append(Skipped(where, _unknown("image id", ann.get("image_id"), image_of, "images")))
                 continue
@@ -156,7 +168,7 @@ class CocoDetection(FileSource):
             where = f"{self.annotations}#image {record['id']!r}"
             name = record["file_name"]
             key = _hashable(record["id"])
-            path = os.path.normpath(os.path.join(root, name)) if isinstance(name, str) and name else ""
+            path = _confined(root, name) if isinstance(name, str) and name else ""
             if key is None:
                 self.problems.append(
                     Skipped(f"{self.annotations}#images[{k}]", f"id {record['id']!r} is not an int or a string")
@@ -169,8 +181,10 @@ class CocoDetection(FileSource):
                 self.problems.append(
                     Skipped(where, f"the image id repeats: {first} and {name} (the first is a bad sample)")
                 )
-            elif not path.startswith(root) or os.path.isabs(name):
-                self.problems.append(Skipped(where, f"file_name {name!r} is not a path inside {str(self.root)!r}"))
+            elif not path:
+                reason = f"file_name {name!r} is not a path inside {str(self.root)!r}" + _moved_hint(root, name)
+                self.problems.append(Skipped(where, reason))
+                self._refused[key] = "its file_name is not a path inside the images folder"
             else:
                 image_of[key] = dict(
                     record, id=key, path=path, width=_whole(record["width"]), height=_whole(record["height"])
@@ -231,6 +245,44 @@ def _records(data: dict, key: str, path: Path) -> list[dict]:
         if key == "categories" and _hashable(record["id"]) is None:
             raise ValueError(f"CocoDetection: {path}: {key}[{k}] id must be an int or a string")
     return records
+
+
+def _confined(root: str, name: str) -> str:
+    """The path ``file_name`` names under ``root`` (which ends with a separator), ``""`` where it leads
+    outside. An absolute path inside ``root`` is that path (Detectron2 writes absolute paths); a Windows
+    name (``train\\0001.jpg``) is read with ``/`` where no file holds the backslash in its name."""
+    path = os.path.normpath(os.path.join(root, name))
+    if "\\" in name and os.sep == "/" and not os.path.isfile(path):
+        path = os.path.normpath(os.path.join(root, name.replace("\\", "/")))
+    return path if path.startswith(root) else ""
+
+
+def _moved_hint(root: str, name: str) -> str:
+    """Where an absolute ``file_name`` of another machine ends in a file inside ``root``, says which part to
+    keep (nothing is read from the name's own place)."""
+    parts = [p for p in name.replace("\\", "/").split("/") if p]
+    for k in range(1, len(parts)):
+        tail = "/".join(parts[k:])
+        if ".." not in parts[k:] and os.path.isfile(os.path.join(root, tail)):
+            return f" (written on another machine? {tail!r} is in the folder: write file_names relative to it)"
+    return ""
+
+
+def _shared_names(categories: list[dict], path: Path) -> None:
+    """Warns of a name given to several category ids (two datasets merged): each id stays its own label."""
+    ids_of: dict[str, list] = {}
+    for label, category in enumerate(categories):
+        ids_of.setdefault(str(category.get("name", category["id"])), []).append((label, category["id"]))
+    for name, pairs in ids_of.items():
+        if len(pairs) > 1:
+            _log.warning(
+                "CocoDetection: %s: category name %r is given to ids %s (labels %s): they are trained as "
+                "separate classes (map them to one id in the file to merge them)",
+                path,
+                name,
+                ", ".join(str(c) for _, c in pairs),
+                ", ".join(str(k) for k, _ in pairs),
+            )
 
 
 def _repeated_files(image_of: dict) -> list[list]:

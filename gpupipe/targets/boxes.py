@@ -34,6 +34,10 @@ BOX_PADDING = 0.0
 #: The label of padding rows (and of boxes that did not survive).
 PADDING_LABEL = -1
 
+#: The relative slack of ``min_visible``: a box exactly that share in view (6 of 10 px at 0.6, whose
+#: product ``0.6 * 10`` is ``6.000000000000001`` in floats) is kept, on every backend.
+VISIBLE_SLACK = 1e-6
+
 #: One sample's boxes on their way through the ops: ``(boxes, raw, labels)``.
 BoxState = tuple[Any, Any, Any]
 
@@ -80,8 +84,13 @@ def sanitize(clipped: np.ndarray, raw: np.ndarray, min_size: float, min_visible:
     h = clipped[:, 3] - clipped[:, 1]
     keep = (w >= min_size) & (h >= min_size) & (w > 0) & (h > 0)
     if min_visible > 0:
-        keep &= bx.area(clipped) >= min_visible * np.maximum(bx.area(raw), 1e-12)
+        keep &= bx.area(clipped) >= visible_share(min_visible) * np.maximum(bx.area(raw), 1e-12)
     return keep
+
+
+def visible_share(min_visible: float) -> float:
+    """The share of a box's moved area that must stay in view: ``min_visible`` less ``VISIBLE_SLACK`` of it."""
+    return min_visible * (1.0 - VISIBLE_SLACK)
 
 
 def crop_window(params: Params) -> tuple[Any, Any, Any, Any]:

@@ -22,7 +22,7 @@ from nvidia.dali import math as dmath
 from ...fileio import UnreadableFile
 from ...targets import TargetKind
 from ...targets.base import Indices, Kernel, Params
-from ...targets.boxes import BOX_PADDING, PADDING_LABEL, BoxState, compact, crop_window
+from ...targets.boxes import BOX_PADDING, PADDING_LABEL, BoxState, compact, crop_window, visible_share
 from ...targets.maskfiles import decode_mask, mask_for_dali, mask_hw, packed_problem, size_problem
 from ...targets.masks import in_pack, mask_reason
 from ..common import TargetLowerings
@@ -185,7 +185,7 @@ class DaliBoxes:
         keep = (w >= max(rule.min_size, 1e-6)) & (h >= max(rule.min_size, 1e-6))
         if rule.min_visible > 0:
             raw_area = (raw[:, 2] - raw[:, 0]) * (raw[:, 3] - raw[:, 1])
-            keep = keep & (w * h >= dmath.max(raw_area, 1e-12) * rule.min_visible)
+            keep = keep & (w * h >= dmath.max(raw_area, 1e-12) * visible_share(rule.min_visible))
         kept = fn.cast(keep, dtype=types.INT32)
         labels = labels * kept + (kept - 1)  # PADDING_LABEL where dropped
         boxes = boxes * fn.cast(fn.stack(kept, kept, kept, kept, axis=1), dtype=types.FLOAT)
