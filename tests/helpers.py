@@ -175,6 +175,40 @@ def rewrite_manifest(dst: Path, edit) -> dict:
     return manifest
 
 
+
+def replace_packed_member(packed: Path, member: str, data: bytes) -> None:
+    """Rewrites shard 0 of ``packed`` with ``member`` holding ``data``, its index and its manifest entry made to
+    agree (as a writer of its own with a bug, or someone on purpose, would)."""
+    import hashlib
+    import io
+    import tarfile
+
+    from gpupipe.shards import format as shardfmt
+
+    tar_path, index = packed / "shard-000000.tar", packed / "shard-000000.idx"
+    with tarfile.open(tar_path) as tar:
+        members = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
+    with tarfile.open(tar_path, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, body in members:
+            body = data if name == member else body
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+    entries: dict = {}
+    with tarfile.open(tar_path) as tar:
+        for m in tar.getmembers():
+            key, ext = m.name.split(".", 1)
+            entries.setdefault(key, {})[ext] = shardfmt.Member(m.name, m.offset_data, m.size)
+    shardfmt.write_index(index, list(entries.values()))
+
+    def edit(manifest):
+        shard = manifest["shards"][0]
+        shard.update(bytes=tar_path.stat().st_size, sha256=hashlib.sha256(tar_path.read_bytes()).hexdigest(),
+                     index_sha256=hashlib.sha256(index.read_bytes()).hexdigest())
+        manifest["totals"]["bytes"] = shard["bytes"]
+
+    rewrite_manifest(packed, edit)
+
 #: Detection test objects: category id -> colour. Category ids are out of order on purpose
 #: (labels are numbered in sorted id order: 3 -> 0 red, 7 -> 1 green, 11 -> 2 blue).
 OBJECT_COLOURS = {3: (250, 30, 30), 7: (30, 250, 30), 11: (30, 30, 250)}

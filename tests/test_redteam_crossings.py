@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import replace_packed_member
 from PIL import Image
 from servers import FolderServer
 
@@ -295,41 +296,6 @@ def test_two_ranks_share_a_remote_segmentation_pack_aligned_and_resume_from_one_
     assert [r["resumed"] for r in ranks] == [True, True]
 
 
-def replace_member(packed: Path, member_name: str, data: bytes) -> None:
-    """Rewrites shard 0 of ``packed`` with ``member_name`` holding ``data``, its index and its manifest entry
-    made to agree (as a writer of its own with a bug, or someone on purpose, would)."""
-    import hashlib
-    import tarfile as tf
-
-    from helpers import rewrite_manifest
-
-    from gpupipe.shards import format as shardfmt
-
-    tar_path, index = packed / "shard-000000.tar", packed / "shard-000000.idx"
-    with tf.open(tar_path) as tar:
-        members = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
-    with tf.open(tar_path, "w", format=tf.USTAR_FORMAT) as tar:
-        for name, body in members:
-            body = data if name == member_name else body
-            info = tf.TarInfo(name)
-            info.size = len(body)
-            tar.addfile(info, io.BytesIO(body))
-    entries: dict = {}
-    with tf.open(tar_path) as tar:
-        for m in tar.getmembers():
-            key, ext = m.name.split(".", 1)
-            entries.setdefault(key, {})[ext] = shardfmt.Member(m.name, m.offset_data, m.size)
-    shardfmt.write_index(index, list(entries.values()))
-
-    def edit(manifest):
-        shard = manifest["shards"][0]
-        shard.update(bytes=tar_path.stat().st_size, sha256=hashlib.sha256(tar_path.read_bytes()).hexdigest(),
-                     index_sha256=hashlib.sha256(index.read_bytes()).hexdigest())
-        manifest["totals"]["bytes"] = shard["bytes"]
-
-    rewrite_manifest(packed, edit)
-
-
 @pytest.mark.parametrize("backend", ["torchvision", "dali-cpu"])
 def test_a_packed_mask_of_another_size_than_its_image_is_skipped_and_named(served_segmentation, tmp_path, backend):
     """A pack whose mask for one image has another size (written by a writer of its own, or edited), read with
@@ -338,7 +304,7 @@ def test_a_packed_mask_of_another_size_than_its_image_is_skipped_and_named(serve
 
     root, _ = served_segmentation
     packed = Path(shutil.copytree(root / "packed", tmp_path / "packed"))
-    replace_member(packed, "00000003.png", encoded(np.ones((10, 10), np.uint8), "PNG"))
+    replace_packed_member(packed, "00000003.png", encoded(np.ones((10, 10), np.uint8), "PNG"))
     loader = gpupipe.loader(str(packed), gpupipe.presets.get("segmentation-train", crop=32, base=48), batch_size=2,
                             backend=backend, dtype="uint8", seed=1, device="cpu", on_error="skip")
     bad = [misaligned(images, masks)[0] for images, masks in loader]

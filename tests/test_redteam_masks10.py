@@ -15,7 +15,6 @@ keep the ids, and DALI prints no libpng warning for them.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import struct
@@ -26,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import CPU_BACKENDS, rewrite_manifest
+from helpers import CPU_BACKENDS, replace_packed_member
 from PIL import Image, ImageCms
 
 import gpupipe
@@ -111,39 +110,6 @@ def read(source, backend: str, batch_size: int = 3, **kw):
 # -- packs holding masks the packer never writes ---------------------------------------------------------
 
 
-def replace_member(packed: Path, member: str, data: bytes) -> None:
-    """Shard 0 of ``packed`` with ``member`` holding ``data``, its index and manifest made to agree (a writer
-    of its own, or an edit on purpose)."""
-    from gpupipe.shards import format as shardfmt
-
-    tar_path, index = packed / "shard-000000.tar", packed / "shard-000000.idx"
-    with tarfile.open(tar_path) as tar:
-        members = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
-    with tarfile.open(tar_path, "w", format=tarfile.USTAR_FORMAT) as tar:
-        for name, body in members:
-            body = data if name == member else body
-            info = tarfile.TarInfo(name)
-            info.size = len(body)
-            tar.addfile(info, io.BytesIO(body))
-    entries: dict = {}
-    with tarfile.open(tar_path) as tar:
-        for m in tar.getmembers():
-            key, ext = m.name.split(".", 1)
-            entries.setdefault(key, {})[ext] = shardfmt.Member(m.name, m.offset_data, m.size)
-    shardfmt.write_index(index, list(entries.values()))
-
-    def edit(manifest):
-        shard = manifest["shards"][0]
-        shard.update(
-            bytes=tar_path.stat().st_size,
-            sha256=hashlib.sha256(tar_path.read_bytes()).hexdigest(),
-            index_sha256=hashlib.sha256(index.read_bytes()).hexdigest(),
-        )
-        manifest["totals"]["bytes"] = shard["bytes"]
-
-    rewrite_manifest(packed, edit)
-
-
 @pytest.fixture(scope="module")
 def packed_seg(tmp_path_factory):
     root = tmp_path_factory.mktemp("packed-seg")
@@ -192,7 +158,7 @@ def test_a_packed_mask_in_a_layout_the_packer_never_writes_is_skipped_naming_it(
     packed, k = packed_seg
     packed = Path(shutil.copytree(packed, tmp_path / "packed"))
     write, words = FOREIGN[layout]
-    replace_member(packed, "00000001.png", write(ids_of(k)))
+    replace_packed_member(packed, "00000001.png", write(ids_of(k)))
     seen, loader = read(str(packed), backend, batch_size=3, on_error="skip")
     assert [Path(s.path).name for s in loader.skipped] == ["shard-000000.tar#00000001.jpg"], loader.skipped
     reason = loader.skipped[0].reason
@@ -216,7 +182,7 @@ def test_a_packed_8_bit_gray_mask_with_ancillary_chunks_is_read_as_it_is(packed_
 
     packed, k = packed_seg
     packed = Path(shutil.copytree(packed, tmp_path / "packed"))
-    replace_member(packed, "00000001.png", png(ids_of(k), extra=[chunk(b"gAMA", struct.pack(">I", 100000))]))
+    replace_packed_member(packed, "00000001.png", png(ids_of(k), extra=[chunk(b"gAMA", struct.pack(">I", 100000))]))
     seen, loader = read(str(packed), backend)
     assert loader.skipped == [] and sorted(j for j, _ in seen) == [0, 1, 2]
     assert all(np.array_equal(mask, ids_of(j)) for j, mask in seen)
