@@ -20,7 +20,7 @@ PACKAGE = ROOT / "gpupipe"
 LAYERS: List[Tuple[str, str, List[str]]] = [
     ("foundation", "errors, argument checks, file reading, digests, locks, image headers, environment, progress",
      ["gpupipe._version", "gpupipe.errors", "gpupipe.checks", "gpupipe.fileio",
-      "gpupipe.images", "gpupipe.progress", "gpupipe.env", "gpupipe.cli", "gpupipe.plan.seeding"]),
+      "gpupipe.images", "gpupipe.images.*", "gpupipe.progress", "gpupipe.env", "gpupipe.cli", "gpupipe.plan.seeding"]),
     ("targets", "what each target kind is: reading, checking and packing it",
      ["gpupipe.targets", "gpupipe.targets.*"]),
     ("ops", "what each op is, the named presets and the checked pipeline",

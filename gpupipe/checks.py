@@ -24,7 +24,7 @@ def positive_int(what: str, value: Any, minimum: int = 1, maximum: int | None = 
         ValueError: naming the argument, when ``value`` is not an int (a bool or a float is not) in
             ``minimum..maximum``.
     """
-    number = _index(value)
+    number = int_or_none(value)
     if number is None or number < minimum:
         raise ValueError(f"{what} must be an int >= {minimum}, got {value!r}")
     if maximum is not None and number > maximum:
@@ -32,7 +32,7 @@ def positive_int(what: str, value: Any, minimum: int = 1, maximum: int | None = 
     return number
 
 
-def _index(value: Any) -> int | None:
+def int_or_none(value: Any) -> int | None:
     """``value`` as an int where it is one (``operator.index``: an int, a numpy int, a 0-d integer tensor), else
     ``None`` (a bool of any kind, a float, a string...)."""
     if isinstance(value, (bool, np.bool_)) or getattr(value, "ndim", 0) != 0:  # an array of one int is no int

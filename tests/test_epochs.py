@@ -8,6 +8,7 @@ exact resumes in ``test_loader.py`` and under torchrun in ``test_distributed.py`
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -207,6 +208,12 @@ def test_skip_starts_the_next_pass_at_a_batch_like_accelerates_skip_first_batche
     assert [k[0] for k in keys(loader)] == [1, 1, 1, 1], "then epoch 1, from its start"
     with pytest.raises(ValueError, match=r"skip: batches must be an int in 0\.\.4"):
         loader.skip(5)
+    for count in (np.int64(3), torch.tensor(3)):  # a count read back from a checkpoint, as set_epoch takes it
+        loader.set_epoch(0)
+        assert keys(loader.skip(count)) == full[3:]
+    for wrong in (True, 2.0, np.array([1]), "1"):
+        with pytest.raises(ValueError, match=r"skip: batches must be an int"):
+            loader.skip(wrong)
     assert len(loader.dataset) == 10, "loader.dataset is there, as a DataLoader's (issue 33)"
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from .. import backends, env
+from .. import backends, checks, env
 from ..backends import EpochRead, Placement
 from ..errors import ErrorPolicy, Skipped
 from ..plan.seeding import batch_key
@@ -302,9 +302,9 @@ class Loader:
             ValueError: ``batches`` outside ``0 .. len(loader)``, or not where a loaded state resumes.
         """
         most = max(len(self), self._cursor.counted())  # a loaded state's own count too (Accelerate's docs skip it)
-        if isinstance(batches, bool) or not isinstance(batches, int) or not 0 <= batches <= most:
+        if (count := checks.int_or_none(batches)) is None or not 0 <= count <= most:  # as set_epoch takes
             raise ValueError(f"skip: batches must be an int in 0..{len(self)}, got {batches!r}")
-        self._cursor.skip(batches)
+        self._cursor.skip(count)
         return self
 
     @property

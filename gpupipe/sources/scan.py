@@ -42,9 +42,10 @@ from ..progress import Progress
 
 logger = logging.getLogger("gpupipe.scan")
 
+#: 9: APNGs whose default image is no frame, and TIFFs, BMPs and PNMs DALI reads unlike PIL, refused;
 #: 8: each image's ``traits`` (turned by its EXIF orientation, a 16-bit grey PNG); 7: 12-bit, hierarchical and
 #: lossless JPEGs refused; 6: formats DALI does not decode refused; 5: a JPEG with data after its image is whole; ...
-CACHE_VERSION = 8
+CACHE_VERSION = 9
 #: How far from the end an end-of-image marker may sit (some writers pad files).
 _TAIL_BYTES = 4096
 #: Below this many files to check (or to stat), a scan stays in this process.

@@ -45,6 +45,8 @@ logger = logging.getLogger(__name__)
 
 #: A run reads whole epochs until it holds at least this many samples (short epochs share a pipeline).
 RUN_SAMPLES = 32_768
+#: ... or this many epochs: a tiny folder would otherwise plan thousands of epochs before its first batch.
+RUN_EPOCHS = 64
 #: ... or until it reads this many stretches of one tar (each is one path of ``readers.webdataset``, opened and
 #: indexed when the pipeline is built): a tiny pack of many tars would otherwise make tens of thousands.
 RUN_TAR_STRETCHES = 1_024
@@ -121,13 +123,13 @@ class DaliBackend:
 
     def _refs(self, read: EpochRead, start: int, reads: Callable[[int], EpochRead] | None) -> list[BatchRef]:
         """The batches of ``read`` from ``start``, then whole following epochs up to ``RUN_SAMPLES`` (or
-        ``RUN_TAR_STRETCHES``); a source whose tars must fit a cache (remote) ends the run before it spans more
-        than its ``shards_per_run`` tars, even within an epoch."""
+        ``RUN_EPOCHS`` epochs, or ``RUN_TAR_STRETCHES``); a source whose tars must fit a cache (remote) ends the
+        run before it spans more than its ``shards_per_run`` tars, even within an epoch."""
         bs = self.config.batch_size
         refs: list[BatchRef] = []
         budget = self.source.shards_per_run
         tars: set = set()
-        stretches = 0
+        stretches = epochs = 0
         while True:
             for b in range(start, read.batches):
                 indices, positions = batch_slots(read.share, b, bs)
@@ -140,7 +142,10 @@ class DaliBackend:
                     tars |= new
                 refs.append(BatchRef(read.epoch, b, padded(indices, bs), padded(positions, bs), len(indices)))
             stretches += _tar_stretches(self.source.tars_of(read.share.indices[start * bs :]))
-            if reads is None or len(refs) * bs >= RUN_SAMPLES or stretches >= RUN_TAR_STRETCHES or read.batches == 0:
+            epochs += 1
+            if reads is None or read.batches == 0 or epochs >= RUN_EPOCHS:
+                return refs
+            if len(refs) * bs >= RUN_SAMPLES or stretches >= RUN_TAR_STRETCHES:
                 return refs
             read, start = reads(read.epoch + 1), 0
 

@@ -47,6 +47,8 @@ logger = logging.getLogger(__name__)
 
 #: Batches read at each share when ``hw_decoder_load="auto"`` (two of them warm-up).
 CALIBRATION_BATCHES = 10
+#: The parameters a traced graph used, by what the trace reads (a policy's trace takes a second or more).
+_TRACED: dict[tuple, frozenset] = {}
 
 
 def uses_conditionals(spec: PipelineSpec, form: str) -> bool:
@@ -231,6 +233,23 @@ class Pipelines:
         dummy = self.planner.plan(0, np.zeros(1, np.int64), np.array([[64, 64]]), [np.zeros((0, 4), np.float32)])
         steps = self._host_steps(dummy.steps)
         every = ParamLayout(steps, [(j, name) for j, step in enumerate(steps) for name in sorted(step)])
+        said = repr(self.graph_spec)
+        shapes = tuple((key, slot.integer, slot.shape) for key, slot in every.slots.items())
+        # a spec naming an object by its address (another may reuse it) or eliding an array is traced each time
+        memo = (
+            None
+            if " at 0x" in said or "..." in said
+            else (said, self.form, self.source.target, type(self.target), shapes)
+        )
+        used = _TRACED.get(memo) if memo is not None else None
+        if used is None:
+            used = self._traced_use(every)
+            if memo is not None:
+                _TRACED[memo] = used
+        return ParamLayout(steps, [key for key in every.keys if key in used])
+
+    def _traced_use(self, every: ParamLayout) -> frozenset:
+        """The keys of ``every`` that the lowering reads, found by tracing the graph (never built)."""
         recorded: list = []
 
         @pipeline_def(enable_conditionals=uses_conditionals(self.graph_spec, self.form))
@@ -254,8 +273,7 @@ class Pipelines:
         with quiet_auto_aug(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="The external source node")  # the trace feeds every parameter
             trace(batch_size=1, num_threads=1, device_id=None)
-        used = set(recorded[0].used)
-        return ParamLayout(steps, [key for key in every.keys if key in used])
+        return frozenset(recorded[0].used)
 
     def _host_steps(self, steps: Sequence[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
         """The plan's steps, with the per-sample parameters the policies' ``"gpu"`` form reads worked out from
