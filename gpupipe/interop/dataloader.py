@@ -27,7 +27,8 @@ IGNORED = {
     "(a dataset read as it is, with fallback='torchvision', runs in num_workers processes, as torch runs it)",
     "pin_memory": "batches land on the device already (CUDA when there is one)",
     "pin_memory_device": "batches land on the device already",
-    "persistent_workers": "gpupipe keeps its workers from epoch to epoch",
+    "persistent_workers": "gpupipe keeps its workers from epoch to epoch (with fallback='torchvision', the "
+    "DataLoader workers that run your transform or dataset last from pass to pass when it is True, as torch's)",
     "multiprocessing_context": "gpupipe starts its own workers (a dataset read as it is, with "
     "fallback='torchvision', runs in workers started with it, as torch runs it)",
     "in_order": "batches always come in order",
@@ -352,6 +353,7 @@ def DataLoader(  # noqa: N802 -- torch's name, for a one-import swap
     if built.backend in (FALLBACK, AS_IS):  # the fallback's DataLoader workers: run and started as torch's
         built.source.user_worker_init_fn = worker_init_fn  # type: ignore[attr-defined]
         built.source.user_multiprocessing_context = multiprocessing_context  # type: ignore[attr-defined]
+        built.source.user_persistent_workers = persistent_workers  # type: ignore[attr-defined]
     return built
 
 

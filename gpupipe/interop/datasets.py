@@ -16,6 +16,7 @@ import io
 import numbers
 from typing import Any
 
+import torch
 from torch.utils.data import Dataset as _TorchDataset
 
 from ..errors import Error
@@ -201,9 +202,15 @@ def _read_folder(folder: Any) -> tuple[list[tuple[str, int]], list[str], Any, An
     bad = _first_unindexed(folder.samples, len(classes))
     if bad is not None:
         path, label = folder.samples[bad]
+        odd = isinstance(label, torch.Tensor) and (label.ndim or label.dtype != torch.int64)
+        what = (
+            f"a tensor of {label.dtype}, shape {tuple(label.shape)}: gpupipe's labels are int64 (0-d: one label)"
+            if odd
+            else f"{label!r}, which is no index of its {len(classes)} classes (an unlabelled sample's -1, a label "
+            "edited into samples)"
+        )
         raise UnsupportedDataset(
-            f"{name}.samples[{bad}] ({path}) has the label {label!r}, which is no index of its {len(classes)} "
-            "classes (an unlabelled sample's -1, a label edited into samples); gpupipe's labels index the "
+            f"{name}.samples[{bad}] ({path}) has the label {what}; gpupipe's labels index the "
             "dataset's classes: give every sample a class index (and the classes it indexes), or read the "
             "dataset as it is, with its own labels, with fallback='torchvision'"
         )
@@ -219,6 +226,8 @@ def _first_unindexed(samples: Any, count: int) -> int | None:
                 continue
         elif isinstance(label, numbers.Integral) and not isinstance(label, bool) and 0 <= int(label) < count:
             continue
+        elif isinstance(label, torch.Tensor) and label.dtype == torch.int64 and label.ndim == 0 and 0 <= label < count:
+            continue  # a pseudo-label (logits.argmax(1)[k]): torch's collate stacks it into int64 labels, as gpupipe's
         return k
     return None
 

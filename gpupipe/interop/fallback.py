@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -123,6 +124,7 @@ class TransformBackend:
         self.config = config
         self.device = placement.device
         self.threads = placement.threads
+        self._kept: _Kept | None = None  # the DataLoader kept between passes (persistent_workers=True)
 
     def items(self) -> Any:
         """The map-style dataset the workers read: ``(transform(image), index)`` per sample."""
@@ -172,30 +174,59 @@ class TransformBackend:
         for k in range(start, read.batches):
             key = mix_int(SAMPLE, self.config.seed, read.epoch, int(positions[k * size]))
             batches.append([(key, i) for i in indices[k * size : (k + 1) * size]])
-        workers = self.workers()
-        dataset: Any = _SeededBatches(self.items())  # map-style, as torch's DataLoader takes it
-        loader: DataLoader = DataLoader(
-            dataset,
-            batch_sampler=batches,
-            num_workers=workers,
-            collate_fn=self.collate(),
-            prefetch_factor=self.config.prefetch if workers else None,
-            worker_init_fn=getattr(self.source, "user_worker_init_fn", None),  # gpupipe.DataLoader's
-            multiprocessing_context=getattr(self.source, "user_multiprocessing_context", None) if workers else None,
+        count = self.workers()
+        persistent = bool(count and getattr(self.source, "user_persistent_workers", False))
+        kept = self._kept if self._kept is not None and self._kept.owner == os.getpid() else None
+        if kept is None or not persistent:
             # the workers' base seed (torch draws it from its generator), not drawn from the global RNG; each batch's
             # draws are seeded by its own key (_SeededBatches)
-            generator=torch.Generator().manual_seed(mix_int(SAMPLE, self.config.seed, read.epoch)),
-        )
-        workers = forks.track(iter(loader))
+            seeded = torch.Generator().manual_seed(mix_int(SAMPLE, self.config.seed, read.epoch))
+            kept = _Kept(batches)
+            dataset: Any = _SeededBatches(self.items())  # map-style, as torch's DataLoader takes it
+            kept.loader = DataLoader(
+                dataset,
+                batch_sampler=kept,
+                num_workers=count,
+                collate_fn=self.collate(),
+                prefetch_factor=self.config.prefetch if count else None,
+                persistent_workers=persistent,  # gpupipe.DataLoader's: the workers (and their state) last the run
+                worker_init_fn=getattr(self.source, "user_worker_init_fn", None),  # gpupipe.DataLoader's
+                multiprocessing_context=getattr(self.source, "user_multiprocessing_context", None) if count else None,
+                generator=seeded,
+            )
+            self._kept = kept if persistent else None
+        kept.batches = batches
+        workers = forks.track(iter(kept.loader))  # persistent: the same workers, told to start a new pass
         try:
             for collated in forks.owned(workers):  # a forked child starts a pass of its own
                 yield to_device(self.batch(collated), self.device)
         finally:  # a pass left or freed: its workers stop at once, even when a reference cycle held it
-            if hasattr(workers, "_shutdown_workers"):
+            if not persistent and hasattr(workers, "_shutdown_workers"):
                 forks.shut_down(workers)
 
     def close(self) -> None:
-        """Nothing held between passes (each pass's workers end with it)."""
+        """Stops the workers kept between passes (``persistent_workers=True``); otherwise each pass's end with it."""
+        kept, self._kept = self._kept, None
+        iterator = getattr(getattr(kept, "loader", None), "_iterator", None)
+        if kept is not None and kept.owner == os.getpid() and hasattr(iterator, "_shutdown_workers"):
+            forks.shut_down(iterator)
+
+
+class _Kept:
+    """The batch sampler of a DataLoader kept from pass to pass (``persistent_workers=True``): torch's persistent
+    workers read each pass's batches from it anew; ``owner`` is the process that started them (a forked child
+    starts its own)."""
+
+    def __init__(self, batches: list[list[tuple[int, int]]]) -> None:
+        self.batches = batches
+        self.owner = os.getpid()
+        self.loader: Any = None
+
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
 
 
 def fall_back(source: Any, transform: Any, backend: str, reasons: str) -> tuple[Source, str]:

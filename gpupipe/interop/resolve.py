@@ -10,7 +10,7 @@ import numpy as np
 
 from ..ops import CenterCrop, Decode, Op, PadTo, RandomCrop, Resize
 from ..sources import as_source
-from .compile import TransformGuard, UnsupportedTransform, from_torchvision
+from .compile import TransformGuard, UnsupportedTransform, from_torchvision, place_of
 from .concat import leaves
 from .dataset_fallback import fall_back_dataset
 from .datasets import UnsupportedDataset, as_dataset_source, guard_of, is_dataset, refuse_dataset
@@ -82,8 +82,10 @@ def resolve_inputs(
         # gpupipe cannot compile, saying how to run it (fallback="torchvision")
         try:
             ops = from_torchvision(pipeline)
-            sized, sized_ops = _one_size(source, ops, max_pixels, max_file_size)
+            _center_crops_fit(pipeline, ops)
+            sized, sized_ops, reached = _one_size(source, ops, max_pixels, max_file_size)
             _sized_first(sized_ops)
+            _one_size_reached(pipeline, sized_ops, reached)
             source = _watched(_crops_fit(sized, sized_ops, max_pixels, max_file_size), pipeline, ops, dataset)
             pipeline = sized_ops  # only once nothing is refused: the fallback runs the transform itself
         except UnsupportedTransform as err:
@@ -126,8 +128,10 @@ def _folder_of(dataset: Any) -> Any:
             return dataset
 
 
-def _one_size(source: Any, ops: list[Op], max_pixels: int, max_file_size: int | None) -> tuple[Any, list[Op]]:
-    """``(source, ops)``, the ops giving one size where a compiled transform gives every image of the source
+def _one_size(
+    source: Any, ops: list[Op], max_pixels: int, max_file_size: int | None
+) -> tuple[Any, list[Op], set[tuple[int, int] | None]]:
+    """``(source, ops, reached)``, the ops giving one size where a compiled transform gives every image of the source
     one size that the ops alone do not fix, as torch's default collate batches it: CIFAR's ``ToTensor()`` +
     ``Normalize()`` over 32 x 32 PNGs, or ``Resize(224)`` (by the shorter side) over images of one size or
     of one aspect ratio. A ``CenterCrop`` of that size, which changes no pixel, goes after the last op whose
@@ -135,7 +139,9 @@ def _one_size(source: Any, ops: list[Op], max_pixels: int, max_file_size: int | 
     images of one size (``RandAugment()`` before ``RandomResizedCrop``) meets images of one size.
 
     The sizes come from the source's scan with the loader's limits, the one the loader then reuses (a source
-    keeps its scan per limits): every header is read once, and a file the loader refuses has no size here."""
+    keeps its scan per limits): every header is read once, and a file the loader refuses has no size here.
+    ``reached``: the sizes the images reach where they reach several (``None`` among them: not known before an
+    image is read), else empty."""
     size = None
     for op in ops:
         if op.needs_fixed_size and size is None:  # a policy before the resize: one size only from the images
@@ -143,18 +149,18 @@ def _one_size(source: Any, ops: list[Op], max_pixels: int, max_file_size: int | 
         size = op.output_size(size)
     else:
         if size is not None:
-            return source, ops
+            return source, ops, set()
     source = as_source(source)
     sizes = source.scan(max_pixels, max_file_size).sizes
     found = np.unique(sizes[sizes[:, 0] > 0], axis=0)  # (-1, -1): a bad file, left to the loader's on_error
     if not len(found):
-        return source, ops
+        return source, ops, set()
     last = _last_unsized(ops, (int(found[0][0]), int(found[0][1])))
     reached = {_follow(ops[: last + 1], (int(h), int(w))) for h, w in found}
     if len(reached) != 1 or None in reached:
-        return source, ops  # images of several sizes: refused when the loader is built, as torch's collate fails
+        return source, ops, reached  # images of several sizes: refused naming the transform (_one_size_reached)
     height, width = reached.pop()  # type: ignore[misc]
-    return source, [*ops[: last + 1], CenterCrop((height, width)), *ops[last + 1 :]]
+    return source, [*ops[: last + 1], CenterCrop((height, width)), *ops[last + 1 :]], set()
 
 
 def _sized_first(ops: list[Op]) -> None:
@@ -173,6 +179,46 @@ def _sized_first(ops: list[Op]) -> None:
             )
             raise UnsupportedTransform([(op.name, op.name, why)])
         size = op.output_size(size)
+
+
+def _center_crops_fit(transform: Any, ops: list[Op]) -> None:
+    """Refuses a ``CenterCrop`` larger than the one size the ops before it give (``Resize((30, 30))``,
+    ``CenterCrop(36)``), as an ``UnsupportedTransform`` naming it, so that ``fallback="torchvision"`` runs the
+    transform as it is: torchvision pads the image (black, centred); gpupipe's spec refuses such a crop with a bare
+    ``ValueError`` (its ``CenterCrop`` pads only images whose size is not known before they are read)."""
+    size = None
+    for op in ops:
+        try:
+            size = op.output_size(size)
+        except ValueError as err:
+            why = (
+                f"{err}: torchvision pads them (black, centred); gpupipe's CenterCrop pads only images whose size "
+                "it does not know before they are read: crop no larger than the size before it"
+            )
+            raise UnsupportedTransform([(place_of(transform, op), op.name, why)]) from None
+
+
+def _one_size_reached(transform: Any, ops: list[Op], reached: set[tuple[int, int] | None]) -> None:
+    """Refuses a transform that leaves the images at sizes of their own (``reached``, from ``_one_size``), as an
+    ``UnsupportedTransform`` naming it: gpupipe batches images of one size (its spec would refuse the ops with a
+    bare ``ValueError`` naming gpupipe's own ops), where torch's ``DataLoader`` batches them one at a time
+    (``batch_size=1``), which ``fallback="torchvision"`` then does."""
+    size = None
+    for op in ops:
+        size = op.output_size(size)
+    if size is not None:
+        return
+    known = sorted(s for s in reached if s is not None)
+    listed = ", ".join(f"{h} x {w}" for h, w in known[:3]) + (", ..." if len(known) > 3 else "")
+    seen = f"{len(known)} sizes: {listed}" if known and None not in reached else "sizes not known before it is read"
+    why = (
+        f"gives images of varying size ({seen}), and gpupipe batches images of one size; torch's DataLoader "
+        "batches them only one at a time (batch_size=1: its collate fails at a batch of two sizes): end the "
+        "transform with a resize or crop to one size (Resize((h, w)), CenterCrop), or, with batch_size=1, pass "
+        "fallback='torchvision'"
+    )
+    name = type(transform).__name__
+    raise UnsupportedTransform([(name, name, why)])
 
 
 def _last_unsized(ops: list[Op], size: tuple[int, int]) -> int:

@@ -253,7 +253,10 @@ def _auto_augment(t: Any, state: State) -> None:
 @rule("torchvision.RandomErasing")
 def _random_erasing(t: Any, state: State) -> None:
     if not state.tensor:
-        raise Refuse("needs a tensor (torchvision refuses a PIL image): put it after ToTensor()")
+        raise Refuse(
+            "needs a tensor (v1's fails on a PIL image; v2's erases it or passes it through, by "
+            "torchvision version): put it after ToTensor() or ToImage()"
+        )
     if isinstance(t.value, str) or not zero_fill(t.value):
         raise Refuse(f"value={t.value!r}: gpupipe erases to 0 after Normalize (or black without one)")
     add(state, O.RandomErasing(float(t.p), scale=tuple(t.scale), ratio=tuple(t.ratio)))
@@ -331,7 +334,7 @@ def _random_apply(t: Any, state: State) -> None:
         return  # nothing that changes the image (an empty list, RGB()): the coin changes nothing
     if len(added) != 1 or added[0].name not in _COIN_OPS:
         names = ", ".join(type(x).__name__ for x in inner)
-        del state.ops[before:]
+        del state.ops[before:], state.places[before - 1 :]
         raise Refuse(f"p={p} around {names}: gpupipe can apply only one flip, grayscale or erasing with a probability")
     coin: Any = added[0]
     state.ops[-1] = dataclasses.replace(coin, p=coin.p * p)

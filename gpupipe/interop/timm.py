@@ -2,7 +2,8 @@
 
 ``create_transform`` composes torchvision transforms (compiled by
 ``gpupipe.interop.rules``) with a few of timm's: its random-resized crop
-with a choice of interpolation, ``MaybeToTensor``, its ``RandomErasing``
+with a choice of interpolation, ``MaybeToTensor``, the prefetcher's uint8 forms
+(``MaybePILToTensor``, older ``ToNumpy``), ``ResizeKeepRatio``, its ``RandomErasing``
 and its auto-augment policies. Those whose meaning gpupipe keeps compile;
 the others are refused with the reason.
 """
@@ -36,6 +37,41 @@ def _to_tensor(t: Any, state: State) -> None:
         state.form = "float"
 
 
+@rule("timm.MaybePILToTensor")
+def _maybe_pil_to_tensor(t: Any, state: State) -> None:
+    """timm's prefetcher form (``create_transform(use_prefetcher=True)``, or ``normalize=False``): a PIL image
+    becomes a uint8 tensor, unscaled, as ``PILToTensor``; a tensor passes through."""
+    if state.form == "pil":
+        state.form, state.tv_image = "uint8", False
+
+
+@rule("timm.ToNumpy")
+def _to_numpy(t: Any, state: State) -> None:
+    """Older timm's prefetcher form: a ``(3, H, W)`` uint8 numpy array, which torch's default collate batches
+    into a uint8 tensor (what gpupipe gives); a transform after it is refused (``transforms.walk``)."""
+    if state.form != "pil":
+        raise Refuse("needs a PIL image (it reads the pixels as height x width x channels)")
+    state.form, state.tv_image, state.numpy_at = "uint8", False, state.where
+
+
+@rule("timm.ResizeKeepRatio")
+def _resize_keep_ratio(t: Any, state: State) -> None:
+    """Refused, with what it does: no gpupipe op has its meaning."""
+    longest = getattr(t, "longest", 0.0)
+    if longest:
+        raise Refuse(
+            f"longest={longest}: scales the longer side to its size (timm's crop_mode='border', then padded); "
+            "no gpupipe op has that meaning"
+        )
+    if getattr(t, "random_scale_prob", 0.0) or getattr(t, "random_aspect_prob", 0.0):
+        raise Refuse("random_scale_prob / random_aspect_prob: a random scale per image; no gpupipe op has it")
+    raise Refuse(
+        f"size={tuple(t.size)}: scales both sides by one ratio, rounding each (timm's eval transform for a "
+        "non-square input_size); torchvision's Resize, which gpupipe keeps, truncates the longer side: give a "
+        "square input_size, or crop_mode='squash'"
+    )
+
+
 @rule("timm.RandomErasing")
 def _random_erasing(t: Any, state: State) -> None:
     if t.per_pixel or t.rand_color:
@@ -66,7 +102,5 @@ REASONS.update(
         "timm.RandAugment": _POLICY.format("RandAugment", "transforms.RandAugment"),
         "timm.AutoAugment": _POLICY.format("AutoAugment", "transforms.AutoAugment"),
         "timm.AugMixAugment": "no gpupipe op: AugMix blends several augmentation chains per image",
-        "timm.ToNumpy": "create_transform(use_prefetcher=True) leaves numpy arrays: gpupipe batches tensors",
-        "timm.ResizeKeepRatio": "crop_mode other than 'center' (timm's ResizeKeepRatio) has no gpupipe op",
     }
 )

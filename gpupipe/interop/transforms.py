@@ -48,6 +48,8 @@ class State:
         enclosing: the ids of the containers and wrappers ``walk`` is inside (one met again is a cycle).
         tv_image: whether a tensor image is a ``tv_tensors.Image`` (v2's ``ToImage()``), a plain tensor
             (``False``), or either (``None``: a v1 or timm transform since, which may unwrap it).
+        places: the position of the transform each op after ``Decode`` came from (``ops[k + 1]``: ``places[k]``).
+        numpy_at: where timm's ``ToNumpy`` stands, if it was met (a numpy array, which only the collate takes).
     """
 
     form: str = "pil"
@@ -60,6 +62,8 @@ class State:
     problems: list[tuple[str, str, str]] = field(default_factory=list)
     enclosing: set[int] = field(default_factory=set)  # ids of the containers and wrappers being walked through
     tv_image: bool | None = False
+    places: list[str] = field(default_factory=list)
+    numpy_at: str = ""
 
     def add(self, *ops: Op) -> None:
         """Appends image ops; after ``Normalize`` only what commutes with it may come (the rule checks). On
@@ -73,6 +77,7 @@ class State:
                     "the ToDtype, or use scale=True"
                 )
         self.ops.extend(ops)
+        self.places.extend(self.where for _ in ops)
 
     @property
     def tensor(self) -> bool:
@@ -200,6 +205,10 @@ def walk(transform: Any, state: State, where: str) -> None:
         return
     where = where or name
     if state.form == "pil" and converts_to_rgb(transform):  # the PIL loader's images are RGB already: nothing
+        return
+    if state.numpy_at:  # timm's ToNumpy gives a numpy array: torch's collate batches it, transforms do not take it
+        why = f"follows ToNumpy at {state.numpy_at}, a numpy array: only the DataLoader's collate takes it"
+        state.problems.append((where, name, why))
         return
     fn = RULES.get(f"{fam}.{name}") if fam else None
     state.where = where
