@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Iterator, Optional
@@ -18,7 +19,7 @@ import gpupipe
 from gpupipe.cli import ArgumentParser, fail, message, user_errors
 
 __all__ = ["AMP_CHOICES", "BACKEND_CHOICES", "ArgumentParser", "amp", "backend_option", "device", "epoch_line", "existing_file", "existing_folder",
-           "existing_path", "fail", "image_folder", "on_error_option", "parser", "positive_int", "progress", "run",
+           "existing_path", "fail", "folder", "image_folder", "on_error_option", "parser", "positive_int", "progress", "run",
            "torchrun_rank"]
 
 #: ``--backend``: ``auto`` and the backends gpupipe's loaders take (``backend=``).
@@ -33,12 +34,22 @@ PROGRESS_EVERY_S = 10.0
 
 def run(main) -> None:
     """Runs ``main()``; a user error ends it with one ``error:`` line (exit status 2) that names the
-    script's flags where gpupipe names its arguments (``--on-error skip`` for ``on_error='skip'``)."""
+    script's flags where gpupipe names its arguments (``--on-error skip`` for ``on_error='skip'``); Ctrl-C
+    with one line (exit status 130)."""
     try:
         main()
     except user_errors() as err:
         fail(message(err).replace("pass on_error='skip'", "pass --on-error skip"))
+    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback from wherever the loop was
+        resumes = any(a == "--checkpoint" or a.startswith("--checkpoint=") for a in sys.argv)
+        again = "it resumes from --checkpoint" if resumes else "it starts over"
+        print(f"\ninterrupted: nothing to clean up; run the same command again ({again})", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_INTERRUPTED) from None
     raise SystemExit(0)
+
+
+#: The exit status after Ctrl-C (128 + SIGINT, as a shell reports it).
+EXIT_INTERRUPTED = 130
 
 
 def backend_option(parser: ArgumentParser) -> None:
@@ -65,14 +76,16 @@ def existing_folder(text: str) -> str:
         raise argparse.ArgumentTypeError(f"{text} does not exist")
     if not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is not a folder")
-    return text
+    return os.path.expanduser(text)  # a '~' the shell left (quoted): the home folder, for every reader alike
 
 
 def existing_path(text: str) -> str:
     """An argument that must name an existing file or folder, or a URL (a pack behind it)."""
-    if not gpupipe.remote.is_url(text) and not Path(text).expanduser().exists():
+    if gpupipe.remote.is_url(text):
+        return text
+    if not Path(text).expanduser().exists():
         raise argparse.ArgumentTypeError(f"{text} does not exist")
-    return text
+    return os.path.expanduser(text)
 
 
 def existing_file(text: str) -> str:
@@ -82,13 +95,13 @@ def existing_file(text: str) -> str:
         raise argparse.ArgumentTypeError(f"{text} does not exist")
     if not path.is_file():
         raise argparse.ArgumentTypeError(f"{text} is not a file")
-    return text
+    return os.path.expanduser(text)
 
 
 def image_folder(text: str) -> str:
     """An argument that must name an image folder ``root/<class>/<image>`` (not a folder of splits) or a
     packed one."""
-    existing_folder(text)
+    text = existing_folder(text)
     if gpupipe.pack.is_packed(text):  # a folder written by python -m gpupipe.pack
         return text
     try:
@@ -96,6 +109,12 @@ def image_folder(text: str) -> str:
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err).removeprefix("ImageFolder: ")) from None
     return text
+
+
+def folder(text: str) -> Path:
+    """An argument naming a folder that may not exist yet (``--checkpoint``); a ``~`` the shell left is the home
+    folder (else a folder named ``~`` would be made in the current one)."""
+    return Path(text).expanduser()
 
 
 def positive_int(text: str) -> int:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 
 import _common
 import torch
@@ -51,7 +50,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--amp", choices=_common.AMP_CHOICES, default="auto",
                         help="autocast precision: auto (bf16 where the machine runs it well, else float32), "
                              "bf16, fp16 or off (float32)")
-    parser.add_argument("--checkpoint", type=Path, help="folder for checkpoints (resumes from it)")
+    parser.add_argument("--checkpoint", type=_common.folder, help="folder for checkpoints (resumes from it)")
     parser.add_argument("--save-every", type=int, default=50, help="steps between checkpoints (0: epoch ends only)")
     _common.on_error_option(parser)
     parser.add_argument("--max-steps", type=int, default=0, help="stop after this many steps in all (0: no limit)")

@@ -102,10 +102,11 @@ def train(loader, num_classes: int, steps: int, device: str = "cpu",
 
 
 def category_count(annotations: str) -> int:
-    """The number of categories in a COCO annotation file."""
+    """The number of categories in a COCO annotation file (an image or other binary file passed for it, whose
+    bytes are no UTF-8, is named as not one: ``UnicodeDecodeError`` is a ``ValueError``, as ``JSONDecodeError``)."""
     try:
-        return len(json.loads(Path(annotations).read_text())["categories"])
-    except (KeyError, TypeError, json.JSONDecodeError) as err:
+        return len(json.loads(Path(annotations).read_text(encoding="utf-8"))["categories"])
+    except (KeyError, TypeError, ValueError) as err:
         raise ValueError(f"{annotations}: not a COCO annotation file ({type(err).__name__}: {err})") from None
 
 

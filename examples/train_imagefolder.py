@@ -87,6 +87,10 @@ def main() -> None:
     parser.add_argument("--batch-size", type=_common.positive_int, default=32)
     _common.on_error_option(parser)
     args = parser.parse_args()
+    if args.loader == "dataloader" and gpupipe.pack.is_packed(args.root):  # torchvision: "Couldn't find any class"
+        parser.error(f"argument root: {args.root} was packed by python -m gpupipe.pack, which --loader gpupipe reads "
+                     "and torchvision's ImageFolder does not: pass --loader gpupipe, or the image folder it was "
+                     "packed from")
     if args.loader == "dataloader":
         loader = dataloader_version(args.root, args.size, args.batch_size)
         num_classes = len(loader.dataset.classes)

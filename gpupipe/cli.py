@@ -33,6 +33,25 @@ class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+def unbroken_names(formatter: type[argparse.HelpFormatter]) -> type[argparse.HelpFormatter]:
+    """``formatter`` whose option help is wrapped between words only, never at a hyphen inside one (argparse's
+    wrapping printed ``baseline,dali,dali-`` / ``cpu,torchvision`` and ``./bench-`` / ``out``: a backend or
+    folder name cut in two). A formatter that keeps its own line breaks (``RawTextHelpFormatter``) is kept."""
+    if formatter._split_lines is not argparse.HelpFormatter._split_lines or getattr(formatter, "_unbroken", False):
+        return formatter
+
+    class Unbroken(formatter):  # type: ignore[valid-type,misc]
+        _unbroken = True
+
+        def _split_lines(self, text: str, width: int) -> list[str]:
+            import textwrap
+
+            return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+    Unbroken.__name__ = Unbroken.__qualname__ = formatter.__name__
+    return Unbroken
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """``argparse.ArgumentParser`` whose errors are one line, ``error: ...`` (exit 2), without the usage; a
     mistyped flag is named with the flag meant (``--batchsize 8 (did you mean --batch-size?)``).
@@ -44,6 +63,7 @@ class ArgumentParser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         if kwargs.get("formatter_class") is argparse.ArgumentDefaultsHelpFormatter:
             kwargs["formatter_class"] = DefaultsHelpFormatter
+        kwargs["formatter_class"] = unbroken_names(kwargs.get("formatter_class", argparse.HelpFormatter))
         super().__init__(*args, **kwargs)
 
     def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
@@ -54,6 +74,13 @@ class ArgumentParser(argparse.ArgumentParser):
             action.help = "(default: %(default)s)"
         return action
 
+    def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
+        # An empty value ("$DATA" with DATA unset) is refused, naming the argument: as a path it would be read as
+        # the current folder (a pack written into it, a demo set made there). An option whose default is "" takes it.
+        if isinstance(arg_string, str) and not arg_string.strip() and action.default != "":
+            raise argparse.ArgumentError(action, empty_value(arg_string))
+        return super()._get_value(action, arg_string)
+
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         self.argv = [str(a) for a in (sys.argv[1:] if args is None else args)]  # for error(): a name such as -data
         return super().parse_known_args(args, namespace)
@@ -62,12 +89,18 @@ class ArgumentParser(argparse.ArgumentParser):
         fail(f"{explained(self, message)} (see {self.prog} --help)")
 
 
+def empty_value(value: str) -> str:
+    """What an ``error:`` line says of an empty argument (``--data "$DATA"``, the variable unset)."""
+    return f"empty ({value!r}: an unset shell variable?); pass a value (. for the current folder)"
+
+
 def explained(parser: argparse.ArgumentParser, message: str) -> str:
     """argparse's ``message`` with what the user meant: the flag meant for a mistyped one (``with_flag_guess``),
-    else, for a folder or file whose name starts with ``-`` (read as a flag: ``unrecognized arguments: -data``),
-    how to write it (``./-data``, or ``--`` before the names). The words are those ``parse_args`` was given
-    (``ArgumentParser`` keeps them)."""
-    guessed = with_flag_guess(parser, message)
+    the choice meant for a mistyped one (``with_choice_guess``: ``invalid choice: 'dali_cpu' (did you mean
+    'dali-cpu'?)``), else, for a folder or file whose name starts with ``-`` (read as a flag: ``unrecognized
+    arguments: -data``), how to write it (``./-data``, or ``--`` before the names). The words are those
+    ``parse_args`` was given (``ArgumentParser`` keeps them)."""
+    guessed = with_choice_guess(with_flag_guess(parser, message))
     if guessed != message:
         return guessed
     return message + dash_names_hint(parser, message, getattr(parser, "argv", None) or [])
@@ -133,6 +166,43 @@ def with_flag_guess(parser: argparse.ArgumentParser, message: str) -> str:
     return message
 
 
+#: argparse's message for a value not among an option's choices.
+_INVALID_CHOICE = re.compile(r"^(argument \S+: invalid choice: )('(?:[^'\\]|\\.)*') \(choose from (.*)\)$")
+
+
+def with_choice_guess(message: str) -> str:
+    """argparse's ``invalid choice`` ``message`` with the choice meant: one close to the value typed, case and
+    ``_``/``-`` aside, or the one it begins (``seg`` for ``segmentation``): ``argument --backend: invalid choice:
+    'dali_cpu' (did you mean 'dali-cpu'?); choose from 'auto', 'dali', ...``. Other messages are returned as
+    they are."""
+    import ast
+
+    from .checks import did_you_mean
+
+    found = _INVALID_CHOICE.match(message)
+    if not found:
+        return message
+    try:
+        given = ast.literal_eval(found.group(2))
+        choices = [ast.literal_eval(c.strip()) for c in found.group(3).split(",")]
+    except (ValueError, SyntaxError):  # a choice holding ", ": leave argparse's message
+        return message
+    if not isinstance(given, str) or not all(isinstance(c, str) for c in choices):
+        return message
+    folded = {c.lower().replace("_", "-"): c for c in choices}
+    key = given.lower().replace("_", "-")
+    starting = [c for f, c in folded.items() if key and f.startswith(key)]
+    if key in folded:
+        guess = f" (did you mean {folded[key]!r}?)"
+    elif len(starting) == 1:
+        guess = f" (did you mean {starting[0]!r}?)"
+    else:
+        guess = did_you_mean(given, choices)
+    if not guess:
+        return message
+    return f"{found.group(1)}{found.group(2)}{guess}; choose from {found.group(3)}"
+
+
 def fail(message: str) -> NoReturn:
     """Ends the command: ``error: <message>`` on stderr, exit status 2."""
     print(f"error: {message}", file=sys.stderr, flush=True)
@@ -175,4 +245,14 @@ def run(main: Callable[[], int | None]) -> NoReturn:
     raise SystemExit(status or 0)
 
 
-__all__ = ["EXIT_ERROR", "ArgumentParser", "explained", "fail", "message", "run", "user_errors"]
+__all__ = [
+    "EXIT_ERROR",
+    "ArgumentParser",
+    "empty_value",
+    "explained",
+    "fail",
+    "with_choice_guess",
+    "message",
+    "run",
+    "user_errors",
+]

@@ -66,34 +66,26 @@ PADDED = {
 }
 
 
+@pytest.mark.parametrize("backend", ["torchvision", "dali-cpu"])
 @pytest.mark.parametrize("name", list(PADDED))
-def test_a_center_crop_larger_than_a_fixed_size_is_refused_naming_it(root, name):
+def test_a_center_crop_larger_than_a_fixed_size_compiles_to_torchs_batches(root, name, backend):
     """Before: a bare ``ValueError`` from gpupipe's own op check (``CenterCrop(size=(37, 34)) is larger than the
     (30, 31) images it receives``), which ``fallback="torchvision"`` did not catch either, where torchvision pads
-    the image with black. Now: an ``UnsupportedTransform`` naming the ``CenterCrop``, both sizes and the fallback."""
-    with pytest.raises(UnsupportedTransform, match=r"CenterCrop.*larger than the .* images it receives") as caught:
-        gpupipe.DataLoader(ImageFolder(root, PADDED[name]()), batch_size=3, **CPU)
-    assert "torchvision pads" in str(caught.value) and "fallback='torchvision'" in str(caught.value)
-
-
-def test_a_center_crop_larger_than_a_fixed_size_runs_as_it_is_with_the_fallback(root):
-    """Before: the same bare ``ValueError`` with ``fallback="torchvision"``. Now: torch's batches, padded as its."""
-    dataset = ImageFolder(root, PADDED["v1-pil"]())
+    the image with black, centred. Now: compiled; both backends pad as torchvision does."""
+    if backend == "dali-cpu":
+        pytest.importorskip("nvidia.dali")
+    dataset = ImageFolder(root, PADDED[name]())
+    ours = gpupipe_batches(dataset, 3, backend=backend)
+    if name == "after-random-resized-crop":  # random windows: the shape, and the padded border is black
+        assert [tuple(images.shape) for images, _ in ours] == [(3, 3, 28, 28), (3, 3, 28, 28), (1, 3, 28, 28)]
+        assert all((images[..., :2, :] == 0).all() and (images[..., :, -2:] == 0).all() for images, _ in ours)
+        return
     theirs = torch_batches(dataset, 3)
-    assert theirs[0][0].shape == (3, 3, 37, 34)
-    assert_same_batches(theirs, gpupipe_batches(dataset, 3, fallback="torchvision"))
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="gpupipe.ops.CenterCrop.output_size refuses a crop larger than a known input size (tests/test_spec.py "
-    "pins it for gpupipe's own pipelines), though both backends pad it as torchvision does: not in interop's hands",
-)
-def test_a_center_crop_larger_than_a_fixed_size_compiles_to_torchs_batches(root):
-    dataset = ImageFolder(root, PADDED["v1-pil"]())
-    theirs, ours = torch_batches(dataset, 3), gpupipe_batches(dataset, 3, backend="torchvision")
-    assert len(ours) == len(theirs)
-    assert all(torch.allclose(a[0], b[0], atol=0.05) for a, b in zip(theirs, ours))
+    assert len(ours) == len(theirs) and theirs[0][0].shape[-2:] == ours[0][0].shape[-2:]
+    for (their_images, their_labels), (our_images, our_labels) in zip(theirs, ours):
+        assert torch.equal(our_labels, their_labels)
+        assert torch.allclose(our_images[..., :3, :], their_images[..., :3, :], atol=1e-5)  # padding: 37 - 30 = 3 + 4
+        assert torch.allclose(our_images, their_images, atol=0.05)  # the resize: within a level or two
 
 
 # --- 2. Images left at their own sizes: batch_size=1 -----------------------------------------------------------
@@ -309,3 +301,24 @@ def test_pseudo_labels_written_as_0d_int64_tensors_give_torchs_labels(root):
         dataset.samples[3] = (dataset.samples[3][0], odd)
         with pytest.raises(UnsupportedDataset, match=r"samples\[3\] .* a tensor of torch\.int"):
             gpupipe.DataLoader(dataset, batch_size=3, **CPU)
+
+
+# --- Batches are lists, as torch's default collate gives them ------------------------------------------------
+
+
+@pytest.mark.parametrize("fallback", [None, "torchvision"])
+def test_a_swapped_loaders_batches_are_lists_a_script_may_assign_into_as_torchs(root, fallback):
+    refused = [T1.Lambda(lambda image: image)] if fallback else []  # a user function: run as it is by the fallback
+    dataset = ImageFolder(root, transform=T1.Compose([T1.Resize((20, 20)), *refused, T1.ToTensor()]))
+    theirs = torch_batches(dataset, 4)
+    extra = {"fallback": fallback} if fallback else {}
+    ours = gpupipe_batches(dataset, 4, **extra)
+    assert [type(b) for b in ours] == [type(b) for b in theirs] == [list, list]
+    for data in ours:  # a loop of the PyTorch tutorial's shape: data[0] = data[0].to(device)
+        data[0] = data[0].to("cpu", torch.float32)
+    for (their_images, their_labels), (our_images, our_labels) in zip(theirs, ours, strict=True):
+        assert torch.equal(our_labels, their_labels)  # compiled: resized within a level of PIL's; fallback: exact
+        assert torch.allclose(our_images, their_images, atol=2.5 / 255 if fallback is None else 0)
+    native = gpupipe.loader(root, [gpupipe.Decode(), gpupipe.Resize((20, 20))], batch_size=4, **CPU)
+    assert all(type(batch) is tuple for batch in native)  # gpupipe.loader's own batches stay (images, targets)
+    native.close()

@@ -30,7 +30,6 @@ def test_without_normalize_values_are_scaled_to_unit_range():
         ([Decode(), HorizontalFlip()], "varying size"),
         ([Decode(), RandomResizedCrop(size=32), Normalize(), HorizontalFlip()], "Normalize must be last"),
         ([Decode(), Output(), RandomResizedCrop(size=32)], "Output() must be the last op"),
-        ([Decode(), Resize(size=(10, 10)), CenterCrop(size=12)], "larger than the (10, 10) images"),
         ([Decode(), "flip"], "pipeline[1] is not a gpupipe op"),
     ],
 )
@@ -43,3 +42,10 @@ def test_structural_errors(ops, fragment):
 def test_output_conflict_is_an_error():
     with pytest.raises(ValueError, match="conflicts"):
         build_spec([Decode(), RandomResizedCrop(size=8), Output(dtype="uint8")], Output(dtype="float32"))
+
+
+def test_a_center_crop_larger_than_the_size_before_it_pads_to_its_size():
+    """As torchvision's ``CenterCrop``: the image is padded, centred (it was refused when the size was known)."""
+    spec = build_spec([Decode(), Resize(size=(10, 10)), CenterCrop(size=(12, 13))])
+    assert spec.size == (12, 13) and spec.sizes[-1] == (12, 13)
+    assert CenterCrop(size=(12, 13)).anchor(10, 10) == (-1, -1)

@@ -178,6 +178,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.mode = args.mode or "quick"
     if args.data is not None:
         note_unused(args)
+    if args.no_train:
+        note_untrained(args)
     defaults = {
         "model": "resnet50" if on_gpu else "shufflenet_v2_x0_5",
         "batch_size": 256 if on_gpu else 32,
@@ -215,6 +217,15 @@ def note_unused(args: argparse.Namespace) -> None:
             args.cache_dir,
             env.cache_dir(),
         )
+
+
+def note_untrained(args: argparse.Namespace) -> None:
+    """Warns of the training flags given with ``--no-train``, which then do nothing: nothing else would say so."""
+    unused = {"--model": args.model, "--train-steps": args.train_steps, "--train-warmup": args.train_warmup != 3}
+    given = [flag for flag, value in {**unused, "--amp": args.amp != "auto"}.items() if value not in (None, False)]
+    if given:
+        verb = "is" if len(given) == 1 else "are"
+        logger.warning("%s %s not used: --no-train measures the loaders alone (no model)", ", ".join(given), verb)
 
 
 def check_threads(threads: int) -> None:

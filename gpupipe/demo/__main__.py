@@ -9,19 +9,22 @@ scenes over 1/f noise (``gpupipe.demo.photos``; classification: sides 300-700 px
 Segmentation masks hold class ids (0 = background) of 21 classes; detection has 5 categories. Prints the folder's
 statistics and the example command that trains on it, runnable from the current folder (the script's path relative
 to it, or absolute; in a pip install, without ``examples/``, the line of a script that reads it). OUT must be new or
-empty (the same classification set there already is reused). Bad arguments: one line, ``error: ...``, exit 2.
+empty (the same classification set there already is reused; a set that Ctrl-C left unfinished is written anew).
+Bad arguments: one line, ``error: ...``, exit 2; Ctrl-C: one line, exit 130.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from ..cli import ArgumentParser
+from ..cli import EXIT_ERROR, ArgumentParser, message, user_errors
 from ..fileio import shell_word
 from . import photos as demo
 from . import tasks as demo_tasks
@@ -45,12 +48,43 @@ def printer(what: str):
     return progress
 
 
+#: Exit status after Ctrl-C (128 + SIGINT, as a shell reports it).
+EXIT_INTERRUPTED = 130
+#: Written into OUT while the demo writes it, removed when done: a rerun finds its own unfinished set.
+UNFINISHED = ".demo-unfinished"
+#: What the demo writes into OUT (every task): an unfinished set's own entries, removed by the rerun.
+_OURS = re.compile(r"class_\d+|images|masks|annotations\.json|demo\.json")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Writes the demo set; exit status 0. A user error ends it with one ``error:`` line, status 2; Ctrl-C with
+    one line saying that OUT is unfinished and that the same command writes it anew, status 130."""
+    global _interrupted_out
+    _interrupted_out = None
+    args = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return _main(args)
+    except user_errors() as err:  # found after the arguments were read (a folder that cannot be read...)
+        print(f"error: {message(err)}", file=sys.stderr, flush=True)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        out = _interrupted_out
+        where = f"{shell_word(out)} is unfinished; " if out is not None else ""
+        print(f"\ninterrupted: {where}run the same command again to write it anew", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
+
+
+#: OUT while the demo is writing into it (``None`` before and after), for the line printed on Ctrl-C.
+_interrupted_out: Path | None = None
+
+
+def _main(argv: Sequence[str]) -> int:
+    global _interrupted_out
     parser = ArgumentParser(
         prog="python -m gpupipe.demo",
         description="Generate gpupipe demo data (classification, segmentation or detection).",
     )
-    parser.add_argument("out", type=Path, help="folder to write into")
+    parser.add_argument("out", type=home_path, metavar="OUT", help="folder to write into")
     parser.add_argument("--task", choices=TASKS, default="classification")
     parser.add_argument("--images", type=int, help="images in all (default: 1000 classification, 200 otherwise)")
     parser.add_argument("--per-class", type=int, help="classification: images per class (instead of --images)")
@@ -62,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quality", type=int, default=90, help="JPEG quality (default: 90)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, help="processes (default: all usable cores)")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(list(argv))
     classes = (
         args.classes
         if args.classes is not None
@@ -92,19 +126,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--images {images} cannot fill --classes {classes}: pass --classes {images} or fewer")
         spec = demo.DemoSpec(classes=classes, images=images, quality=args.quality, seed=args.seed)
         if out_folder(parser, args.out, spec):
+            _interrupted_out = args.out
             demo.generate(args.out, spec, args.workers, progress)
+            finished(args.out)
         print(json.dumps(demo.folder_stats(args.out), indent=2))
         print(next_step(args.task, args.out, EXAMPLES))
         return 0
     task = demo_tasks.TaskSpec(images=images, classes=classes, quality=args.quality, seed=args.seed)
     out_folder(parser, args.out, None)
+    _interrupted_out = args.out
     if args.task == "segmentation":
         demo_tasks.write_segmentation(args.out, task, args.workers, progress)
+        finished(args.out)
         print(f"wrote {images} images and masks ({classes} classes, 0 = background) into {args.out}")
         extra = f" --classes {classes}" if classes != 21 else ""  # the example's default is 21
         print(next_step(args.task, args.out, EXAMPLES, extra))
     else:
         demo_tasks.write_detection(args.out, task, args.workers, progress)
+        finished(args.out)
         print(f"wrote {images} images and {args.out / 'annotations.json'} ({classes} categories) into {args.out}")
         print(next_step(args.task, args.out, EXAMPLES))
     return 0
@@ -119,7 +158,14 @@ def out_folder(parser: ArgumentParser, out: Path, spec: demo.DemoSpec | None) ->
         parser.error(f"OUT {out}: {file} is a file; name a folder (it is made if missing)")
     try:
         out.mkdir(parents=True, exist_ok=True)
+        if (out / UNFINISHED).is_file():  # an interrupted run's own set: written anew
+            for entry in out.iterdir():
+                if _OURS.fullmatch(entry.name):
+                    shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+            (out / UNFINISHED).unlink()
         held = sorted(p.name for p in out.iterdir())
+        if not held:
+            (out / UNFINISHED).write_text("python -m gpupipe.demo is writing this folder; rerun it to finish\n")
     except OSError as err:
         parser.error(f"OUT {out}: cannot make the folder ({err.strerror or err})")
     if not held:
@@ -137,6 +183,17 @@ def out_folder(parser: ArgumentParser, out: Path, spec: demo.DemoSpec | None) ->
         f"OUT {out} holds files already ({', '.join(held[:3])}{' ...' if len(held) > 3 else ''}): the demo data "
         "would mix with them; pass a new or empty folder"
     )
+
+
+def home_path(value: str) -> Path:
+    """OUT, with a ``~`` the shell left (quoted, or set in a ``.env`` file) read as the home folder, as gpupipe's
+    loaders read it (else a folder named ``~`` is made in the current one)."""
+    return Path(value).expanduser()
+
+
+def finished(out: Path) -> None:
+    """Marks OUT's demo set complete (removes ``UNFINISHED``)."""
+    (out / UNFINISHED).unlink(missing_ok=True)
 
 
 #: The example scripts of a clone of gpupipe's repository (``None`` in a pip install, which has none).

@@ -10,9 +10,11 @@ ImageNet-like aspect ratios; at quality 90 files average ~100 KiB.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import signal
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
@@ -183,19 +185,47 @@ def run_parallel(
     """``fn`` of every job, over ``workers`` processes (default: the usable cores), in order.
 
     Each job's last element is the range of items it makes; ``progress(done, total)`` is
-    called as jobs finish.
+    called as jobs finish. On Ctrl-C, ``KeyboardInterrupt`` is raised here once the running jobs end (the
+    workers ignore it; jobs not started are cancelled).
     """
     workers = max(1, min(workers or env.cores(), len(jobs)))
     done, results = 0, []
     if progress is not None:
         progress(0, total)
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        for job, result in zip(jobs, pool.map(fn, jobs) if workers > 1 else map(fn, jobs)):
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_ctrl_c) if workers > 1 else None
+    try:
+        with _ctrl_c_held():  # the workers start here: a Ctrl-C while they fork waits, else it is lost in the fork
+            results_in_order = pool.map(fn, jobs) if pool is not None else map(fn, jobs)
+        for job, result in zip(jobs, results_in_order):
             done += len(job[-1])
             results.append(result)
             if progress is not None:
                 progress(done, total)
+    finally:  # Ctrl-C: the jobs not started are dropped, not waited for (a `with` block would run them all)
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
     return results
+
+
+@contextlib.contextmanager
+def _ctrl_c_held() -> Iterator[None]:
+    """Holds SIGINT back while worker processes are forked (they inherit the held mask and never see it): a
+    Ctrl-C during a fork raises in Python's at-fork hooks, where it is printed and dropped, in the parent too.
+    Released, a Ctrl-C that came meanwhile raises ``KeyboardInterrupt`` here."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _ignore_ctrl_c() -> None:
+    """A worker's start: Ctrl-C (SIGINT to the terminal's process group) is the parent's to report, in one line;
+    a worker stops when the parent drops its jobs."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def chunks(count: int, size: int | None = None) -> list[range]:

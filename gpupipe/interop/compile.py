@@ -99,14 +99,6 @@ def from_torchvision(transform: Any) -> list[Op]:
     return ops
 
 
-def place_of(transform: Any, op: Op) -> str:
-    """Where in ``transform`` the compiled ``op`` came from (``Compose[1]``), for a refusal made after compiling;
-    the op's name where no transform gave it (an op gpupipe added)."""
-    state = State()
-    walk(transform, state, "")
-    return next((where for compiled, where in zip(state.ops[1:], state.places) if compiled == op), op.name)
-
-
 def _finish(state: State) -> None:
     """Sets the output dtype: uint8 for a transform ending with a uint8 tensor. One ending with a PIL
     image (which a ``DataLoader`` could not batch; one transform alone) gives what ``ToTensor`` would."""
@@ -166,4 +158,4 @@ class TransformGuard:
         )
 
 
-__all__ = ["from_torchvision", "UnsupportedTransform", "supported_names", "TransformGuard", "place_of"]
+__all__ = ["from_torchvision", "UnsupportedTransform", "supported_names", "TransformGuard"]

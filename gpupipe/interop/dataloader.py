@@ -350,6 +350,7 @@ def DataLoader(  # noqa: N802 -- torch's name, for a one-import swap
                 raise _refuse(name, value, "needs worker processes for a dataset read as it is; num_workers=0")
     for name, value in torch_side.items():  # what scripts read back from a torch DataLoader, as given
         setattr(built, name, value)
+    built.batch_type = list  # torch's default collate gives [images, labels] (a script may assign into it)
     if built.backend in (FALLBACK, AS_IS):  # the fallback's DataLoader workers: run and started as torch's
         built.source.user_worker_init_fn = worker_init_fn  # type: ignore[attr-defined]
         built.source.user_multiprocessing_context = multiprocessing_context  # type: ignore[attr-defined]

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..ops import CenterCrop, Decode, Op, PadTo, RandomCrop, Resize
 from ..sources import as_source
-from .compile import TransformGuard, UnsupportedTransform, from_torchvision, place_of
+from .compile import TransformGuard, UnsupportedTransform, from_torchvision
 from .concat import leaves
 from .dataset_fallback import fall_back_dataset
 from .datasets import UnsupportedDataset, as_dataset_source, guard_of, is_dataset, refuse_dataset
@@ -82,7 +82,6 @@ def resolve_inputs(
         # gpupipe cannot compile, saying how to run it (fallback="torchvision")
         try:
             ops = from_torchvision(pipeline)
-            _center_crops_fit(pipeline, ops)
             sized, sized_ops, reached = _one_size(source, ops, max_pixels, max_file_size)
             _sized_first(sized_ops)
             _one_size_reached(pipeline, sized_ops, reached)
@@ -181,23 +180,6 @@ def _sized_first(ops: list[Op]) -> None:
         size = op.output_size(size)
 
 
-def _center_crops_fit(transform: Any, ops: list[Op]) -> None:
-    """Refuses a ``CenterCrop`` larger than the one size the ops before it give (``Resize((30, 30))``,
-    ``CenterCrop(36)``), as an ``UnsupportedTransform`` naming it, so that ``fallback="torchvision"`` runs the
-    transform as it is: torchvision pads the image (black, centred); gpupipe's spec refuses such a crop with a bare
-    ``ValueError`` (its ``CenterCrop`` pads only images whose size is not known before they are read)."""
-    size = None
-    for op in ops:
-        try:
-            size = op.output_size(size)
-        except ValueError as err:
-            why = (
-                f"{err}: torchvision pads them (black, centred); gpupipe's CenterCrop pads only images whose size "
-                "it does not know before they are read: crop no larger than the size before it"
-            )
-            raise UnsupportedTransform([(place_of(transform, op), op.name, why)]) from None
-
-
 def _one_size_reached(transform: Any, ops: list[Op], reached: set[tuple[int, int] | None]) -> None:
     """Refuses a transform that leaves the images at sizes of their own (``reached``, from ``_one_size``), as an
     ``UnsupportedTransform`` naming it: gpupipe batches images of one size (its spec would refuse the ops with a
@@ -227,11 +209,7 @@ def _last_unsized(ops: list[Op], size: tuple[int, int]) -> int:
     last = 0
     followed: tuple[int, int] | None = size
     for k, op in enumerate(ops):
-        try:
-            fixed = op.output_size(followed)
-        except ValueError:  # a crop larger than the image: torchvision pads it (CenterCrop)
-            fixed = None
-        if fixed is None:
+        if op.output_size(followed) is None:
             last = k
         followed = None if followed is None else _through(op, followed)
     return last

@@ -110,6 +110,8 @@ class Loader:
     shuffle = _setting("shuffle")
     seed = _setting("seed")
     on_error = _setting("on_error")
+    #: each batch's type: ``(images, targets)``; ``gpupipe.DataLoader``'s are lists, as torch's default collate gives
+    batch_type: type = tuple
 
     @property
     def device(self) -> torch.device:
@@ -234,13 +236,9 @@ class Loader:
         read = self._read(current.epoch)
         current.total = read.batches  # len() under Lightning counts a rest of an epoch whole (resplit.left_out)
         rank, world_size = self._world.rank, self._world.world_size
+        padded = (read.share.padded, world_size)
         if read.share.padded and rank == 0:
-            logger.debug(
-                "epoch %d: %d samples repeated to give %d ranks equal shares",
-                current.epoch,
-                read.share.padded,
-                world_size,
-            )
+            logger.debug("epoch %d: %d samples repeated to give %d ranks equal shares", current.epoch, *padded)
         batches = self._backend.iter_epoch(read, current.start, upcoming=self._read)
         self._stats.pass_started()
         accelerate = frameworks.begin_pass(
@@ -285,7 +283,7 @@ class Loader:
             images, targets = self._steps(images, targets, batch_key(*key))
         if self._label_map is not None:
             targets = self._label_map(targets)
-        return (images, targets), int(images.shape[0])
+        return self.batch_type((images, targets)), int(images.shape[0])
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch whose order (a function of ``(seed, epoch)`` alone) and augmentations the next pass

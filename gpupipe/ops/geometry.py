@@ -145,9 +145,7 @@ class CenterCrop(Op):
         object.__setattr__(self, "size", hw("CenterCrop", size))
 
     def output_size(self, size: HW | None) -> HW | None:
-        if size is not None and (self.size[0] > size[0] or self.size[1] > size[1]):
-            raise ValueError(f"{self!r} is larger than the {size} images it receives")
-        return self.size
+        return self.size  # a larger crop than ``size`` pads, on every backend
 
     def anchor(self, height: int, width: int) -> HW:
         """Returns the crop's ``(top, left)`` in a ``height x width`` image."""

@@ -62,8 +62,10 @@ def parse_args(argv: list[str] | None):
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("src", nargs="?", help="image folder root/<class>/<image>, or a list file")
-    parser.add_argument("dst", nargs="?", help="output folder or URL (a rerun resumes after its last finished shard)")
+    parser.add_argument("src", nargs="?", metavar="SRC", help="image folder root/<class>/<image>, or a list file")
+    parser.add_argument(
+        "dst", nargs="?", metavar="DST", help="output folder or URL (a rerun resumes after its last finished shard)"
+    )
     parser.add_argument("--verify", action="store_true", help="check DST against its manifest instead of packing")
     parser.add_argument(
         "--max-size", type=int, metavar="PX", help="shrink so the shorter side is at most PX (never enlarges)"
