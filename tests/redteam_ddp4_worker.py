@@ -7,14 +7,15 @@ PHASE...`` runs these phases in one launch, in order: ``save`` (a loader registe
 ``save_state`` into ``OUT/state-W`` after 2 batches of epoch 0 in batches of 2), ``resume-V`` (the state ``V``
 processes saved, loaded with ``load_state`` on this world size in batches of 3, then what Accelerate's docs do:
 ``skip_first_batches``, else ``loader.skip(2)``; the rest of epoch 0 and epoch 1), ``probe`` (sharding under the real
-process group). Each rank writes ``OUT/<phase>-<world>-<rank>.json``.
+process group). Each rank writes ``OUT/<phase>-<world>-<rank>.json``. Lightning is imported by ``fit`` only (the
+launches do without it), and every loader decodes in its process (``num_threads=0``: no worker forked per loader).
 """
 
+import functools
 import json
 import sys
 from pathlib import Path
 
-import lightning as L
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -26,44 +27,55 @@ PIPELINE = [gpupipe.Decode(), gpupipe.Resize((8, 8)), gpupipe.Output("uint8")]
 
 
 def make(folder, batch_size, **kw):
-    return gpupipe.loader(folder, PIPELINE, batch_size=batch_size, backend="torchvision", device="cpu", seed=3, **kw)
+    # num_threads=0: decoded in the main process (no DataLoader worker forked per loader; the order and the
+    # states do not depend on it)
+    return gpupipe.loader(
+        folder, PIPELINE, batch_size=batch_size, backend="torchvision", device="cpu", seed=3, num_threads=0, **kw
+    )
 
 
-class Recorder(L.LightningModule):
-    """Records the training samples per epoch, Lightning's batch indices, and every validation pass's samples."""
+@functools.cache
+def lightning_classes():
+    """``(L, Recorder, Data)``: Lightning imported only where a fit runs (not in the Accelerate launches, where
+    its import alone costs seconds of CPU per process)."""
+    import lightning as L
 
-    def __init__(self):
-        super().__init__()
-        self.layer = torch.nn.Linear(1, 1)
-        self.seen, self.indices, self.val, self.lengths = {}, {}, [], {}
+    class Recorder(L.LightningModule):
+        """Records the training samples per epoch, Lightning's batch indices, and every validation pass's samples."""
 
-    def training_step(self, batch, index):
-        epoch = str(self.current_epoch)
-        self.seen.setdefault(epoch, []).extend(sample_ids(batch[0]))
-        self.indices.setdefault(epoch, []).append(index)
-        self.lengths[epoch] = self.trainer.num_training_batches
-        return self.layer(torch.ones(1, 1)).sum()
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(1, 1)
+            self.seen, self.indices, self.val, self.lengths = {}, {}, [], {}
 
-    def on_validation_epoch_start(self):
-        self.val.append([])
+        def training_step(self, batch, index):
+            epoch = str(self.current_epoch)
+            self.seen.setdefault(epoch, []).extend(sample_ids(batch[0]))
+            self.indices.setdefault(epoch, []).append(index)
+            self.lengths[epoch] = self.trainer.num_training_batches
+            return self.layer(torch.ones(1, 1)).sum()
 
-    def validation_step(self, batch, index):
-        self.val[-1].extend(sample_ids(batch[0]))
+        def on_validation_epoch_start(self):
+            self.val.append([])
 
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.0)
+        def validation_step(self, batch, index):
+            self.val[-1].extend(sample_ids(batch[0]))
 
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.0)
 
-class Data(L.LightningDataModule):
-    def __init__(self, folder, batch_size, val):
-        super().__init__()
-        self.folder, self.batch_size, self.val = folder, batch_size, val
+    class Data(L.LightningDataModule):
+        def __init__(self, folder, batch_size, val):
+            super().__init__()
+            self.folder, self.batch_size, self.val = folder, batch_size, val
 
-    def train_dataloader(self):
-        return make(self.folder, self.batch_size)
+        def train_dataloader(self):
+            return make(self.folder, self.batch_size)
 
-    def val_dataloader(self):
-        return make(self.folder, 2, shuffle=False) if self.val else []
+        def val_dataloader(self):
+            return make(self.folder, 2, shuffle=False) if self.val else []
+
+    return L, Recorder, Data
 
 
 def fit(folder, out, batch_size, steps=None, ckpt=None, *, epochs=2, val=False, checkpoint=None, **trainer):
@@ -71,6 +83,7 @@ def fit(folder, out, batch_size, steps=None, ckpt=None, *, epochs=2, val=False, 
     (no ``ckpt``), or resumed from ``ckpt`` for ``epochs`` epochs; without, ``epochs`` epochs saving as
     ``checkpoint`` says (``ModelCheckpoint``'s arguments). ``trainer``: more ``Trainer`` arguments. Returns what it
     saw, and the error that ended it (a ``ValueError``)."""
+    L, Recorder, Data = lightning_classes()
     module = Recorder()
     if checkpoint is None and steps is not None:
         checkpoint = {"every_n_train_steps": steps}

@@ -115,8 +115,10 @@ def waits(data: Path) -> dict:
 def make(data: Path, backend: str, name: str = "d13", **kwargs):
     kwargs.setdefault("batch_size", 2)
     kwargs.setdefault("seed", SEED)
+    # torchvision decodes in the main process (no DataLoader worker forked per loader: the batches do not
+    # depend on it); DALI on one thread
     return gpupipe.loader(data / name, kwargs.pop("pipeline", RANDOM), backend=backend, device="cpu",
-                          num_threads=1, **kwargs)
+                          num_threads=0 if backend == "torchvision" else 1, **kwargs)
 
 
 def save(state: dict, path: Path) -> None:

@@ -32,6 +32,11 @@ PIPELINE = [gpupipe.Decode(), gpupipe.Resize((8, 8)), gpupipe.Output("uint8")]
 BATCH = 4
 
 
+def threads(backend: str) -> int:
+    """One DALI thread; torchvision in the main process (no DataLoader worker forked per loader)."""
+    return 0 if backend == "torchvision" else 1
+
+
 def form(value) -> str:
     """A batch's structure, dtypes, shapes and devices as one string (a tensor, or lists / tuples / dicts of)."""
     if isinstance(value, torch.Tensor):
@@ -61,19 +66,25 @@ def describe(images, targets) -> list:
     ]
 
 
-def loaders(data: Path, backend: str) -> dict:
-    """The train loaders: one per target kind (``lists``: ``DetectionLists`` over a detection loader)."""
+def loaders(data: Path, backend: str, only: tuple = ("seg", "det", "ml", "lists")) -> dict:
+    """The train loaders: one per target kind (``lists``: ``DetectionLists`` over a detection loader), or only
+    those of ``only`` (a loader built and never read costs a scan and a pipeline)."""
 
     def make(source, **kwargs):
-        return gpupipe.loader(source, PIPELINE, batch_size=BATCH, backend=backend, device="cpu", seed=5, **kwargs)
+        return gpupipe.loader(
+            source, PIPELINE, batch_size=BATCH, backend=backend, device="cpu", seed=5, num_threads=threads(backend),
+            **kwargs,
+        )
 
-    detection = make(gpupipe.CocoDetection(data / "flat" / "class_0", data / "ann.json"))
-    return {
-        "seg": make(gpupipe.SegmentationFolder(data / "seg" / "images", data / "seg" / "masks")),
-        "det": detection,
-        "ml": make(gpupipe.FileList(data / "tags.txt")),
-        "lists": gpupipe.DetectionLists(make(gpupipe.CocoDetection(data / "flat" / "class_0", data / "ann.json"))),
+    kinds = {
+        "seg": lambda: make(gpupipe.SegmentationFolder(data / "seg" / "images", data / "seg" / "masks")),
+        "det": lambda: make(gpupipe.CocoDetection(data / "flat" / "class_0", data / "ann.json")),
+        "ml": lambda: make(gpupipe.FileList(data / "tags.txt")),
+        "lists": lambda: gpupipe.DetectionLists(
+            make(gpupipe.CocoDetection(data / "flat" / "class_0", data / "ann.json"))
+        ),
     }
+    return {name: kinds[name]() for name in only}
 
 
 def val_loaders(data: Path, backend: str) -> list:
@@ -85,6 +96,7 @@ def val_loaders(data: Path, backend: str) -> list:
         batch_size=3,
         backend=backend,
         device="cpu",
+        num_threads=threads(backend),
         shuffle=False,
         even_batches=False,
         on_error="skip",
@@ -95,6 +107,7 @@ def val_loaders(data: Path, backend: str) -> list:
         batch_size=BATCH,
         backend=backend,
         device="cpu",
+        num_threads=threads(backend),
         shuffle=False,
     )
     return [exact, masks]
@@ -167,6 +180,7 @@ def lightning(phase: str, data: Path, out: Path, backend: str) -> dict:
                     batch_size=BATCH,
                     backend=backend,
                     device="cpu",
+                    num_threads=threads(backend),
                     shuffle=False,
                     even_batches=False,
                 )
@@ -233,7 +247,7 @@ def accelerate(data: Path, out: Path, backend: str) -> dict:
     gathered = {}  # 13 samples on 2 ranks: one padded repeat, which gather_for_metrics drops
     for name in ("seg", "ml", "det"):
         rows = []
-        evaluation = accelerator.prepare(loaders(data, backend)[name])
+        evaluation = accelerator.prepare(loaders(data, backend, only=(name,))[name])
         evaluation.set_epoch(0)
         for images, targets in evaluation:
             if isinstance(targets, dict):  # N (boxes per image) differs between the ranks' batches

@@ -6,8 +6,9 @@ a Lightning fit (2 epochs) and the same fit writing a checkpoint every 2 steps. 
 processes): Accelerate's ``load_state`` followed by what its docs do next (``skip_first_batches``, then the
 ``loader.skip`` its refusal points to), Lightning's ``fit(ckpt_path=...)`` from each mid-epoch checkpoint, and
 ranks that load unalike states.
-``--phase other`` (1 or 4 ranks): the 2-rank states loaded into a loader of this world size (``weights_only=True``):
-the mid-epoch one reads the rest of its epoch, the epoch-end one reads on beside a fresh run of this world size. Each rank writes
+``--phase other`` (4 ranks): the 2-rank states loaded into a loader of this world size (``weights_only=True``):
+the mid-epoch one reads the rest of its epoch, the epoch-end one reads on beside a fresh run of this world size; then
+the same into loaders of world size 1 (``rank=0, world_size=1``; the record's ``"one"``). Each rank writes
 ``<phase><world size>-rank<r>.json`` into ``--out``.
 """
 
@@ -68,16 +69,17 @@ def refusal(loader, state) -> str:
     return "accepted"
 
 
-def other(data: Path, out: Path) -> dict:
-    """The 2-rank states in a loader of this world size, and a fresh run of this world size from epoch 1."""
-    rank = dist.get_rank()
+def other(data: Path, out: Path, **split) -> dict:
+    """The 2-rank states in a loader of this world size (or of ``split``: ``rank``, ``world_size``), and a fresh
+    run of that world size from epoch 1."""
+    rank = split.get("rank", dist.get_rank())
     mid = torch.load(out / f"mid-rank{rank % 2}.pt", weights_only=True)
     end = torch.load(out / f"end-rank{rank % 2}.pt", weights_only=True)
-    rest = make(data)
+    rest = make(data, **split)
     rest.load_state_dict(mid)
-    resumed = make(data)
+    resumed = make(data, **split)
     resumed.load_state_dict(end)
-    fresh = make(data)
+    fresh = make(data, **split)
     fresh.set_epoch(1)
     return {"rest": passes(rest, 1)[0], "resumed": passes(resumed, 2), "fresh": passes(fresh, 2), "len": len(resumed)}
 
@@ -189,6 +191,10 @@ def main() -> None:
         result["unalike"] = unalike(args.data, args.out)
     else:
         result = other(args.data, args.out)
+        # world size 1 in the same launch (a launch of its own cost ~10 s of imports): every rank builds the
+        # loaders of rank 0 of 1 (``rank=0, world_size=1`` given: what a job of one process infers), so that
+        # whatever they exchange, they exchange alike; rank 0's record is the world of 1
+        result["one"] = other(args.data, args.out, rank=0, world_size=1)
     name = f"{args.phase}{dist.get_world_size()}-rank{dist.get_rank()}.json"
     (args.out / name).write_text(json.dumps(result))
     dist.barrier()
