@@ -3,6 +3,7 @@ options, ``val``), segmentation and detection (torchvision's reference recipes).
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 
@@ -171,5 +172,27 @@ def get(name: str, **kwargs) -> list[Op]:
     """Returns the preset ``name`` (a key of ``PRESETS``) built with ``kwargs``."""
     if name not in PRESETS:
         guess = did_you_mean(name, PRESETS)
-        raise ValueError(f"unknown preset {name!r}{guess}; choose one of {sorted(PRESETS)} or pass a list of ops")
+        path = " (a path: the source comes first, the preset second)" if is_path(name) and not guess else ""
+        raise ValueError(f"unknown preset {name!r}{guess}{path}; choose one of {sorted(PRESETS)} or pass a list of ops")
     return PRESETS[name](**kwargs)
+
+
+def is_path(name) -> bool:
+    """Whether a pipeline argument is a path rather than a preset name: a ``PathLike``, a name holding a path
+    separator, or one that exists (``"data"``, a folder in the current one)."""
+    if isinstance(name, os.PathLike):
+        return True
+    return isinstance(name, str) and name not in PRESETS and ("/" in name or os.sep in name or os.path.exists(name))
+
+
+def refuse_swapped(source, pipeline) -> None:
+    """Refuses a preset name given as the source and a path as the pipeline (``loader("train", "data/train")``).
+
+    Raises:
+        ValueError: naming the call in the right order.
+    """
+    if isinstance(source, str) and source in PRESETS and is_path(pipeline):
+        raise ValueError(
+            f"unknown preset {os.fspath(pipeline)!r}: a path, and the source {source!r} is a preset name: the source "
+            f"comes first: gpupipe.loader({os.fspath(pipeline)!r}, {source!r})"
+        )

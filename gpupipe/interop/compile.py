@@ -11,11 +11,11 @@ from typing import Any
 
 from ..errors import Error
 from ..ops import Normalize, Op, Output
-from . import dtypes, rules, timm
+from . import crops, dtypes, rules, timm
 from .transforms import RULES, State, walk
 
 #: The rule modules, each registering its rules when imported (named, so the import is used).
-RULE_MODULES = (dtypes, rules, timm)
+RULE_MODULES = (crops, dtypes, rules, timm)
 
 
 #: How to run a transform that cannot be compiled anyway (the refusal says it).
@@ -31,10 +31,15 @@ class UnsupportedTransform(Error, ValueError):
     Attributes:
         problems: ``(position, transform name, reason)`` of every transform refused, e.g.
             ``("Compose[3]", "Lambda", "a user function ...")``.
+        needs_size: whether the size every image is stored at would lift every problem (a padded
+            ``RandomCrop`` over images of unknown size): ``from_torchvision(..., image_size=)``.
     """
 
-    def __init__(self, problems: list[tuple[str, str, str]], *, changed: bool = False) -> None:
+    def __init__(
+        self, problems: list[tuple[str, str, str]], *, changed: bool = False, needs_size: bool = False
+    ) -> None:
         self.problems = problems
+        self.needs_size = needs_size
         if changed:  # compiled when the loader was built, edited in place since (TransformGuard)
             super().__init__(f"a transform gpupipe compiled to ops changed after the loader was built:\n{self.listing}")
             return
@@ -65,7 +70,7 @@ def _load_rules() -> None:
     del dtypes, rules, timm
 
 
-def from_torchvision(transform: Any) -> list[Op]:
+def from_torchvision(transform: Any, *, image_size: tuple[int, int] | None = None) -> list[Op]:
     """The gpupipe ops with the meaning of a torchvision (v1 or v2) or timm transform.
 
     Args:
@@ -74,6 +79,9 @@ def from_torchvision(transform: Any) -> list[Op]:
             ``torchvision.datasets.ImageFolder`` applies it: to the PIL image of each file; an object whose
             ``__call__`` is exactly ``return self.transforms(img)`` (torchvision's reference presets) compiles as
             the transform it holds (``transforms.delegate``).
+        image_size: the ``(h, w)`` every image is stored at, where known: a ``RandomCrop`` with ``padding`` (or
+            ``pad_if_needed``) after no op fixing the size pads that size (``gpupipe.DataLoader`` reads it
+            from a dataset whose images are all of one size, as CIFAR's 32 x 32).
 
     Returns:
         ``[Decode(), ...]``: the pipeline, ending with ``Output("uint8")`` when the transform
@@ -86,11 +94,11 @@ def from_torchvision(transform: Any) -> list[Op]:
         UnsupportedTransform: naming every transform that cannot be compiled, its position
             (``Compose[3]``) and why, and listing what is supported.
     """
-    state = State()
+    state = State(image_size=None if image_size is None else (int(image_size[0]), int(image_size[1])))
     walk(transform, state, "")
     _finish(state)
     if state.problems:
-        raise UnsupportedTransform(state.problems)
+        raise UnsupportedTransform(state.problems, needs_size=state.needs_size == len(state.problems))
     ops: list[Op] = list(state.ops)
     if state.normalize is not None:
         ops.append(state.normalize)
@@ -121,10 +129,14 @@ class TransformGuard:
         ops: what ``from_torchvision(transform)`` gave when the loader was built.
         what: how the message names it (``ImageFolder.transform``, ``pipeline``).
         inner: a guard checked first (the dataset's ``DatasetGuard``), or ``None``.
+        image_size: the images' one size it was compiled for (``from_torchvision``'s), or ``None``.
     """
 
-    def __init__(self, transform: Any, ops: list[Op], what: str, inner: Any = None) -> None:
+    def __init__(
+        self, transform: Any, ops: list[Op], what: str, inner: Any = None, image_size: tuple[int, int] | None = None
+    ) -> None:
         self.transform = transform
+        self.image_size = image_size
         self.ops = list(ops)
         self.what = what
         self.inner = inner
@@ -134,7 +146,7 @@ class TransformGuard:
         if self.inner is not None:
             self.inner.check()
         try:
-            now = from_torchvision(self.transform)
+            now = from_torchvision(self.transform, image_size=self.image_size)
         except UnsupportedTransform as err:
             why = f"it no longer compiles:\n{err.listing}"
         else:

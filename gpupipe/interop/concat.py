@@ -59,10 +59,25 @@ def transform_difference(first: Any, other: Any, first_where: str) -> str | None
     compiled = []
     for which, transform in (("its", other), (f"{first_where}'s", first)):
         try:
-            compiled.append(from_torchvision(transform))
+            compiled.append(_comparable(transform))
         except UnsupportedTransform as err:
             return f"{transform!r}; gpupipe cannot compile {which} to compare the two:\n{err.listing}\n"
     return first_difference(compiled[1], compiled[0], first_where)
+
+
+def _comparable(transform: Any) -> list[Op]:
+    """``transform``'s ops; one that needs the images' size (a padded ``RandomCrop`` over a folder of one size)
+    compiled for a 1 x 1 image, where every pad it asks for shows, or (a crop larger than that padded) for a
+    4096 x 4096 one: two such transforms compare alike."""
+    try:
+        return from_torchvision(transform)
+    except UnsupportedTransform as err:
+        if not err.needs_size:
+            raise
+    try:
+        return from_torchvision(transform, image_size=(1, 1))
+    except UnsupportedTransform:
+        return from_torchvision(transform, image_size=(4096, 4096))
 
 
 def first_difference(first: list[Op], other: list[Op], first_where: str) -> str | None:

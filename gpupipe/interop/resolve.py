@@ -8,10 +8,11 @@ from typing import Any
 
 import numpy as np
 
-from ..ops import CenterCrop, Decode, Op, PadTo, RandomCrop, Resize
+from ..ops import CenterCrop, Decode, Op, PadTo, RandomCrop
 from ..sources import as_source
 from .compile import TransformGuard, UnsupportedTransform, from_torchvision
 from .concat import leaves
+from .crops import through as _through
 from .dataset_fallback import fall_back_dataset
 from .datasets import UnsupportedDataset, as_dataset_source, guard_of, is_dataset, refuse_dataset
 from .fallback import FALLBACKS, fall_back
@@ -81,11 +82,12 @@ def resolve_inputs(
         # a callable of the user's own (a dataset's TwoCropTransform, a function) is refused by name, as a transform
         # gpupipe cannot compile, saying how to run it (fallback="torchvision")
         try:
-            ops = from_torchvision(pipeline)
+            source, ops, image_size = _compiled(pipeline, source, max_pixels, max_file_size)
             sized, sized_ops, reached = _one_size(source, ops, max_pixels, max_file_size)
             _sized_first(sized_ops)
             _one_size_reached(pipeline, sized_ops, reached)
-            source = _watched(_crops_fit(sized, sized_ops, max_pixels, max_file_size), pipeline, ops, dataset)
+            source = _crops_fit(sized, sized_ops, max_pixels, max_file_size)
+            source = _watched(source, pipeline, ops, dataset, image_size)
             pipeline = sized_ops  # only once nothing is refused: the fallback runs the transform itself
         except UnsupportedTransform as err:
             if fallback is None:
@@ -95,21 +97,50 @@ def resolve_inputs(
     return source, pipeline, dataset, backend
 
 
-def _watched(source: Any, transform: Any, ops: list[Op], dataset: Any) -> Any:
+def _compiled(
+    transform: Any, source: Any, max_pixels: int, max_file_size: int | None
+) -> tuple[Any, list[Op], tuple[int, int] | None]:
+    """``(source, ops, image_size)``: ``transform`` compiled; where only the images' size is missing (a padded
+    ``RandomCrop`` with no op fixing the size before it, CIFAR's), compiled at the one size every image is stored
+    at, read from the loader's scan (``image_size``; ``None`` where not needed).
+
+    Raises:
+        UnsupportedTransform: what cannot be compiled; a padded crop over images of several sizes names them.
+    """
+    try:
+        return source, from_torchvision(transform), None
+    except UnsupportedTransform as err:
+        if not err.needs_size:
+            raise
+        refused = err
+    source = as_source(source)
+    sizes = source.scan(max_pixels, max_file_size).sizes
+    found = [(int(h), int(w)) for h, w in np.unique(sizes[sizes[:, 0] > 0], axis=0)]  # -1: a bad file
+    if len(found) != 1:
+        listed = ", ".join(f"{h} x {w}" for h, w in found[:3]) + (", ..." if len(found) > 3 else "")
+        seen = f" (the images have {len(found)} sizes: {listed})" if found else ""
+        raise UnsupportedTransform([(where, name, why + seen) for where, name, why in refused.problems]) from None
+    return source, from_torchvision(transform, image_size=found[0]), found[0]
+
+
+def _watched(
+    source: Any, transform: Any, ops: list[Op], dataset: Any, image_size: tuple[int, int] | None = None
+) -> Any:
     """A copy of ``source`` whose guard (checked before every pass) also compiles ``transform`` again and
     refuses a pass once it changed in place since (``TransformGuard``); the dataset's guard is checked first,
     then every other part's transform of a ``ConcatDataset`` (distinct objects that compiled to ``ops``)."""
     source = copy.copy(as_source(source))  # the user's own source object (or another loader's) is left alone
     own = dataset is not None and transform is getattr(_folder_of(dataset), "transform", None)
     what = f"{type(_folder_of(dataset)).__name__}.transform" if own else "pipeline"
-    guard = TransformGuard(transform, ops, what, getattr(source, "dataset_guard", None))
+    guard = TransformGuard(transform, ops, what, getattr(source, "dataset_guard", None), image_size)
     if own:  # each other part's transform too: equal ops when the loader was built, each may be edited apart
         seen = {id(transform)}
         for where, folder in leaves(dataset):
             other = getattr(folder, "transform", None)
             if other is not None and id(other) not in seen:
                 seen.add(id(other))
-                guard = TransformGuard(other, ops, f"ConcatDataset.{where} {type(folder).__name__}.transform", guard)
+                where = f"ConcatDataset.{where} {type(folder).__name__}.transform"
+                guard = TransformGuard(other, ops, where, guard, image_size)
     source.dataset_guard = guard
     return source
 
@@ -215,18 +246,6 @@ def _last_unsized(ops: list[Op], size: tuple[int, int]) -> int:
     return last
 
 
-def _through(op: Op, size: tuple[int, int]) -> tuple[int, int] | None:
-    """The ``(h, w)`` after ``op`` of an image of ``size`` (``None``: not known before it is read)."""
-    if isinstance(op, Resize):
-        return op.resized(*size)
-    if isinstance(op, CenterCrop):  # torchvision pads an image smaller than the crop
-        return op.size
-    try:
-        return op.output_size(size)
-    except ValueError:
-        return None
-
-
 def _follow(ops: list[Op], size: tuple[int, int]) -> tuple[int, int] | None:
     """The ``(h, w)`` after ``ops`` of an image stored ``size`` (``None``: a bad file, or not known before read)."""
     followed = size if size[0] > 0 else None  # -1: a bad file
@@ -244,10 +263,11 @@ def _too_small(crop: RandomCrop, ops: list[Op], size: tuple[int, int]) -> bool:
 def _crops_fit(source: Any, ops: list[Op], max_pixels: int, max_file_size: int | None) -> Any:
     """``source``, once every compiled ``RandomCrop`` is known to fit the images it receives.
 
-    torchvision's ``RandomCrop`` (without ``pad_if_needed``, which gpupipe refuses) raises ``ValueError``
-    for an image smaller than its size, where gpupipe's op would pad it: refused here, when the loader is
-    built, naming the images. The sizes come from the loader's one scan (as ``_one_size``'s), followed
-    through the ops before the crop; a size fixed by those ops needs no scan.
+    torchvision's ``RandomCrop`` (padded or not; ``pad_if_needed`` compiles to a ``CenterCrop`` the crop fits,
+    ``gpupipe.interop.crops``) raises ``ValueError`` for an image smaller than its size, where gpupipe's op
+    would pad it: refused here, when the loader is built, naming the images. The sizes come from the loader's
+    one scan (as ``_one_size``'s), followed through the ops before the crop; a size fixed by those ops needs no
+    scan.
 
     Raises:
         UnsupportedTransform: a ``RandomCrop`` larger than some of its images, naming the first.

@@ -10,7 +10,6 @@ The image's form (PIL, uint8 or float tensor) is tracked in the
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from typing import Any
 
 from .. import ops as O
@@ -91,19 +90,6 @@ def _resize(t: Any, state: State) -> None:
 @rule("torchvision.CenterCrop")
 def _center_crop(t: Any, state: State) -> None:
     add(state, O.CenterCrop(size_arg(t.size)))
-
-
-@rule("torchvision.RandomCrop")
-def _random_crop(t: Any, state: State) -> None:
-    if t.padding is not None and any(int(v) for v in _as_list(t.padding)):
-        raise Refuse(f"padding={t.padding!r}: gpupipe's RandomCrop does not pad around the image")
-    if t.pad_if_needed:
-        raise Refuse("pad_if_needed=True pads both sides; gpupipe's RandomCrop pads a small image at bottom and right")
-    add(state, O.RandomCrop(size_arg(t.size)))
-
-
-def _as_list(value: Any) -> Sequence[Any]:
-    return [value] if isinstance(value, (int, float)) else list(value)
 
 
 @rule("torchvision.RandomResizedCrop")

@@ -50,6 +50,8 @@ class State:
             (``False``), or either (``None``: a v1 or timm transform since, which may unwrap it).
         places: the position of the transform each op after ``Decode`` came from (``ops[k + 1]``: ``places[k]``).
         numpy_at: where timm's ``ToNumpy`` stands, if it was met (a numpy array, which only the collate takes).
+        image_size: the ``(h, w)`` every image is stored at, where known (a padded ``RandomCrop`` needs a size).
+        needs_size: how many of ``problems`` that size would lift (``gpupipe.interop.crops.NeedsSize``).
     """
 
     form: str = "pil"
@@ -64,6 +66,8 @@ class State:
     tv_image: bool | None = False
     places: list[str] = field(default_factory=list)
     numpy_at: str = ""
+    image_size: tuple[int, int] | None = None
+    needs_size: int = 0
 
     def add(self, *ops: Op) -> None:
         """Appends image ops; after ``Normalize`` only what commutes with it may come (the rule checks). On
@@ -226,6 +230,7 @@ def walk(transform: Any, state: State, where: str) -> None:
         fn(transform, state)
     except Refuse as refused:
         state.problems.append((where, name, refused.reason))
+        state.needs_size += getattr(refused, "size_lifts", False)
     except ValueError as err:  # an op's own check (a value gpupipe's op cannot take)
         state.problems.append((where, name, str(err)))
 

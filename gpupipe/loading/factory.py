@@ -165,6 +165,7 @@ def loader(
         reduced_decode=reduced_decode,
     )
     auto_device = device is None
+    presets.refuse_swapped(source, pipeline)  # loader("train", "data/train")
     source, pipeline, dataset, backend = resolve_inputs(  # torchvision's
         source, pipeline, fallback, backend, max_pixels=config.max_pixels, max_file_size=config.max_file_size
     )

@@ -9,6 +9,7 @@ from typing import BinaryIO
 from ..fileio import UnreadableFile, regular_stat, sha256_of
 from ..progress import Progress
 from ..shards import format as shardfmt
+from ..sources import refuse_empty
 from ..sources.shards import Shards
 from ..targets import TargetKind, handler
 from .writer import BLOCK
@@ -35,8 +36,11 @@ def verify(dst) -> list[str]:
     Shards the manifest gives no sha256 (or index sha256) are checked all
     the same, without that comparison, and a warning says that checksums
     were not available.
+
+    Raises:
+        ValueError: ``dst`` is an empty or blank string (not read as the current folder).
     """
-    dst = Path(dst).expanduser()  # as the loader reads "~/packed"
+    dst = Path(refuse_empty(dst, "verify: dst")).expanduser()  # as the loader reads "~/packed"
     try:
         manifest = shardfmt.read_manifest(dst)
     except ValueError as err:  # an unfinished pack is named as one

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fnmatch
 import json
 import logging
 import os
@@ -24,6 +25,37 @@ from ..shards import format as shardfmt
 logger = logging.getLogger("gpupipe.pack")
 
 LOCK = ".pack.lock"
+
+
+#: The files a pack writes in its folder (``fnmatch`` patterns); any other file there is the user's.
+PACK_FILES = (
+    "shard-*.tar",
+    "shard-*.idx",
+    "shard-*.tmp",
+    shardfmt.MANIFEST,
+    "sources.tsv",
+    ".pack-journal*.json",
+    ".pack*.lock",
+)
+
+
+def delete_advice(dst: Path, named: str = "") -> str:
+    """``"delete DST"`` (``"delete it"`` with ``named="it"``) where ``dst`` holds the pack's own files alone
+    (``PACK_FILES``), else the advice to delete those, named (a pattern where several match), and keep the
+    user's other files."""
+    try:
+        names = sorted(p.name for p in dst.iterdir())
+    except OSError:
+        names = []
+    others = [n for n in names if not any(fnmatch.fnmatch(n, m) for m in PACK_FILES)]
+    if not others:
+        return f"delete {named or dst}"
+    own = []
+    for pattern in PACK_FILES[:-1]:  # not the lock: it is not the pack's data, and is taken again
+        matched = [n for n in names if fnmatch.fnmatch(n, pattern)]
+        own += matched if len(matched) == 1 else [pattern] if matched else []
+    yours = f"{others[0]} and {len(others) - 1} more are yours" if len(others) > 1 else f"{others[0]} is yours"
+    return f"delete the pack's own files from {dst} ({', '.join(own)}; {yours}, not the pack's)"
 
 
 class PackError(Error, RuntimeError):
@@ -129,7 +161,7 @@ class Journal:
         if known[0] != self.fingerprint:
             raise PackError(
                 f"{self.path.parent} was packed from other inputs or with other settings; "
-                "pack into a new folder (or delete it first)"
+                f"pack into a new folder (or {delete_advice(self.path.parent, 'it')} first)"
             )
         for shard in saved["shards"]:
             problem = _finished_problem(self.path.parent, shard)
@@ -146,8 +178,8 @@ class Journal:
         if changed:  # a file still being copied when it was read, a file mended since: the rerun would keep it out
             raise PackError(
                 f"{changed['path']} was skipped by the earlier run ({changed['reason']}) and has changed since (a "
-                f"file still being written then?): to pack it, delete {self.path.parent} and run the command again "
-                "(or pack into a new folder)"
+                f"file still being written then?): to pack it, {delete_advice(self.path.parent)} and run the command "
+                "again (or pack into a new folder)"
             )
 
     def save(self) -> None:

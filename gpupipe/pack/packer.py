@@ -20,7 +20,7 @@ from ..errors import ErrorPolicy, SkipLog, Skipped
 from ..fileio import byte_size
 from ..plan.seeding import pack_order
 from ..shards import format as shardfmt
-from ..sources import IMAGE_EXTENSIONS, FileList, FileSource, Source, as_source
+from ..sources import IMAGE_EXTENSIONS, FileList, FileSource, Source, as_source, refuse_empty
 from ..sources.walk import OTHER_IMAGE_EXTENSIONS
 from ..targets import Target
 from . import manifest as mf
@@ -158,7 +158,7 @@ def pack(
         ValueError: a bad argument or source.
     """
     errors = ErrorPolicy(on_error, SkipLog(logger, logging.INFO))  # each one is listed in the manifest too
-    dst = Path(dst).expanduser()  # "~/packed" is the home folder's, as the loader reads it
+    dst = Path(refuse_empty(dst, "pack: dst")).expanduser()  # "~/packed": the home folder's, as the loader reads it
     source = packable(src, dst)
     problems = list(source.problems)
     errors.apply(problems, source.problem_summary())

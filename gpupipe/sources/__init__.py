@@ -8,7 +8,7 @@
 * [`WebDataset`][gpupipe.WebDataset]: tars written by other WebDataset tools, local or behind URLs.
 """
 
-from .base import Sample, Source
+from .base import Sample, Source, refuse_empty
 from .coco import CocoDetection
 from .files import FileList, FileSource, ImageFolder
 from .resolve import as_source
@@ -31,4 +31,5 @@ __all__ = [
     "as_source",
     "IMAGE_EXTENSIONS",
     "walk_images",
+    "refuse_empty",
 ]

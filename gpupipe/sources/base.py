@@ -12,8 +12,10 @@ million images is built and subset quickly.
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -30,6 +32,32 @@ Indices = Sequence[int] | np.ndarray
 
 #: Integer labels imply the classes ``0..largest``; a larger label is refused (an id, not a class).
 MAX_NUMBERED_CLASSES = 10_000_000
+
+
+def refuse_empty(value, what: str, folder: bool = True):
+    """``value`` itself, an empty or blank string refused: ``Path("")`` is the current folder, which
+    ``os.environ.get("DATA", "")`` with the variable unset would read.
+
+    Args:
+        value: the path the user gave (a ``str``, a ``PathLike``, or what else the caller accepts).
+        what: how messages name the argument (``"ImageFolder: root"``).
+        folder: whether a folder is expected (else a file), for the advice.
+
+    Raises:
+        ValueError: ``value`` is empty or blank, naming ``what``.
+    """
+    if isinstance(value, str) and not value.strip():
+        wanted = "a folder ('.' for the current one)" if folder else "a file"
+        raise ValueError(
+            f"{what}: empty path ({value!r}: an unset environment variable?), which would mean the current folder; "
+            f"pass {wanted}"
+        )
+    return value
+
+
+def given_path(value: str | os.PathLike, what: str, folder: bool = True) -> Path:
+    """``value`` as an absolute path (``~`` expanded); an empty or blank string refused (``refuse_empty``)."""
+    return Path(refuse_empty(value, what, folder)).expanduser().absolute()
 
 
 def numbered_classes(largest: int, what: str, where: str) -> list[str]:

@@ -15,7 +15,9 @@ from ..errors import PathNotFound, Skipped
 from ..fileio import UnreadableFile, read_file
 from ..targets import TargetKind
 from ..targets.base import turned_hint
+from .base import given_path
 from .files import FileSource, PathLike
+from .listpaths import refuse_images_elsewhere
 from .scan import ScanResult, scan
 
 _log = logging.getLogger(__name__)
@@ -85,8 +87,8 @@ class CocoDetection(FileSource):
         self, images: PathLike, annotations: PathLike, *, include_crowd: bool = False, keep_empty: bool = True
     ) -> None:
         self.kind = TargetKind.BOXES
-        self.root = Path(images).expanduser().absolute()
-        self.annotations = Path(annotations).expanduser().absolute()
+        self.root = given_path(images, "CocoDetection: images")
+        self.annotations = given_path(annotations, "CocoDetection: annotations", folder=False)
         if not self.root.exists():
             raise PathNotFound(f"CocoDetection: images folder {str(self.root)!r} does not exist")
         if not self.root.is_dir():
@@ -208,6 +210,7 @@ class CocoDetection(FileSource):
                     f"the image is {w}x{h}, its annotations say {aw}x{ah} (EXIF orientation applied)"
                     + turned_hint(self.names[j], (ah, aw), (h, w))
                 )
+        refuse_images_elsewhere("CocoDetection", self.names, str(self.root), bad, str(self.annotations))
         return ScanResult(bad=bad, sizes=result.sizes)
 
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import PathNotFound, Skipped, plural
 from ..targets import TargetKind
-from .base import Indices, Source
+from .base import Indices, Source, given_path
 from .listfile import LabelArg, label_sets, merge_repeated, numbering, read_list_file, read_pairs
 from .listpaths import check_space_separated, refuse_none_found, unicode_forms, windows_separators
 from .listtags import spaced_labels
@@ -64,7 +64,7 @@ class ImageFolder(FileSource):
     """
 
     def __init__(self, root: PathLike, *, extensions: Sequence[str] = IMAGE_EXTENSIONS) -> None:
-        self.root = Path(root).expanduser().absolute()
+        self.root = given_path(root, "ImageFolder: root")
         if not self.root.exists():
             raise PathNotFound(f"ImageFolder: root {str(self.root)!r} does not exist")
         if not self.root.is_dir():
@@ -320,7 +320,7 @@ class FileList(FileSource):
         unlabelled = False
         unlisted: list[tuple[str, str]] = []  # a folder's folders without permission: problems, as ImageFolder's
         if isinstance(entries, (str, os.PathLike)):
-            list_file = Path(entries).expanduser().absolute()
+            list_file = given_path(entries, "FileList: entries")
             if not list_file.exists():
                 raise PathNotFound(f"FileList: list file {str(list_file)!r} does not exist")
             if list_file.is_dir() and root is None:  # a test folder to predict on
@@ -346,7 +346,7 @@ class FileList(FileSource):
         if suffix is not None:
             listing.paths = [path + suffix for path in listing.paths]
         spaced_labels(listing, multi_label, classes)
-        base = str(Path(root).expanduser().absolute() if root is not None else Path.cwd())
+        base = str(given_path(root, "FileList: root") if root is not None else Path.cwd())
         if os.sep == "/":  # os.path.join's result, a third of the time on a 1M-line list
             prefix = base.rstrip("/") + "/"
             names = [p if p[:1] == "/" else prefix + p for p in listing.paths]

@@ -208,3 +208,39 @@ def _holder(base: str, rel: Sequence[str]) -> str | None:
             continue
         tried += inside[:_FOLDERS_TRIED]
     return next((t for t in tried if all(os.path.lexists(os.path.join(t, r)) for r in rel)), None)
+
+
+def refuse_images_elsewhere(who: str, names: Sequence[str], root: str, bad: dict[int, str], listed_in: str) -> None:
+    """Refuses a source none of whose images is under ``root``, or nearly none (at most 1 in 20) where another
+    folder holds the missing ones: the images folder given is another (the folder above it, as ``det`` for
+    ``det/images``), which ``on_error='skip'`` would not mend. Names the folder that holds them (``_holder``:
+    ``root``'s folders, its parent's, the current one). A few images found and the others nowhere: a subset
+    downloaded, left to ``on_error``.
+
+    Args:
+        who: the source, for messages (``"CocoDetection"``).
+        names: the images' absolute paths.
+        root: the images folder given.
+        bad: the scan's reasons, by index.
+        listed_in: what names the images (the annotation file).
+
+    Raises:
+        ValueError: nearly none of the images is found.
+    """
+    missing = [names[i] for i, why in sorted(bad.items()) if "No such file" in why]
+    found = len(names) - len(missing)
+    if not missing or found * 20 > len(names):
+        return
+    prefix = root.rstrip("/") + "/"
+    rel = [name[len(prefix) :] for name in missing[:10] if name.startswith(prefix)]
+    how = "none" if not found else f"{found} ({found * 100 / len(names):.1f}%)"
+    head = (
+        f"{who}: {how} of the {plural(len(names), 'image')} {listed_in} names is under the images folder {root!r} "
+        f"({missing[0]!r} is not there)"
+    )
+    holder = _holder(root, rel) if rel else None
+    if holder is not None and holder != root:
+        raise ValueError(f"{head}; they are in {holder!r}: pass {holder!r} as the images folder")
+    if found:
+        return
+    raise ValueError(f"{head}: pass the folder that holds the images, where their file_name starts")

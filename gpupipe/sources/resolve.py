@@ -9,7 +9,7 @@ from pathlib import Path
 from ..errors import PathNotFound
 from ..remote import is_url
 from ..shards import format as shardfmt
-from .base import Source
+from .base import Source, refuse_empty
 from .files import FileList, ImageFolder
 from .shards import Shards
 from .sniff import check_list_file
@@ -32,7 +32,7 @@ def as_source(source: Source | PathLike, extensions: Sequence[str] = IMAGE_EXTEN
         raise ValueError(f"source must be a path or a gpupipe Source, got {type(source).__name__}: {source!r}")
     if is_url(str(source)):
         return Shards(str(source))
-    path = Path(source).expanduser()
+    path = Path(refuse_empty(source, "source")).expanduser()
     if path.is_dir():
         return Shards(path) if shardfmt.is_packed(path) else ImageFolder(path, extensions=extensions)
     if path.is_file():

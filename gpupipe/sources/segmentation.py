@@ -14,6 +14,7 @@ from ..fileio import read_file
 from ..targets import TargetKind, maskmap
 from ..targets.base import turned_hint
 from ..targets.maskfiles import ANIMATED, decode_mask, gray_png, header_problem, ids_problem, is_animated, png_layout
+from .base import given_path
 from .files import FileSource, PathLike
 from .scan import ScanResult, scan
 from .walk import IMAGE_EXTENSIONS, OTHER_IMAGE_EXTENSIONS, folder_id, walk_images
@@ -81,8 +82,8 @@ class SegmentationFolder(FileSource):
         mask_suffix: str = "",
     ) -> None:
         self.kind = TargetKind.MASK
-        self.root = Path(images).expanduser().absolute()
-        self.mask_root = Path(masks).expanduser().absolute()
+        self.root = given_path(images, "SegmentationFolder: images")
+        self.mask_root = given_path(masks, "SegmentationFolder: masks")
         for what, folder in (("images", self.root), ("masks", self.mask_root)):
             if not folder.exists():
                 raise PathNotFound(f"SegmentationFolder: {what} folder {str(folder)!r} does not exist")
@@ -113,7 +114,7 @@ class SegmentationFolder(FileSource):
         mask_paths = (path for paths in (masks_found.values(), *masks_shared.values()) for path in paths)
         is_mask = {os.path.realpath(path) for path in mask_paths} if overlap else set()
         found, shared = _by_stem(self.root, tuple(e.lower() for e in extensions), is_mask, image_suffix, unlisted)
-        self.split = None if split is None else Path(split).expanduser().absolute()
+        self.split = None if split is None else given_path(split, "SegmentationFolder: split", folder=False)
         shut = dict(unlisted)  # one folder under both roots (they overlap) is named once
         self.problems: list[Skipped] = [Skipped(path, why) for path, why in shut.items()]
         self.unlisted = len(shut)
@@ -150,7 +151,13 @@ class SegmentationFolder(FileSource):
                     f"; an image is {min(found)!r}, a mask {min(masks_found)!r}: pass image_suffix= and mask_suffix= "
                     "(the ends of the names that differ), or rename one side to pair them"
                 )
-            if other and not masks_found:  # Carvana's <id>_mask.gif: masks, but not PNGs
+            if other and not masks_found and _swapped(found, other):  # the masks given as images, and back
+                example += (
+                    "; the images folder holds gray or palette PNGs alone (masks) and the masks folder JPEGs "
+                    "(photos): the two folders look swapped: the images come first: "
+                    f"gpupipe.SegmentationFolder({os.fspath(masks)!r}, {os.fspath(images)!r})"
+                )
+            elif other and not masks_found:  # Carvana's <id>_mask.gif: masks, but not PNGs
                 example += (
                     f"; masks are read from PNG files only, and the masks folder holds {min(other.values())}"
                     f"{f' and {len(other) - 1} more' if len(other) > 1 else ''}: save them as PNG"
@@ -240,6 +247,21 @@ def _by_stem(
             by_key.setdefault(key[: len(key) - len(suffix)], []).append(path)
     unique = {key: paths[0] for key, paths in by_key.items() if len(paths) == 1}
     return unique, {key: sorted(paths) for key, paths in by_key.items() if len(paths) > 1}
+
+
+def _swapped(found: dict[str, str], other: dict[str, str]) -> bool:
+    """Whether the images folder's files (``found``) look like masks and the masks folder's (``other``, files
+    not read as masks) like photos: PNGs alone, the first gray or palette, against JPEGs alone."""
+    if not all(path.lower().endswith(".png") for path in found.values()):
+        return False
+    if not all(path.lower().endswith((".jpg", ".jpeg")) for path in other.values()):
+        return False
+    try:
+        with open(min(found.values()), "rb") as file:
+            layout = png_layout(file.read(26))
+    except OSError:
+        return False
+    return layout is not None and layout[0] in (0, 3)  # PNG colour types: 0 gray, 3 palette
 
 
 #: File endings of images that are not read as masks (named when an image's PNG mask is missing): GIF too,

@@ -17,7 +17,7 @@ from ..remote.packs import PackedTar, remote_pack
 from ..remote.urls import redact, safe_name
 from ..shards import format as shardfmt
 from ..targets import TargetKind
-from .base import Indices, Source
+from .base import Indices, Source, given_path
 from .scan import ScanResult
 
 logger = logging.getLogger("gpupipe.sources")
@@ -242,7 +242,7 @@ class Shards(ShardSource):
                 [t.location for t in tars], [t.size for t in tars], [t.sha256 for t in tars], cache
             )
         else:
-            local = Path(root).expanduser().absolute()
+            local = given_path(root, "Shards: root")
             self.root = local
             manifest, tars = _local_pack(local, checksums)
             self.store = LocalStore([t.location for t in tars])
