@@ -446,10 +446,10 @@ def test_more_workers_than_cpus_or_inputs_packs_without_forking_a_process_per_wo
     for i in range(3):
         Image.fromarray(textured_image(rng, 32, 40)).save(tmp_path / "data" / "a" / f"{i}.jpg", quality=95)
     script = (
-        "import sys, multiprocessing.pool as mp; from gpupipe.pack import pack\n"
-        "sizes = []; init = mp.Pool.__init__\n"
-        "def counted(self, processes=None, *a, **k): sizes.append(processes); init(self, processes, *a, **k)\n"
-        "mp.Pool.__init__ = counted\n"
+        "import sys, concurrent.futures as cf; from gpupipe.pack import pack\n"
+        "sizes = []; init = cf.ProcessPoolExecutor.__init__\n"
+        "def counted(self, max_workers=None, *a, **k): sizes.append(max_workers); init(self, max_workers, *a, **k)\n"
+        "cf.ProcessPoolExecutor.__init__ = counted\n"
         "summary = pack(sys.argv[1], sys.argv[2], workers=512, progress=False)\n"
         "print(summary.packed, sizes)\n"
     )

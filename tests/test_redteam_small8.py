@@ -71,7 +71,7 @@ def test_pack_and_demo_say_how_to_name_a_folder_that_starts_with_a_dash(capsys, 
     )
     # the demo: "the following arguments are required: out" for OUT "-demo" (before, no word on why)
     line = _error_line(capsys, demo_main, ["-demo"])
-    assert line.startswith("error: the following arguments are required: out") and "write ./-demo, or put --" in line
+    assert line.startswith("error: the following arguments are required: OUT") and "write ./-demo, or put --" in line
     # what the hint says works; a mistyped flag still gets its guess, alone
     monkeypatch.chdir(tmp_path)
     assert (parse_args(["./-data", "./-out"]).src, parse_args(["--", "-data", "-out"]).dst) == ("./-data", "-out")

@@ -5,12 +5,9 @@ written last; under ``torchrun`` one part per rank (see ``gpupipe.pack``)."""
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +21,9 @@ from ..sources import IMAGE_EXTENSIONS, FileList, FileSource, Source, as_source,
 from ..sources.walk import OTHER_IMAGE_EXTENSIONS
 from ..targets import Target
 from . import manifest as mf
-from .convert import Converted, ConvertSettings, Task, convert
+from .convert import Converted, ConvertSettings, Task
 from .journal import DstLock, Journal, NothingPacked, PackError, fingerprint, stamp, write_failed
-from .signals import in_worker
+from .pool import converted
 from .writer import ShardWriter
 
 logger = logging.getLogger("gpupipe.pack")
@@ -289,20 +286,6 @@ def _gather(journal: Journal, world_size: int) -> list[Journal]:
     return parts
 
 
-def _convert_task(task: Task, settings: ConvertSettings) -> tuple[int, Converted]:
-    return task.position, convert(task, settings)
-
-
-def _converted(tasks: Iterator[Task], settings: ConvertSettings, workers: int) -> Iterator[tuple[int, Converted]]:
-    """Converts in ``workers`` processes, results in input order."""
-    work = partial(_convert_task, settings=settings)
-    if workers == 1:
-        yield from map(work, tasks)
-        return
-    with multiprocessing.get_context("fork").Pool(workers, initializer=in_worker) as pool:
-        yield from pool.imap(work, tasks, chunksize=4)
-
-
 class _Shard:
     """The shard being written and the manifest rows of its samples."""
 
@@ -361,7 +344,7 @@ def _write_part(
     bar = tqdm(total=end - journal.next_input, unit="img", desc="packing", disable=not progress, smoothing=0.1)
     try:
         # no more processes than inputs left (--workers 512 for a folder of 30 forked 512)
-        for position, result in _converted(tasks, settings.convert, min(workers or env.cores(), bar.total or 1)):
+        for position, result in converted(tasks, settings.convert, min(workers or env.cores(), bar.total or 1)):
             bar.update(1)
             bytes_in += result.bytes_in
             path = source.names[order[position]]
