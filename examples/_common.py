@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Iterator, Optional
@@ -35,17 +37,41 @@ PROGRESS_EVERY_S = 10.0
 def run(main) -> None:
     """Runs ``main()``; a user error ends it with one ``error:`` line (exit status 2) that names the
     script's flags where gpupipe names its arguments (``--on-error skip`` for ``on_error='skip'``); Ctrl-C
-    with one line (exit status 130)."""
+    with one line (exit status 130), also where Ctrl-C reached the script while it forked DataLoader workers
+    (Python prints and drops a ``KeyboardInterrupt`` raised in its at-fork hooks) and what follows is a worker
+    that Ctrl-C ended (``DataLoader worker ... exited unexpectedly``)."""
+    default = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    if default and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _ctrl_c)
     try:
         main()
-    except user_errors() as err:
-        fail(message(err).replace("pass on_error='skip'", "pass --on-error skip"))
     except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback from wherever the loop was
-        resumes = any(a == "--checkpoint" or a.startswith("--checkpoint=") for a in sys.argv)
-        again = "it resumes from --checkpoint" if resumes else "it starts over"
-        print(f"\ninterrupted: nothing to clean up; run the same command again ({again})", file=sys.stderr, flush=True)
-        raise SystemExit(EXIT_INTERRUPTED) from None
+        _interrupted()
+    except user_errors() as err:
+        if _CTRL_C["seen"]:
+            _interrupted()
+        fail(message(err).replace("pass on_error='skip'", "pass --on-error skip"))
+    except Exception:
+        if not _CTRL_C["seen"]:
+            raise
+        _interrupted()
     raise SystemExit(0)
+
+
+#: Whether Ctrl-C (SIGINT) reached this process.
+_CTRL_C = {"seen": False}
+
+
+def _ctrl_c(signum, frame) -> None:
+    _CTRL_C["seen"] = True
+    raise KeyboardInterrupt
+
+
+def _interrupted() -> None:
+    resumes = any(a == "--checkpoint" or a.startswith("--checkpoint=") for a in sys.argv)
+    again = "it resumes from --checkpoint" if resumes else "it starts over"
+    print(f"\ninterrupted: nothing to clean up; run the same command again ({again})", file=sys.stderr, flush=True)
+    raise SystemExit(EXIT_INTERRUPTED) from None
 
 
 #: The exit status after Ctrl-C (128 + SIGINT, as a shell reports it).
