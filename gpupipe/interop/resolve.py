@@ -113,12 +113,9 @@ def _compiled(
         if not err.needs_size:
             raise
         refused = err
-    source = as_source(source)
-    sizes = source.scan(max_pixels, max_file_size).sizes
-    found = [(int(h), int(w)) for h, w in np.unique(sizes[sizes[:, 0] > 0], axis=0)]  # -1: a bad file
+    source, found = _stored_sizes(source, max_pixels, max_file_size)
     if len(found) != 1:
-        listed = ", ".join(f"{h} x {w}" for h, w in found[:3]) + (", ..." if len(found) > 3 else "")
-        seen = f" (the images have {len(found)} sizes: {listed})" if found else ""
+        seen = f" (the images have {len(found)} sizes: {_listed(found)})" if found else ""
         raise UnsupportedTransform([(where, name, why + seen) for where, name, why in refused.problems]) from None
     return source, from_torchvision(transform, image_size=found[0]), found[0]
 
@@ -180,17 +177,28 @@ def _one_size(
     else:
         if size is not None:
             return source, ops, set()
-    source = as_source(source)
-    sizes = source.scan(max_pixels, max_file_size).sizes
-    found = np.unique(sizes[sizes[:, 0] > 0], axis=0)  # (-1, -1): a bad file, left to the loader's on_error
-    if not len(found):
+    source, found = _stored_sizes(source, max_pixels, max_file_size)
+    if not found:
         return source, ops, set()
-    last = _last_unsized(ops, (int(found[0][0]), int(found[0][1])))
-    reached = {_follow(ops[: last + 1], (int(h), int(w))) for h, w in found}
+    last = _last_unsized(ops, found[0])
+    reached = {_follow(ops[: last + 1], size) for size in found}
     if len(reached) != 1 or None in reached:
         return source, ops, reached  # images of several sizes: refused naming the transform (_one_size_reached)
     height, width = reached.pop()  # type: ignore[misc]
     return source, [*ops[: last + 1], CenterCrop((height, width)), *ops[last + 1 :]], set()
+
+
+def _stored_sizes(source: Any, max_pixels: int, max_file_size: int | None) -> tuple[Any, list[tuple[int, int]]]:
+    """``(source, sizes)``: the distinct ``(h, w)`` the images are stored at, in order, from the source's scan with
+    the loader's limits (kept per limits: read once); a bad file (``-1``) is left to the loader's ``on_error``."""
+    source = as_source(source)
+    sizes = source.scan(max_pixels, max_file_size).sizes
+    return source, [(int(h), int(w)) for h, w in np.unique(sizes[sizes[:, 0] > 0], axis=0)]
+
+
+def _listed(sizes: list[tuple[int, int]]) -> str:
+    """``"32 x 32, 36 x 30, ..."``: the first three sizes, for messages."""
+    return ", ".join(f"{h} x {w}" for h, w in sizes[:3]) + (", ..." if len(sizes) > 3 else "")
 
 
 def _sized_first(ops: list[Op]) -> None:
@@ -222,8 +230,11 @@ def _one_size_reached(transform: Any, ops: list[Op], reached: set[tuple[int, int
     if size is not None:
         return
     known = sorted(s for s in reached if s is not None)
-    listed = ", ".join(f"{h} x {w}" for h, w in known[:3]) + (", ..." if len(known) > 3 else "")
-    seen = f"{len(known)} sizes: {listed}" if known and None not in reached else "sizes not known before it is read"
+    seen = (
+        f"{len(known)} sizes: {_listed(known)}"
+        if known and None not in reached
+        else "sizes not known before it is read"
+    )
     why = (
         f"gives images of varying size ({seen}), and gpupipe batches images of one size; torch's DataLoader "
         "batches them only one at a time (batch_size=1: its collate fails at a batch of two sizes): end the "
